@@ -1,0 +1,187 @@
+//! `cargo xtask bench embed`: ELMo inference throughput (tokens/s) and peak memory for random
+//! weights in the published `small` and `original` shapes, per backend.
+//!
+//! Each (shape, backend) runs in its own child process so that its peak RSS (`VmHWM`) is its own.
+//! Options: `--shapes small,original` `--backends flex,ndarray` `--batches N` `--batch-size B`
+//! `--threads N` (sets RAYON_NUM_THREADS for the children).
+
+use std::process::Command;
+use std::time::Instant;
+
+use burn::tensor::{Device, DeviceKind};
+use elmo_model::options::{
+    BiLmOptions, CharCnnOptions, CharEmbeddingOptions, CnnActivation, LstmOptions,
+};
+use elmo_model::{BiLmConfig, CharIdBatch};
+
+fn options(shape: &str) -> BiLmOptions {
+    let (dim, projection_dim, n_highway) = match shape {
+        "small" => (1024, 128, 1),
+        "medium" => (2048, 256, 1),
+        "original" => (4096, 512, 2),
+        "tiny" => (256, 64, 1),
+        other => panic!("unknown shape {other} (small, medium, original, tiny)"),
+    };
+    BiLmOptions {
+        lstm: LstmOptions {
+            dim,
+            projection_dim,
+            n_layers: 2,
+            cell_clip: Some(3.0),
+            proj_clip: Some(3.0),
+            use_skip_connections: true,
+        },
+        char_cnn: CharCnnOptions {
+            embedding: CharEmbeddingOptions { dim: 16 },
+            filters: vec![
+                [1, 32],
+                [2, 32],
+                [3, 64],
+                [4, 128],
+                [5, 256],
+                [6, 512],
+                [7, 1024],
+            ],
+            n_highway,
+            n_characters: 262,
+            max_characters_per_token: 50,
+            activation: CnnActivation::Relu,
+        },
+    }
+}
+
+/// Deterministic pseudo-English sentences of 15-25 tokens.
+fn sentences(n: usize, seed: u64) -> Vec<Vec<String>> {
+    let mut state = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    let mut next = move || {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (state >> 33) as usize
+    };
+    (0..n)
+        .map(|_| {
+            let len = 15 + next() % 11;
+            (0..len)
+                .map(|_| {
+                    let word_len = 1 + next() % 9;
+                    (0..word_len)
+                        .map(|_| (b'a' + (next() % 26) as u8) as char)
+                        .collect()
+                })
+                .collect()
+        })
+        .collect()
+}
+
+#[allow(deprecated)]
+fn device(backend: &str) -> Device {
+    match backend {
+        "flex" => Device::flex(),
+        "ndarray" => Device::ndarray(),
+        "wgpu" => Device::wgpu(DeviceKind::DefaultDevice),
+        other => panic!("unknown backend {other}"),
+    }
+}
+
+fn peak_rss_mib() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(f64::NAN, |kb| kb / 1024.0)
+}
+
+fn child(shape: &str, backend: &str, batches: usize, batch_size: usize) {
+    let device = device(backend);
+    device.seed(0);
+    let bilm = BiLmConfig {
+        options: options(shape),
+    }
+    .init(&device);
+    let warmup = CharIdBatch::from_sentences(&sentences(batch_size, 999));
+    let _ = bilm.forward_batch(&warmup, &device, None).layers[2].to_data();
+    let data: Vec<CharIdBatch> = (0..batches)
+        .map(|b| CharIdBatch::from_sentences(&sentences(batch_size, b as u64)))
+        .collect();
+    let tokens: usize = data.iter().map(CharIdBatch::n_real_tokens).sum();
+    let start = Instant::now();
+    for batch in &data {
+        let out = bilm.forward_batch(batch, &device, None);
+        // Read back like `elmo embed` does, so that lazy backends do all the work.
+        let _ = burn::tensor::Tensor::stack::<4>(out.layers, 0).into_data();
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    println!(
+        "RESULT shape={shape} backend={backend} tokens={tokens} seconds={seconds:.3} tokens_per_s={:.1} peak_rss_mib={:.0}",
+        tokens as f64 / seconds,
+        peak_rss_mib()
+    );
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let get = |flag: &str, default: &str| -> String {
+        args.iter()
+            .position(|a| a == flag)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+            .unwrap_or_else(|| default.to_string())
+    };
+    let batches: usize = get("--batches", "3").parse().expect("--batches N");
+    let batch_size: usize = get("--batch-size", "64").parse().expect("--batch-size N");
+    if let Some(i) = args.iter().position(|a| a == "--child") {
+        child(&args[i + 1], &args[i + 2], batches, batch_size);
+        return;
+    }
+    let shapes = get("--shapes", "small,original");
+    let backends = get("--backends", "flex,ndarray");
+    let threads = get("--threads", "");
+    let exe = std::env::current_exe().expect("own path");
+    println!("| shape | backend | tokens/s | peak RSS (MiB) |");
+    println!("|---|---|---|---|");
+    for shape in shapes.split(',') {
+        for backend in backends.split(',') {
+            let mut command = Command::new(&exe);
+            command.args([
+                "--child",
+                shape,
+                backend,
+                "--batches",
+                &batches.to_string(),
+                "--batch-size",
+                &batch_size.to_string(),
+            ]);
+            if !threads.is_empty() {
+                command.env("RAYON_NUM_THREADS", &threads);
+            }
+            let output = command.output().expect("run child");
+            let stdout = String::from_utf8_lossy(&output.stdout);
+            match stdout.lines().find(|l| l.starts_with("RESULT")) {
+                Some(line) => {
+                    let field = |k: &str| {
+                        line.split_whitespace()
+                            .find_map(|kv| kv.strip_prefix(&format!("{k}=")))
+                            .unwrap_or("?")
+                            .to_string()
+                    };
+                    println!(
+                        "| {shape} | {backend} | {} | {} |",
+                        field("tokens_per_s"),
+                        field("peak_rss_mib")
+                    );
+                }
+                None => println!(
+                    "| {shape} | {backend} | failed: {} | |",
+                    String::from_utf8_lossy(&output.stderr)
+                        .lines()
+                        .last()
+                        .unwrap_or("no output")
+                ),
+            }
+        }
+    }
+}

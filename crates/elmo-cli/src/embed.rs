@@ -1,0 +1,256 @@
+//! `elmo embed`: ELMo vectors for every line of a text file, written in AllenNLP's `elmo` command
+//! HDF5 layout.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use burn::tensor::{Device, Tensor};
+use clap::ValueEnum;
+use elmo_model::{BiLm, BiLmState, CharIdBatch};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::backend::Backend;
+use crate::hdf5_output::Hdf5EmbeddingWriter;
+use crate::input::{Sentence, SentenceReader};
+use crate::model_source::ModelArgs;
+
+/// Which biLM layers to write per sentence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LayerSelection {
+    /// All `L + 1` layers: dataset shape `(L + 1, n_tokens, 2P)`.
+    All,
+    /// The top LSTM layer: `(n_tokens, 2P)`.
+    Top,
+    /// The average of all layers: `(n_tokens, 2P)`.
+    Average,
+}
+
+/// Arguments of `elmo embed`.
+#[derive(Debug, clap::Args)]
+pub struct EmbedArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// UTF-8 text, one sentence per line, tokens separated by whitespace.
+    pub input: PathBuf,
+    /// Output file; `.hdf5` or `.h5` gives AllenNLP's layout (one dataset per line, named by its
+    /// 0-based index, and `sentence_to_index`).
+    pub output: PathBuf,
+    /// Layers written for each sentence.
+    #[arg(long, value_enum, default_value_t = LayerSelection::All)]
+    pub layers: LayerSelection,
+    /// Sentences per batch.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
+    pub batch_size: u32,
+    /// Carry the LSTM state from batch to batch, row by row, in input order (AllenNLP's
+    /// `ElmoEmbedder` behaviour). By default every sentence starts from a zero state, so its
+    /// vectors do not depend on its neighbours or the batch size.
+    #[arg(long)]
+    pub stateful: bool,
+    /// Compute backend.
+    #[arg(long, value_enum, default_value_t = Backend::Flex)]
+    pub backend: Backend,
+    /// Refuse lines with more tokens than this (memory grows with the longest sentence).
+    #[arg(long, default_value_t = 10_000)]
+    pub max_tokens: usize,
+    /// No progress bar.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+/// Number of batches read ahead and sorted by length in stateless mode (less padding).
+const SORT_WINDOW_BATCHES: usize = 8;
+
+struct Embedder {
+    bilm: BiLm,
+    device: Device,
+    layers: LayerSelection,
+    state: Option<Option<BiLmState>>,
+}
+
+/// Embeddings of one sentence ready to be written.
+struct Embedded {
+    values: Vec<f32>,
+    shape: Vec<usize>,
+}
+
+impl Embedder {
+    fn n_layers(&self) -> usize {
+        self.bilm.n_layers() + 1
+    }
+
+    fn d_output(&self) -> usize {
+        2 * self.bilm.forward_layers[0].d_projection()
+    }
+
+    fn empty(&self) -> Embedded {
+        let shape = match self.layers {
+            LayerSelection::All => vec![self.n_layers(), 0, self.d_output()],
+            _ => vec![0, self.d_output()],
+        };
+        Embedded {
+            values: Vec::new(),
+            shape,
+        }
+    }
+
+    /// Runs one batch and returns one embedding per sentence, in batch order.
+    fn embed(&mut self, batch: &[&Sentence]) -> Result<Vec<Embedded>> {
+        let tokens: Vec<&[String]> = batch.iter().map(|s| s.tokens.as_slice()).collect();
+        let ids =
+            CharIdBatch::from_sentences(&tokens.iter().map(|t| t.to_vec()).collect::<Vec<_>>());
+        let out = self
+            .bilm
+            .forward_batch(&ids, &self.device, self.state.as_mut());
+        let n_positions = ids.n_tokens + 2;
+        let d = self.d_output();
+        // One read-back of all layers: [L + 1, B, T + 2, 2P].
+        let stacked: Tensor<4> = Tensor::stack(out.layers, 0);
+        let host: Vec<f32> = stacked
+            .into_data()
+            .try_into_vec_as::<f32>()
+            .map_err(|e| anyhow::anyhow!("reading embeddings back from the device: {e:?}"))?;
+        let per_layer = batch.len() * n_positions * d;
+        let n_layers = self.n_layers();
+        let mut result = Vec::with_capacity(batch.len());
+        for (row, sentence) in batch.iter().enumerate() {
+            let n = sentence.tokens.len();
+            if n == 0 {
+                result.push(self.empty());
+                continue;
+            }
+            // Skip the <S> position: real tokens sit at 1..=n.
+            let layer_slice = |layer: usize| {
+                let start = layer * per_layer + (row * n_positions + 1) * d;
+                &host[start..start + n * d]
+            };
+            let embedded = match self.layers {
+                LayerSelection::All => Embedded {
+                    values: (0..n_layers)
+                        .flat_map(|l| layer_slice(l).iter().copied())
+                        .collect(),
+                    shape: vec![n_layers, n, d],
+                },
+                LayerSelection::Top => Embedded {
+                    values: layer_slice(n_layers - 1).to_vec(),
+                    shape: vec![n, d],
+                },
+                LayerSelection::Average => {
+                    let mut sum = vec![0.0f32; n * d];
+                    for l in 0..n_layers {
+                        for (s, v) in sum.iter_mut().zip(layer_slice(l)) {
+                            *s += v;
+                        }
+                    }
+                    let scale = 1.0 / n_layers as f32;
+                    sum.iter_mut().for_each(|s| *s *= scale);
+                    Embedded {
+                        values: sum,
+                        shape: vec![n, d],
+                    }
+                }
+            };
+            result.push(embedded);
+        }
+        Ok(result)
+    }
+}
+
+fn progress_bar(total: u64, quiet: bool) -> ProgressBar {
+    if quiet {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(total);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} sentences ({per_sec}) {msg} ETA {eta}",
+        )
+        .expect("valid template"),
+    );
+    bar
+}
+
+/// Runs `elmo embed`.
+pub fn run(args: &EmbedArgs) -> Result<()> {
+    let extension = args
+        .output
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase);
+    if !matches!(extension.as_deref(), Some("hdf5" | "h5")) {
+        bail!(
+            "{}: unsupported output format (use a .hdf5 or .h5 file name)",
+            args.output.display()
+        );
+    }
+    let device = args.backend.device();
+    let model = args.model.load(&device)?;
+    let total = SentenceReader::count_lines(&args.input)?;
+    let mut reader = SentenceReader::open(&args.input, args.max_tokens)?;
+    let mut writer = Hdf5EmbeddingWriter::create(&args.output)?;
+    if !args.quiet {
+        eprintln!("model: {}; backend: {:?}", model.description, args.backend);
+    }
+    let mut embedder = Embedder {
+        bilm: model.bilm,
+        device,
+        layers: args.layers,
+        state: args.stateful.then_some(None),
+    };
+    let batch_size = args.batch_size as usize;
+    let window = if args.stateful {
+        batch_size
+    } else {
+        batch_size * SORT_WINDOW_BATCHES
+    };
+    let bar = progress_bar(total, args.quiet);
+    let started = Instant::now();
+    let mut n_tokens = 0usize;
+    let mut n_sentences = 0usize;
+    loop {
+        let mut chunk: Vec<Sentence> = Vec::with_capacity(window);
+        while chunk.len() < window {
+            match reader.next_sentence()? {
+                Some(sentence) => chunk.push(sentence),
+                None => break,
+            }
+        }
+        if chunk.is_empty() {
+            break;
+        }
+        let mut order: Vec<&Sentence> = chunk.iter().collect();
+        if !args.stateful {
+            // Empty lines need no model run; the rest is sorted by length to cut padding.
+            for sentence in order.iter().filter(|s| s.tokens.is_empty()) {
+                let empty = embedder.empty();
+                writer.add(sentence.index, &sentence.text, &empty.values, &empty.shape)?;
+            }
+            order.retain(|s| !s.tokens.is_empty());
+            order.sort_by_key(|s| s.tokens.len());
+        }
+        for batch in order.chunks(batch_size) {
+            let embedded = embedder.embed(batch)?;
+            for (sentence, e) in batch.iter().zip(embedded) {
+                writer.add(sentence.index, &sentence.text, &e.values, &e.shape)?;
+                n_tokens += sentence.tokens.len();
+            }
+        }
+        n_sentences += chunk.len();
+        bar.set_position(n_sentences as u64);
+        let seconds = started.elapsed().as_secs_f64().max(1e-9);
+        bar.set_message(format!("{:.0} tokens/s", n_tokens as f64 / seconds));
+    }
+    writer
+        .finish()
+        .with_context(|| format!("{}: finishing output", args.output.display()))?;
+    bar.finish_and_clear();
+    if !args.quiet {
+        let seconds = started.elapsed().as_secs_f64().max(1e-9);
+        eprintln!(
+            "embedded {n_sentences} sentences, {n_tokens} tokens in {seconds:.1} s ({:.0} tokens/s) -> {}",
+            n_tokens as f64 / seconds,
+            args.output.display()
+        );
+    }
+    Ok(())
+}

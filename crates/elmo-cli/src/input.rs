@@ -1,0 +1,105 @@
+//! Streaming reader of the embed input: UTF-8 text, one sentence per line, whitespace tokens.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+
+/// One input line.
+#[derive(Debug, Clone)]
+pub struct Sentence {
+    /// 0-based line index (the dataset name in the output).
+    pub index: usize,
+    /// The line with surrounding whitespace removed.
+    pub text: String,
+    /// Whitespace-separated tokens.
+    pub tokens: Vec<String>,
+}
+
+/// Reads sentences one line at a time (bounded memory).
+pub struct SentenceReader {
+    reader: BufReader<File>,
+    path: PathBuf,
+    next_index: usize,
+    max_tokens: usize,
+    buffer: Vec<u8>,
+}
+
+impl SentenceReader {
+    /// Opens `path`; a line with more than `max_tokens` tokens is an error.
+    pub fn open(path: &Path, max_tokens: usize) -> Result<Self> {
+        let file =
+            File::open(path).with_context(|| format!("{}: cannot open input", path.display()))?;
+        Ok(Self {
+            reader: BufReader::new(file),
+            path: path.to_path_buf(),
+            next_index: 0,
+            max_tokens,
+            buffer: Vec::new(),
+        })
+    }
+
+    /// Counts the lines of a file without keeping them (for the progress bar).
+    pub fn count_lines(path: &Path) -> Result<u64> {
+        let file =
+            File::open(path).with_context(|| format!("{}: cannot open input", path.display()))?;
+        let mut reader = BufReader::with_capacity(1 << 20, file);
+        let mut count = 0u64;
+        let mut last_was_newline = true;
+        loop {
+            let buf = reader
+                .fill_buf()
+                .with_context(|| format!("{}: read error", path.display()))?;
+            if buf.is_empty() {
+                break;
+            }
+            count += buf.iter().filter(|&&b| b == b'\n').count() as u64;
+            last_was_newline = buf.last() == Some(&b'\n');
+            let n = buf.len();
+            reader.consume(n);
+        }
+        if !last_was_newline {
+            count += 1;
+        }
+        Ok(count)
+    }
+
+    /// The next sentence, `None` at the end of the file.
+    pub fn next_sentence(&mut self) -> Result<Option<Sentence>> {
+        self.buffer.clear();
+        let n = self
+            .reader
+            .read_until(b'\n', &mut self.buffer)
+            .with_context(|| format!("{}: read error", self.path.display()))?;
+        if n == 0 {
+            return Ok(None);
+        }
+        let index = self.next_index;
+        self.next_index += 1;
+        let line_number = index + 1;
+        let text = match std::str::from_utf8(&self.buffer) {
+            Ok(text) => text,
+            Err(e) => bail!(
+                "{}:{line_number}: invalid UTF-8 at byte {} of the line",
+                self.path.display(),
+                e.valid_up_to()
+            ),
+        };
+        let text = text.trim();
+        let tokens: Vec<String> = text.split_whitespace().map(str::to_string).collect();
+        if tokens.len() > self.max_tokens {
+            bail!(
+                "{}:{line_number}: {} tokens, more than --max-tokens {} (split the line or raise the limit)",
+                self.path.display(),
+                tokens.len(),
+                self.max_tokens
+            );
+        }
+        Ok(Some(Sentence {
+            index,
+            text: text.to_string(),
+            tokens,
+        }))
+    }
+}

@@ -1,0 +1,91 @@
+//! Where `elmo embed` takes its biLM from: `--options/--weights`, a run directory, or the embedded
+//! demo model.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use burn::tensor::Device;
+use elmo_model::BiLm;
+use elmo_model::options::BiLmOptions;
+use elmo_model::weights::{WeightFile, load_bilm_from};
+
+/// The embedded demo model: AllenNLP's small test biLM (Apache-2.0, see fixtures/README.md).
+const DEMO_OPTIONS: &str = include_str!("../../../fixtures/allennlp/options.json");
+const DEMO_WEIGHTS: &[u8] = include_bytes!("../../../fixtures/allennlp/lm_weights.hdf5");
+
+/// Model selection flags shared by the commands that need a pretrained biLM.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ModelArgs {
+    /// bilm-tf / AllenNLP `options.json` (with --weights).
+    #[arg(
+        long,
+        value_name = "OPTIONS_JSON",
+        requires = "weights",
+        conflicts_with = "model"
+    )]
+    pub options: Option<PathBuf>,
+    /// HDF5 weights in the official bilm-tf layout (with --options).
+    #[arg(
+        long,
+        value_name = "WEIGHTS_HDF5",
+        requires = "options",
+        conflicts_with = "model"
+    )]
+    pub weights: Option<PathBuf>,
+    /// A model directory holding `options.json` and `weights.hdf5` (as `elmo export` writes).
+    /// Without any of these flags the small embedded demo model is used.
+    #[arg(long, value_name = "DIR")]
+    pub model: Option<PathBuf>,
+}
+
+/// A loaded biLM and where it came from.
+pub struct LoadedModel {
+    /// The biLM.
+    pub bilm: BiLm,
+    /// Its architecture.
+    pub options: BiLmOptions,
+    /// Human-readable origin.
+    pub description: String,
+}
+
+fn load_files(options: &Path, weights: &Path, device: &Device) -> Result<LoadedModel> {
+    let parsed = BiLmOptions::from_file(options)?;
+    let mut file = WeightFile::open(weights)?;
+    let bilm = load_bilm_from(&parsed, &mut file, device)?;
+    file.finish()?;
+    Ok(LoadedModel {
+        bilm,
+        options: parsed,
+        description: format!("{} + {}", options.display(), weights.display()),
+    })
+}
+
+impl ModelArgs {
+    /// Loads the selected model.
+    pub fn load(&self, device: &Device) -> Result<LoadedModel> {
+        match (&self.options, &self.weights, &self.model) {
+            (Some(options), Some(weights), None) => load_files(options, weights, device),
+            (None, None, Some(dir)) => {
+                if !dir.is_dir() {
+                    bail!("{}: not a model directory", dir.display());
+                }
+                load_files(&dir.join("options.json"), &dir.join("weights.hdf5"), device)
+                    .with_context(|| format!("loading model directory {}", dir.display()))
+            }
+            (None, None, None) => {
+                let options =
+                    BiLmOptions::from_json_str(DEMO_OPTIONS, "<embedded demo options.json>")?;
+                let mut file =
+                    WeightFile::from_bytes(DEMO_WEIGHTS.to_vec(), "<embedded demo weights>")?;
+                let bilm = load_bilm_from(&options, &mut file, device)?;
+                file.finish()?;
+                Ok(LoadedModel {
+                    bilm,
+                    options,
+                    description: "embedded demo model (AllenNLP's small test biLM)".into(),
+                })
+            }
+            _ => bail!("give --options and --weights together, or --model, or neither"),
+        }
+    }
+}

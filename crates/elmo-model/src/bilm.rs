@@ -1,0 +1,264 @@
+//! The bidirectional language model of ELMo (Peters et al. 2018, §3.1, §3.4): char-CNN token
+//! encoder, separate forward and backward stacks of LSTMP layers with residual connections from
+//! layer 1 on. Follows AllenNLP's `_ElmoBiLm` and `ElmoLstm` (allennlp/modules/elmo.py,
+//! allennlp/modules/elmo_lstm.py).
+
+use burn::module::Module;
+use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
+
+use crate::bilm_state::{BiLmState, DirectionalState};
+use crate::char_cnn::{CharCnnEncoder, CharCnnEncoderConfig};
+use crate::char_ids::{CharIdBatch, MAX_CHARS_PER_TOKEN};
+use crate::error::{ElmoError, Result};
+use crate::lstm_projection::{LstmWithProjection, LstmWithProjectionConfig};
+use crate::options::BiLmOptions;
+
+/// Configuration of a [`BiLm`]: the architecture in bilm-tf's `options.json` layout.
+#[derive(Debug, Clone)]
+pub struct BiLmConfig {
+    /// The architecture.
+    pub options: BiLmOptions,
+}
+
+/// The biLM: one token encoder, a forward and a backward LSTMP stack.
+#[derive(Module, Debug)]
+pub struct BiLm {
+    /// Char-CNN token encoder, shared by both directions.
+    pub token_encoder: CharCnnEncoder,
+    /// Left-to-right stack, layer 0 first.
+    pub forward_layers: Vec<LstmWithProjection>,
+    /// Right-to-left stack, layer 0 first.
+    pub backward_layers: Vec<LstmWithProjection>,
+    /// Residual connections from layer 1 on.
+    #[module(skip)]
+    pub use_skip_connections: bool,
+}
+
+/// Output of the biLM: `L + 1` layers (token layer first), each `[fwd; bwd]`.
+///
+/// # Shapes
+/// - layers: `L + 1` tensors `[B, T + 2, 2P]` (with the `<S>`/`</S>` positions); layer 0 is the
+///   token embedding duplicated, zero at padded positions, as every layer.
+/// - mask: `[B, T + 2]`, `true` for real tokens (boundaries included).
+#[derive(Debug, Clone)]
+pub struct BiLmOutput {
+    /// The layer activations.
+    pub layers: Vec<Tensor<3>>,
+    /// `true` for real positions.
+    pub mask: Tensor<2, Bool>,
+    /// Number of real positions in each row (boundaries included).
+    pub lengths: Vec<usize>,
+}
+
+/// Outputs of one LSTM stack run over both directions.
+#[derive(Debug, Clone)]
+pub struct StackOutput {
+    /// Per layer, forward outputs `[B, T, P]`.
+    pub forward: Vec<Tensor<3>>,
+    /// Per layer, backward outputs `[B, T, P]`.
+    pub backward: Vec<Tensor<3>>,
+    /// Final state of every layer and direction.
+    pub final_states: Vec<DirectionalState>,
+}
+
+impl BiLmConfig {
+    /// Creates a biLM with random weights.
+    pub fn init(&self, device: &Device) -> BiLm {
+        let lstm = &self.options.lstm;
+        let layer = LstmWithProjectionConfig {
+            d_input: lstm.projection_dim,
+            d_cell: lstm.dim,
+            d_projection: lstm.projection_dim,
+            cell_clip: lstm.cell_clip,
+            projection_clip: lstm.proj_clip,
+        };
+        BiLm {
+            token_encoder: CharCnnEncoderConfig::from_options(&self.options).init(device),
+            forward_layers: (0..lstm.n_layers).map(|_| layer.init(device)).collect(),
+            backward_layers: (0..lstm.n_layers).map(|_| layer.init(device)).collect(),
+            use_skip_connections: lstm.use_skip_connections,
+        }
+    }
+}
+
+/// `[B, T, 1]` float mask from lengths.
+pub(crate) fn mask_from_lengths(
+    lengths: &[usize],
+    n_tokens: usize,
+    device: &Device,
+) -> Tensor<2, Bool> {
+    let values: Vec<bool> = lengths
+        .iter()
+        .flat_map(|&l| (0..n_tokens).map(move |t| t < l))
+        .collect();
+    Tensor::from_data(TensorData::new(values, [lengths.len(), n_tokens]), device)
+}
+
+/// Uploads a host batch of char ids.
+pub fn char_ids_tensor(batch: &CharIdBatch, device: &Device) -> Tensor<3, Int> {
+    let values: Vec<i64> = batch.ids.iter().map(|&c| i64::from(c)).collect();
+    Tensor::from_data(
+        TensorData::new(
+            values,
+            [batch.n_sentences, batch.n_tokens, MAX_CHARS_PER_TOKEN],
+        ),
+        device,
+    )
+}
+
+impl BiLm {
+    /// Number of LSTM layers per direction (`L`).
+    pub fn n_layers(&self) -> usize {
+        self.forward_layers.len()
+    }
+
+    /// Runs the biLM over tokenised sentences, from a zero state.
+    pub fn forward_sentences<S: AsRef<str>>(
+        &self,
+        sentences: &[Vec<S>],
+        device: &Device,
+    ) -> BiLmOutput {
+        self.forward_batch(&CharIdBatch::from_sentences(sentences), device, None)
+    }
+
+    /// Runs the biLM over char ids `[B, T, 50]` without boundaries (as `batch_to_ids` gives them),
+    /// from a zero state. Reads the ids back to find the sentence lengths.
+    pub fn forward(&self, char_ids: Tensor<3, Int>) -> Result<BiLmOutput> {
+        let device = char_ids.device();
+        let [batch, n_tokens, n_slots] = char_ids.dims();
+        if n_slots != MAX_CHARS_PER_TOKEN {
+            return Err(ElmoError::InvalidInput(format!(
+                "char ids have {n_slots} slots per token, expected {MAX_CHARS_PER_TOKEN}"
+            )));
+        }
+        let ids: Vec<i64> = char_ids
+            .into_data()
+            .try_into_vec_as::<i64>()
+            .map_err(|e| ElmoError::TensorData(format!("{e:?}")))?;
+        let ids = ids
+            .into_iter()
+            .map(|c| {
+                u16::try_from(c)
+                    .map_err(|_| ElmoError::InvalidInput(format!("char id {c} out of range")))
+            })
+            .collect::<Result<Vec<u16>>>()?;
+        Ok(self.forward_batch(&CharIdBatch::from_ids(ids, batch, n_tokens), &device, None))
+    }
+
+    /// Runs the biLM over a host batch of char ids (boundaries are added here).
+    ///
+    /// With `state`, the LSTMs start from the carried per-row state and the state is updated
+    /// (AllenNLP's stateful `_ElmoBiLm`); without, every row starts from zero.
+    pub fn forward_batch(
+        &self,
+        batch: &CharIdBatch,
+        device: &Device,
+        state: Option<&mut Option<BiLmState>>,
+    ) -> BiLmOutput {
+        let with_boundaries = batch.with_sentence_boundaries();
+        let ids = char_ids_tensor(&with_boundaries, device);
+        let token_embedding = self.token_encoder.forward(ids);
+        self.forward_embedded(token_embedding, &with_boundaries.lengths, state)
+    }
+
+    /// Runs the LSTM stacks over token embeddings that already include the boundary positions.
+    ///
+    /// # Shapes
+    /// - token_embedding: `[B, T', P]` (`T'` includes `<S>`/`</S>`)
+    /// - lengths: `B` real lengths (boundaries included)
+    pub fn forward_embedded(
+        &self,
+        token_embedding: Tensor<3>,
+        lengths: &[usize],
+        state: Option<&mut Option<BiLmState>>,
+    ) -> BiLmOutput {
+        let device = token_embedding.device();
+        let [batch, n_tokens, _] = token_embedding.dims();
+        let mask = mask_from_lengths(lengths, n_tokens, &device);
+        let mask_float = mask.clone().float().unsqueeze_dim::<3>(2);
+        let masked_embedding = token_embedding * mask_float;
+
+        let mut state = state;
+        let initial_states = match state.as_deref_mut() {
+            Some(Some(s)) => Some(s.initial_for(batch)),
+            _ => None,
+        };
+        let stacks = self.run_stacks(masked_embedding.clone(), lengths, initial_states);
+
+        if let Some(slot) = state {
+            match slot {
+                Some(s) => s.update(stacks.final_states.clone(), lengths),
+                None => {
+                    *slot = Some(
+                        BiLmState {
+                            layers: stacks.final_states.clone(),
+                        }
+                        .detach(),
+                    )
+                }
+            }
+        }
+
+        let mut layers = Vec::with_capacity(self.n_layers() + 1);
+        layers.push(Tensor::cat(
+            vec![masked_embedding.clone(), masked_embedding],
+            2,
+        ));
+        for (f, b) in stacks.forward.into_iter().zip(stacks.backward) {
+            layers.push(Tensor::cat(vec![f, b], 2));
+        }
+        BiLmOutput {
+            layers,
+            mask,
+            lengths: lengths.to_vec(),
+        }
+    }
+
+    /// Runs both LSTM stacks (no masking of the input is done here: pass zero at padded positions).
+    ///
+    /// # Shapes
+    /// - inputs: `[B, T, P]`
+    pub fn run_stacks(
+        &self,
+        inputs: Tensor<3>,
+        lengths: &[usize],
+        initial_states: Option<Vec<DirectionalState>>,
+    ) -> StackOutput {
+        let mut forward_input = inputs.clone();
+        let mut backward_input = inputs;
+        let mut out = StackOutput {
+            forward: Vec::with_capacity(self.n_layers()),
+            backward: Vec::with_capacity(self.n_layers()),
+            final_states: Vec::with_capacity(self.n_layers()),
+        };
+        let mut initial = initial_states.map(Vec::into_iter);
+        for (index, (fwd, bwd)) in self
+            .forward_layers
+            .iter()
+            .zip(&self.backward_layers)
+            .enumerate()
+        {
+            let start = initial.as_mut().and_then(Iterator::next);
+            let (fwd_start, bwd_start) = match start {
+                Some(s) => (Some(s.forward), Some(s.backward)),
+                None => (None, None),
+            };
+            let f = fwd.forward(forward_input.clone(), lengths, true, fwd_start);
+            let b = bwd.forward(backward_input.clone(), lengths, false, bwd_start);
+            let (mut f_out, mut b_out) = (f.outputs, b.outputs);
+            if index != 0 && self.use_skip_connections {
+                f_out = f_out + forward_input;
+                b_out = b_out + backward_input;
+            }
+            out.final_states.push(DirectionalState {
+                forward: f.final_state,
+                backward: b.final_state,
+            });
+            out.forward.push(f_out.clone());
+            out.backward.push(b_out.clone());
+            forward_input = f_out;
+            backward_input = b_out;
+        }
+        out
+    }
+}

@@ -1,0 +1,206 @@
+//! ELMo representations (Peters et al. 2018, §3.2): one or more scalar mixes of the biLM layers,
+//! dropout, and removal of the `<S>`/`</S>` positions. Follows AllenNLP's `Elmo`
+//! (allennlp/modules/elmo.py).
+
+use std::path::Path;
+
+use burn::module::Module;
+use burn::nn::{Dropout, DropoutConfig};
+use burn::tensor::{Bool, Device, Tensor};
+
+use crate::bilm::{BiLm, BiLmConfig, BiLmOutput, mask_from_lengths};
+use crate::bilm_state::BiLmState;
+use crate::char_ids::CharIdBatch;
+use crate::error::{ElmoError, Result};
+use crate::options::BiLmOptions;
+use crate::scalar_mix::{ScalarMix, ScalarMixConfig};
+
+/// Configuration of an [`Elmo`] on top of a biLM.
+#[derive(Debug, Clone)]
+pub struct ElmoConfig {
+    /// Number of output mixes (e.g. one for the input and one for the output of a task RNN).
+    pub n_outputs: usize,
+    /// Dropout on each representation (AllenNLP's default 0.5; inactive in eval mode).
+    pub dropout: f64,
+    /// Layer-normalise the layers in every mix.
+    pub do_layer_norm: bool,
+    /// Keep the `<S>`/`</S>` positions in the output.
+    pub keep_sentence_boundaries: bool,
+    /// Fixed pre-softmax mix weights (one per biLM layer); the mix is then not trained.
+    pub scalar_mix_parameters: Option<Vec<f32>>,
+    /// Let gradient flow into the biLM (fine-tuning); frozen by default.
+    pub bilm_requires_grad: bool,
+}
+
+impl Default for ElmoConfig {
+    fn default() -> Self {
+        Self {
+            n_outputs: 1,
+            dropout: 0.5,
+            do_layer_norm: false,
+            keep_sentence_boundaries: false,
+            scalar_mix_parameters: None,
+            bilm_requires_grad: false,
+        }
+    }
+}
+
+/// ELMo: a biLM and its scalar mixes.
+#[derive(Module, Debug)]
+pub struct Elmo {
+    /// The biLM (frozen unless configured otherwise).
+    pub bilm: BiLm,
+    /// One mix per output.
+    pub scalar_mixes: Vec<ScalarMix>,
+    /// Dropout on the representations.
+    pub dropout: Dropout,
+    /// Keep the boundary positions.
+    #[module(skip)]
+    pub keep_sentence_boundaries: bool,
+}
+
+/// Output of [`Elmo`].
+///
+/// # Shapes
+/// - representations: `n_outputs` tensors `[B, T, 2P]` (`T + 2` with boundaries kept), zero at
+///   padded positions.
+/// - mask: `[B, T]`, `true` for real tokens.
+#[derive(Debug, Clone)]
+pub struct ElmoOutput {
+    /// One representation per mix.
+    pub representations: Vec<Tensor<3>>,
+    /// `true` for real tokens.
+    pub mask: Tensor<2, Bool>,
+    /// The raw biLM output (with boundaries) the mixes were computed from.
+    pub bilm: BiLmOutput,
+}
+
+impl ElmoConfig {
+    /// Builds ELMo around an existing biLM.
+    pub fn init_with(&self, bilm: BiLm, device: &Device) -> Elmo {
+        let n_layers = bilm.n_layers() + 1;
+        let mix = ScalarMixConfig {
+            n_layers,
+            do_layer_norm: self.do_layer_norm,
+            initial_weights: self.scalar_mix_parameters.clone(),
+            trainable: self.scalar_mix_parameters.is_none(),
+            initial_gamma: 1.0,
+        };
+        let bilm = if self.bilm_requires_grad {
+            bilm
+        } else {
+            bilm.freeze()
+        };
+        Elmo {
+            bilm,
+            scalar_mixes: (0..self.n_outputs).map(|_| mix.init(device)).collect(),
+            dropout: DropoutConfig::new(self.dropout).init(),
+            keep_sentence_boundaries: self.keep_sentence_boundaries,
+        }
+    }
+
+    /// ELMo over a randomly initialised biLM of the given architecture.
+    pub fn init(&self, options: &BiLmOptions, device: &Device) -> Elmo {
+        let bilm = BiLmConfig {
+            options: options.clone(),
+        }
+        .init(device);
+        self.init_with(bilm, device)
+    }
+
+    /// ELMo over pretrained bilm-tf / AllenNLP weights (`options.json` + HDF5).
+    pub fn from_pretrained(
+        &self,
+        options_file: impl AsRef<Path>,
+        weight_file: impl AsRef<Path>,
+        device: &Device,
+    ) -> Result<Elmo> {
+        let bilm = crate::weights::load_bilm(options_file, weight_file, device)?;
+        Ok(self.init_with(bilm, device))
+    }
+}
+
+/// AllenNLP's `remove_sentence_boundaries`: drops the first and the last real position of every
+/// row. Returns the tensor `[B, T − 2, D]` (zero past each row's end) and the new lengths.
+pub fn remove_sentence_boundaries(tensor: Tensor<3>, lengths: &[usize]) -> (Tensor<3>, Vec<usize>) {
+    let device = tensor.device();
+    let [_, n_tokens, _] = tensor.dims();
+    let inner = n_tokens.saturating_sub(2);
+    let lengths: Vec<usize> = lengths.iter().map(|&l| l.saturating_sub(2)).collect();
+    let mask = mask_from_lengths(&lengths, inner, &device)
+        .float()
+        .unsqueeze_dim::<3>(2);
+    (tensor.narrow(1, 1, inner) * mask, lengths)
+}
+
+impl Elmo {
+    /// ELMo representations of tokenised sentences, from a zero LSTM state (deterministic).
+    pub fn forward_sentences<S: AsRef<str>>(
+        &self,
+        sentences: &[Vec<S>],
+        device: &Device,
+    ) -> ElmoOutput {
+        self.forward_batch(&CharIdBatch::from_sentences(sentences), device, None)
+    }
+
+    /// ELMo representations of a batch of char ids; with `state`, the biLM carries its LSTM state
+    /// across calls (AllenNLP's behaviour), otherwise every call starts from zero.
+    pub fn forward_batch(
+        &self,
+        batch: &CharIdBatch,
+        device: &Device,
+        state: Option<&mut Option<BiLmState>>,
+    ) -> ElmoOutput {
+        let bilm = self.bilm.forward_batch(batch, device, state);
+        self.mix(bilm)
+    }
+
+    /// Applies the mixes, boundary removal and dropout to a biLM output.
+    pub fn mix(&self, bilm: BiLmOutput) -> ElmoOutput {
+        let device = bilm.mask.device();
+        let mut lengths = bilm.lengths.clone();
+        let representations = self
+            .scalar_mixes
+            .iter()
+            .map(|mix| {
+                let mixed = mix.forward(&bilm.layers, &bilm.mask);
+                let mixed = if self.keep_sentence_boundaries {
+                    mixed
+                } else {
+                    let (inner, inner_lengths) = remove_sentence_boundaries(mixed, &bilm.lengths);
+                    lengths = inner_lengths;
+                    inner
+                };
+                self.dropout.forward(mixed)
+            })
+            .collect::<Vec<_>>();
+        let n_tokens = representations.first().map_or(0, |r| r.dims()[1]);
+        let mask = mask_from_lengths(&lengths, n_tokens, &device);
+        ElmoOutput {
+            representations,
+            mask,
+            bilm,
+        }
+    }
+
+    /// Saves the whole model in burn's own record format.
+    pub fn save_record(&self, path: impl AsRef<Path>) -> Result<()> {
+        let path = path.as_ref();
+        self.clone()
+            .save_file(path)
+            .map_err(|source| ElmoError::Record {
+                path: path.to_path_buf(),
+                source,
+            })
+    }
+
+    /// Loads weights saved by [`save_record`](Self::save_record) into a model of the same shape.
+    pub fn load_record(self, path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        self.try_load_file(path)
+            .map_err(|source| ElmoError::Record {
+                path: path.to_path_buf(),
+                source,
+            })
+    }
+}

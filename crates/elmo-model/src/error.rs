@@ -1,0 +1,112 @@
+//! The error type of `elmo-model`: every failure names the file, dataset or option it is about.
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong while building, loading or saving an ELMo model.
+#[derive(Debug, thiserror::Error)]
+pub enum ElmoError {
+    /// A file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// `options.json` is not valid JSON or misses a required field.
+    #[error("{path}: invalid ELMo options: {source}")]
+    Options {
+        /// The options file.
+        path: PathBuf,
+        /// The parse error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// An option has a value this implementation cannot use.
+    #[error("invalid ELMo options: {0}")]
+    InvalidOptions(String),
+    /// The weight file is not a readable HDF5 file (wrong format, truncated...).
+    #[error("{path}: not a readable HDF5 weight file: {source}")]
+    Hdf5 {
+        /// The weight file.
+        path: PathBuf,
+        /// The HDF5 reader's error.
+        #[source]
+        source: hdf5_pure::Error,
+    },
+    /// A dataset the options require is missing from the weight file.
+    #[error("{path}: missing dataset `{dataset}` (required by the options)")]
+    MissingDataset {
+        /// The weight file.
+        path: PathBuf,
+        /// The dataset name.
+        dataset: String,
+    },
+    /// A dataset exists but its shape disagrees with the options.
+    #[error("{path}: dataset `{dataset}` has shape {found:?}, the options require {expected:?}")]
+    ShapeMismatch {
+        /// The weight file.
+        path: PathBuf,
+        /// The dataset name.
+        dataset: String,
+        /// Shape required by the options.
+        expected: Vec<usize>,
+        /// Shape found in the file.
+        found: Vec<usize>,
+    },
+    /// A dataset could not be decoded as float32 values.
+    #[error("{path}: dataset `{dataset}` could not be read: {source}")]
+    DatasetRead {
+        /// The weight file.
+        path: PathBuf,
+        /// The dataset name.
+        dataset: String,
+        /// The HDF5 reader's error.
+        #[source]
+        source: hdf5_pure::Error,
+    },
+    /// The weight file holds datasets that no part of the model uses.
+    #[error("{path}: unexpected dataset(s) not used by a model with these options: {datasets:?}")]
+    UnusedDatasets {
+        /// The weight file.
+        path: PathBuf,
+        /// The names of the datasets left over.
+        datasets: Vec<String>,
+    },
+    /// A weight contains NaN or infinity.
+    #[error("{path}: dataset `{dataset}` contains non-finite values")]
+    NonFinite {
+        /// The weight file.
+        path: PathBuf,
+        /// The dataset name.
+        dataset: String,
+    },
+    /// The HDF5 writer failed.
+    #[error("{path}: could not write HDF5: {source}")]
+    Hdf5Write {
+        /// The output file.
+        path: PathBuf,
+        /// The HDF5 writer's error.
+        #[source]
+        source: hdf5_pure::Error,
+    },
+    /// Loading or saving burn's own record format failed.
+    #[error("{path}: burn record: {source}")]
+    Record {
+        /// The record file.
+        path: PathBuf,
+        /// burn's error.
+        #[source]
+        source: burn::store::RecordError,
+    },
+    /// A tensor's values could not be read back from the device.
+    #[error("reading tensor data: {0}")]
+    TensorData(String),
+    /// An input batch is malformed (wrong rank or width).
+    #[error("invalid input: {0}")]
+    InvalidInput(String),
+}
+
+/// Result alias for this crate.
+pub type Result<T, E = ElmoError> = std::result::Result<T, E>;

@@ -1,0 +1,48 @@
+//! Highway layer (Srivastava et al. 2015) in bilm-tf's gate form, as used after ELMo's char CNN
+//! (Peters et al. 2018, §3.4; bilm-tf `bilm/model.py`).
+//!
+//! `g = σ(x·W_carry + b_carry)`, `y = g·relu(x·W_transform + b_transform) + (1 − g)·x`.
+//! AllenNLP stores the same layer with a negated carry half; the two are identical.
+
+use burn::module::Module;
+use burn::nn::{Linear, LinearConfig};
+use burn::tensor::activation::{relu, sigmoid};
+use burn::tensor::{Device, Tensor};
+
+/// Configuration of a [`Highway`] layer.
+#[derive(Debug, Clone)]
+pub struct HighwayConfig {
+    /// Input and output width.
+    pub d_model: usize,
+}
+
+/// One highway layer with a ReLU transform.
+#[derive(Module, Debug)]
+pub struct Highway {
+    /// Gate: `[d_model, d_model]`, weight laid out `[d_input, d_output]` (bilm-tf `W_carry`).
+    pub carry: Linear,
+    /// Transform: `[d_model, d_model]` (bilm-tf `W_transform`).
+    pub transform: Linear,
+}
+
+impl HighwayConfig {
+    /// Creates a highway layer with random weights.
+    pub fn init(&self, device: &Device) -> Highway {
+        let linear = LinearConfig::new(self.d_model, self.d_model);
+        Highway {
+            carry: linear.init(device),
+            transform: linear.init(device),
+        }
+    }
+}
+
+impl Highway {
+    /// # Shapes
+    /// - input: `[..., d_model]`
+    /// - output: `[..., d_model]`
+    pub fn forward<const D: usize>(&self, x: Tensor<D>) -> Tensor<D> {
+        let gate = sigmoid(self.carry.forward(x.clone()));
+        let transformed = relu(self.transform.forward(x.clone()));
+        x.clone() + gate * (transformed - x)
+    }
+}

@@ -1,0 +1,40 @@
+//! ELMo (Peters et al. 2018, "Deep contextualized word representations") on burn: character ids,
+//! the char-CNN token encoder, the LSTMP biLM, scalar mixes, and import of the official
+//! bilm-tf / AllenNLP weights with exact AllenNLP parity.
+//!
+//! This crate picks no backend: every constructor takes a `burn::tensor::Device`.
+//!
+//! ```no_run
+//! use burn::tensor::Device;
+//! use elmo_model::{ElmoConfig, Elmo};
+//!
+//! let device = Device::flex();
+//! let elmo: Elmo = ElmoConfig::default()
+//!     .from_pretrained("options.json", "weights.hdf5", &device)
+//!     .unwrap();
+//! let out = elmo.forward_sentences(&[vec!["Hello", "world", "."]], &device);
+//! assert_eq!(out.representations[0].dims()[1], 3);
+//! ```
+
+pub mod bilm;
+pub mod bilm_state;
+pub mod char_cnn;
+pub mod char_ids;
+pub mod elmo;
+pub mod error;
+pub mod export;
+pub mod highway;
+pub mod lstm_projection;
+pub mod options;
+pub mod scalar_mix;
+pub mod weights;
+
+pub use bilm::{BiLm, BiLmConfig, BiLmOutput};
+pub use bilm_state::BiLmState;
+pub use char_cnn::{CharCnnEncoder, CharCnnEncoderConfig};
+pub use char_ids::CharIdBatch;
+pub use elmo::{Elmo, ElmoConfig, ElmoOutput};
+pub use error::{ElmoError, Result};
+pub use lstm_projection::{LstmState, LstmWithProjection, LstmWithProjectionConfig};
+pub use options::BiLmOptions;
+pub use scalar_mix::{ScalarMix, ScalarMixConfig};

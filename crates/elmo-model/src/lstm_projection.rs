@@ -1,0 +1,203 @@
+//! LSTM with a projection layer and clipping (LSTMP; Sak et al. 2014), one direction of one layer of
+//! the ELMo biLM (Peters et al. 2018, §3.1/§3.4). Follows AllenNLP's `LstmCellWithProjection`
+//! (allennlp/modules/lstm_cell_with_projection.py), with the per-row length handling done by masks.
+//!
+//! Per step: `gates = x_t·W_x + h_{t−1}·W_h + b` (one fused `[.., 4C]` matmul, gate order
+//! input, forget, cell, output), `c_t = clip(i·g + f·c_{t−1})`, `h_t = clip((o·tanh c_t)·W_p)`.
+//! `x·W_x` is computed for all steps at once before the recurrence.
+
+use burn::module::{Module, Param};
+use burn::nn::Initializer;
+use burn::tensor::activation::{sigmoid, tanh};
+use burn::tensor::{Device, Tensor, TensorData};
+
+/// Configuration of a [`LstmWithProjection`].
+#[derive(Debug, Clone)]
+pub struct LstmWithProjectionConfig {
+    /// Input width.
+    pub d_input: usize,
+    /// Number of cells (`C`).
+    pub d_cell: usize,
+    /// Projection / hidden width (`P`).
+    pub d_projection: usize,
+    /// Memory cell clip.
+    pub cell_clip: Option<f64>,
+    /// Projected state clip.
+    pub projection_clip: Option<f64>,
+}
+
+/// One LSTMP layer of one direction.
+#[derive(Module, Debug)]
+pub struct LstmWithProjection {
+    /// `[d_input, 4C]`, gates `i, f, g, o`.
+    pub input_weight: Param<Tensor<2>>,
+    /// `[P, 4C]`, gates `i, f, g, o`.
+    pub state_weight: Param<Tensor<2>>,
+    /// `[4C]`, including the forget-gate bias (+1.0 of TensorFlow already added at import).
+    pub bias: Param<Tensor<1>>,
+    /// `[C, P]`.
+    pub projection: Param<Tensor<2>>,
+    /// Memory cell clip.
+    #[module(skip)]
+    pub cell_clip: Option<f64>,
+    /// Projected state clip.
+    #[module(skip)]
+    pub projection_clip: Option<f64>,
+}
+
+/// The recurrent state of one direction of one layer.
+///
+/// # Shapes
+/// - hidden: `[B, P]`
+/// - memory: `[B, C]`
+#[derive(Debug, Clone)]
+pub struct LstmState {
+    /// Projected hidden state `h`.
+    pub hidden: Tensor<2>,
+    /// Memory cell `c`.
+    pub memory: Tensor<2>,
+}
+
+/// Output of [`LstmWithProjection::forward`].
+#[derive(Debug, Clone)]
+pub struct LstmOutput {
+    /// `[B, T, P]`, zero at padded positions.
+    pub outputs: Tensor<3>,
+    /// State after each row's last real step (rows of length 0 keep their initial state).
+    pub final_state: LstmState,
+}
+
+impl LstmWithProjectionConfig {
+    /// Creates the layer with random weights (uniform in ±1/sqrt(C), forget bias 1).
+    pub fn init(&self, device: &Device) -> LstmWithProjection {
+        let bound = 1.0 / (self.d_cell as f64).sqrt();
+        let init = Initializer::Uniform {
+            min: -bound,
+            max: bound,
+        };
+        let gates = 4 * self.d_cell;
+        let bias = Tensor::zeros([gates], device).slice_assign(
+            [self.d_cell..2 * self.d_cell],
+            Tensor::ones([self.d_cell], device),
+        );
+        LstmWithProjection {
+            input_weight: init.init([self.d_input, gates], device),
+            state_weight: init.init([self.d_projection, gates], device),
+            bias: Param::from_tensor(bias.detach()),
+            projection: init.init([self.d_cell, self.d_projection], device),
+            cell_clip: self.cell_clip,
+            projection_clip: self.projection_clip,
+        }
+    }
+}
+
+impl LstmWithProjection {
+    /// Number of cells (`C`).
+    pub fn d_cell(&self) -> usize {
+        self.projection.shape().dims::<2>()[0]
+    }
+
+    /// Projection width (`P`).
+    pub fn d_projection(&self) -> usize {
+        self.projection.shape().dims::<2>()[1]
+    }
+
+    /// A zero state for `batch` rows.
+    pub fn zero_state(&self, batch: usize, device: &Device) -> LstmState {
+        LstmState {
+            hidden: Tensor::zeros([batch, self.d_projection()], device),
+            memory: Tensor::zeros([batch, self.d_cell()], device),
+        }
+    }
+
+    /// Runs the layer over a padded batch.
+    ///
+    /// Row `b` is read at positions `0..lengths[b]`: left to right when `go_forward`, else right to
+    /// left starting at its own last token (each row reversed by its own length). Outputs at
+    /// padded positions are zero, and the state of a row is not changed by padded positions.
+    ///
+    /// # Shapes
+    /// - inputs: `[B, T, d_input]`
+    /// - lengths: `B` values `<= T`
+    /// - output: [`LstmOutput`]
+    pub fn forward(
+        &self,
+        inputs: Tensor<3>,
+        lengths: &[usize],
+        go_forward: bool,
+        initial_state: Option<LstmState>,
+    ) -> LstmOutput {
+        let device = inputs.device();
+        let [batch, n_steps, d_input] = inputs.dims();
+        let d_cell = self.d_cell();
+        let gates_width = 4 * d_cell;
+        let LstmState {
+            hidden: mut h,
+            memory: mut c,
+        } = initial_state.unwrap_or_else(|| self.zero_state(batch, &device));
+
+        // Input contribution of every step at once: one large matmul. The bias joins the state
+        // contribution as in AllenNLP (`x·W_x + (h·W_h + b)`), which keeps float32 rounding close.
+        let projected_inputs = inputs
+            .reshape([batch * n_steps, d_input])
+            .matmul(self.input_weight.val())
+            .reshape([batch, n_steps, gates_width]);
+        let bias = self.bias.val().unsqueeze_dim::<2>(0);
+        let state_weight = self.state_weight.val();
+        let projection = self.projection.val();
+
+        let mut outputs: Vec<Tensor<2>> = Vec::with_capacity(n_steps);
+        for step in 0..n_steps {
+            let t = if go_forward { step } else { n_steps - 1 - step };
+            let x_t = projected_inputs
+                .clone()
+                .narrow(1, t, 1)
+                .reshape([batch, gates_width]);
+            let gates = x_t + (h.clone().matmul(state_weight.clone()) + bias.clone());
+            let activated = sigmoid(gates.clone());
+            let input_gate = activated.clone().narrow(1, 0, d_cell);
+            let forget_gate = activated.clone().narrow(1, d_cell, d_cell);
+            let output_gate = activated.narrow(1, 3 * d_cell, d_cell);
+            let cell_input = tanh(gates.narrow(1, 2 * d_cell, d_cell));
+            let mut memory = input_gate * cell_input + forget_gate * c.clone();
+            if let Some(clip) = self.cell_clip {
+                memory = memory.clamp(-clip, clip);
+            }
+            let mut hidden = (output_gate * tanh(memory.clone())).matmul(projection.clone());
+            if let Some(clip) = self.projection_clip {
+                hidden = hidden.clamp(-clip, clip);
+            }
+            let n_active = lengths.iter().filter(|&&l| l > t).count();
+            if n_active == batch {
+                c = memory;
+                h = hidden.clone();
+                outputs.push(hidden);
+            } else {
+                let active: Vec<f32> = lengths
+                    .iter()
+                    .map(|&l| f32::from(u8::from(l > t)))
+                    .collect();
+                let keep = Tensor::<2>::from_data(TensorData::new(active, [batch, 1]), &device);
+                let inactive = keep.clone().neg().add_scalar(1.0);
+                c = memory * keep.clone() + c * inactive.clone();
+                h = hidden.clone() * keep.clone() + h * inactive;
+                outputs.push(hidden * keep);
+            }
+        }
+        if !go_forward {
+            outputs.reverse();
+        }
+        let outputs = if outputs.is_empty() {
+            Tensor::zeros([batch, 0, self.d_projection()], &device)
+        } else {
+            Tensor::stack(outputs, 1)
+        };
+        LstmOutput {
+            outputs,
+            final_state: LstmState {
+                hidden: h,
+                memory: c,
+            },
+        }
+    }
+}

@@ -1,0 +1,90 @@
+//! Shared helpers of the parity tests: fixture paths, `.npy` reading, devices, comparisons.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+use burn::tensor::{Device, Tensor};
+
+/// A path under the repository's `fixtures/`.
+pub fn fixture(rel: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures")
+        .join(rel)
+}
+
+/// An n-d array read from a `.npy` file.
+pub struct Array<T> {
+    pub shape: Vec<usize>,
+    pub data: Vec<T>,
+}
+
+pub fn npy<T: npyz::Deserialize>(rel: &str) -> Array<T> {
+    let path = fixture(rel);
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let file = npyz::NpyFile::new(&bytes[..]).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let shape = file.shape().iter().map(|&d| d as usize).collect();
+    let data = file
+        .into_vec::<T>()
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    Array { shape, data }
+}
+
+/// The CPU devices every parity test runs on.
+#[allow(deprecated)]
+pub fn cpu_devices() -> Vec<(&'static str, Device)> {
+    vec![("flex", Device::flex()), ("ndarray", Device::ndarray())]
+}
+
+/// Values and shape of a 3-d float tensor.
+pub fn values3(t: &Tensor<3>) -> (Vec<usize>, Vec<f32>) {
+    let dims = t.dims().to_vec();
+    let data = t.to_data().try_into_vec_as::<f32>().expect("f32 data");
+    (dims, data)
+}
+
+/// Values of a 2-d bool tensor.
+pub fn bools2(t: &burn::tensor::Tensor<2, burn::tensor::Bool>) -> (Vec<usize>, Vec<bool>) {
+    let dims = t.dims().to_vec();
+    let data = t.to_data().try_into_vec_as::<bool>().expect("bool data");
+    (dims, data)
+}
+
+/// Asserts `got` equals the fixture within `tol` (absolute), optionally only at the `[B, T]`
+/// positions where `rows` is true. Returns the largest difference seen.
+pub fn assert_close(
+    name: &str,
+    got: &Tensor<3>,
+    expected: &Array<f32>,
+    tol: f32,
+    rows: Option<&[bool]>,
+) -> f32 {
+    let (shape, values) = values3(got);
+    assert_eq!(shape, expected.shape, "{name}: shape");
+    let width = shape[2];
+    let mut worst = 0.0f32;
+    for (i, (g, e)) in values.iter().zip(&expected.data).enumerate() {
+        if let Some(rows) = rows
+            && !rows[i / width]
+        {
+            continue;
+        }
+        let diff = (g - e).abs();
+        assert!(
+            diff.is_finite() && diff <= tol,
+            "{name}: element {i} (row {}, col {}): got {g}, expected {e}, |diff| {diff} > {tol}",
+            i / width,
+            i % width
+        );
+        worst = worst.max(diff);
+    }
+    worst
+}
+
+/// The sentences of a batch of `fixtures/tiny/meta.json`.
+pub fn tiny_sentences(batch: &str) -> Vec<Vec<String>> {
+    let meta: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(fixture("tiny/meta.json")).expect("meta.json"),
+    )
+    .expect("json");
+    serde_json::from_value(meta["batches"][batch].clone()).expect("batch")
+}

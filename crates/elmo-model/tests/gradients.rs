@@ -1,0 +1,163 @@
+//! Gradient checks: every trainable parameter gets a gradient, a frozen biLM gets none, and the
+//! LSTMP's analytic gradients agree with central finite differences.
+
+mod common;
+
+use burn::module::{Module, ModuleVisitor, Param};
+use burn::tensor::Gradients;
+use burn::tensor::{Device, Distribution, Tensor};
+use common::*;
+use elmo_model::{ElmoConfig, LstmWithProjectionConfig};
+
+/// Records, for every float parameter, whether it received a non-zero gradient.
+struct GradientReport<'a> {
+    grads: &'a Gradients,
+    path: Vec<String>,
+    with_gradient: Vec<String>,
+    without_gradient: Vec<String>,
+}
+
+impl ModuleVisitor for GradientReport<'_> {
+    fn enter_module(&mut self, name: &str, _container_type: &str) {
+        self.path.push(name.to_string());
+    }
+    fn exit_module(&mut self, _name: &str, _container_type: &str) {
+        self.path.pop();
+    }
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        let name = self.path.join(".");
+        match param.val().grad(self.grads) {
+            Some(g) if g.clone().abs().sum().into_scalar::<f32>() > 0.0 => {
+                self.with_gradient.push(name)
+            }
+            _ => self.without_gradient.push(name),
+        }
+    }
+}
+
+fn report<M: Module>(module: &M, grads: &Gradients) -> (Vec<String>, Vec<String>) {
+    let mut r = GradientReport {
+        grads,
+        path: Vec::new(),
+        with_gradient: Vec::new(),
+        without_gradient: Vec::new(),
+    };
+    module.visit(&mut r);
+    (r.with_gradient, r.without_gradient)
+}
+
+fn elmo_on(device: &Device, bilm_requires_grad: bool) -> elmo_model::Elmo {
+    ElmoConfig {
+        bilm_requires_grad,
+        dropout: 0.0,
+        do_layer_norm: true,
+        ..ElmoConfig::default()
+    }
+    .from_pretrained(
+        fixture("tiny/options.json"),
+        fixture("tiny/weights.hdf5"),
+        device,
+    )
+    .expect("load")
+}
+
+#[test]
+fn frozen_bilm_gets_no_gradient_and_the_mix_does() {
+    let device = Device::flex().autodiff();
+    let elmo = elmo_on(&device, false);
+    let out = elmo.forward_sentences(&tiny_sentences("main"), &device);
+    let weights = out.representations[0]
+        .random_like(Distribution::Normal(0.0, 1.0))
+        .detach();
+    let grads = (out.representations[0].clone() * weights).sum().backward();
+    let (bilm_with, bilm_without) = report(&elmo.bilm, &grads);
+    assert!(
+        bilm_with.is_empty(),
+        "frozen biLM parameters got gradient: {bilm_with:?}"
+    );
+    assert!(!bilm_without.is_empty());
+    let (mix_with, mix_without) = report(&elmo.scalar_mixes, &grads);
+    assert!(
+        mix_without.is_empty(),
+        "mix parameters without gradient: {mix_without:?}"
+    );
+    assert_eq!(mix_with.len(), 2, "weights and gamma");
+}
+
+#[test]
+fn trainable_bilm_every_parameter_gets_gradient() {
+    let device = Device::flex().autodiff();
+    let elmo = elmo_on(&device, true);
+    let out = elmo.forward_sentences(&tiny_sentences("main"), &device);
+    let weights = out.representations[0]
+        .random_like(Distribution::Normal(0.0, 1.0))
+        .detach();
+    let grads = (out.representations[0].clone() * weights).sum().backward();
+    let (with, without) = report(&elmo, &grads);
+    assert!(
+        without.is_empty(),
+        "parameters without gradient: {without:?}"
+    );
+    // char embedding, 3 convs x 2, 2 highways x 4, projection x 2, 4 LSTMs x 4, mix x 2.
+    assert_eq!(with.len(), 1 + 6 + 8 + 2 + 16 + 2, "{with:?}");
+}
+
+fn lstm_loss(
+    layer: &elmo_model::LstmWithProjection,
+    x: &Tensor<3>,
+    w: &Tensor<3>,
+    go_forward: bool,
+) -> Tensor<1> {
+    let out = layer.forward(x.clone(), &[4, 2, 0], go_forward, None);
+    (out.outputs * w.clone()).sum() + out.final_state.memory.sum().mul_scalar(0.5)
+}
+
+#[test]
+fn lstm_gradients_match_finite_differences() {
+    let device = Device::flex().autodiff();
+    let plain = Device::flex();
+    for go_forward in [true, false] {
+        device.seed(7);
+        let layer = LstmWithProjectionConfig {
+            d_input: 3,
+            d_cell: 5,
+            d_projection: 2,
+            cell_clip: None,
+            projection_clip: None,
+        }
+        .init(&device);
+        let x = Tensor::<3>::random([3, 4, 3], Distribution::Normal(0.0, 1.0), &device);
+        let w = Tensor::<3>::random([3, 4, 2], Distribution::Normal(0.0, 1.0), &device);
+        let grads = lstm_loss(&layer, &x, &w, go_forward).backward();
+        let analytic = layer
+            .input_weight
+            .val()
+            .grad(&grads)
+            .expect("grad")
+            .into_data()
+            .try_into_vec_as::<f32>()
+            .expect("f32");
+
+        // Central differences on a plain (no autodiff) copy.
+        let plain_layer = layer.valid().to_device(&plain);
+        let (x, w) = (x.detach().to_device(&plain), w.detach().to_device(&plain));
+        let base = plain_layer.input_weight.val();
+        let eps = 1e-2f32;
+        for index in [0usize, 7, 19, 33, 59] {
+            let (row, col) = (index / 20, index % 20);
+            let bump = |delta: f32| {
+                let mut l = plain_layer.clone();
+                let one = Tensor::<2>::zeros([3, 20], &plain)
+                    .slice_assign([row..row + 1, col..col + 1], Tensor::ones([1, 1], &plain));
+                l.input_weight = Param::from_tensor(base.clone() + one.mul_scalar(delta));
+                lstm_loss(&l, &x, &w, go_forward).into_scalar::<f32>()
+            };
+            let numeric = (bump(eps) - bump(-eps)) / (2.0 * eps);
+            let a = analytic[index];
+            assert!(
+                (a - numeric).abs() <= 2e-3 + 2e-2 * numeric.abs(),
+                "go_forward={go_forward} dW[{row},{col}]: analytic {a} vs numeric {numeric}"
+            );
+        }
+    }
+}

@@ -1,0 +1,79 @@
+//! `cargo xtask`: project automation (std only).
+//!
+//! - `cargo xtask ci`: `cargo fmt --check`, `cargo clippy -D warnings`, `cargo test --workspace`.
+//! - `cargo xtask bench [embed] [-- ARGS]`: the release-mode benchmarks (tokens/s, peak RSS).
+
+use std::process::{Command, ExitCode};
+
+fn cargo() -> Command {
+    Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+}
+
+fn run(mut command: Command) -> Result<(), String> {
+    eprintln!("xtask: running {command:?}");
+    let status = command.status().map_err(|e| format!("{command:?}: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("{command:?} failed with {status}"))
+    }
+}
+
+fn ci() -> Result<(), String> {
+    let mut fmt = cargo();
+    fmt.args(["fmt", "--all", "--check"]);
+    run(fmt)?;
+    let mut clippy = cargo();
+    clippy.args([
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]);
+    run(clippy)?;
+    let mut test = cargo();
+    test.args(["test", "--workspace"]);
+    run(test)
+}
+
+fn bench(args: &[String]) -> Result<(), String> {
+    let (which, rest) = match args.split_first() {
+        Some((first, rest)) if !first.starts_with('-') => (first.as_str(), rest),
+        _ => ("embed", args),
+    };
+    match which {
+        "embed" => {
+            let mut command = cargo();
+            command.args([
+                "run",
+                "--release",
+                "-p",
+                "elmo-cli",
+                "--example",
+                "bench_embed",
+                "--",
+            ]);
+            command.args(rest.iter().filter(|a| *a != "--"));
+            run(command)
+        }
+        other => Err(format!("unknown benchmark `{other}` (available: embed)")),
+    }
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("ci") => ci(),
+        Some("bench") => bench(&args[1..]),
+        _ => Err("usage: cargo xtask ci | cargo xtask bench [embed] [-- ARGS]".into()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("xtask: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
