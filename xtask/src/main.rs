@@ -1,7 +1,8 @@
 //! `cargo xtask`: project automation (std only).
 //!
 //! - `cargo xtask ci`: `cargo fmt --check`, `cargo clippy -D warnings`, `cargo test --workspace`.
-//! - `cargo xtask bench [embed] [-- ARGS]`: the release-mode benchmarks (tokens/s, peak RSS).
+//! - `cargo xtask bench [embed] [-- ARGS]`: the benchmarks (tokens/s, peak RSS), built in the
+//!   dev profile, which optimises everything (see Cargo.toml) so that no second build is needed.
 
 use std::process::{Command, ExitCode};
 
@@ -46,15 +47,7 @@ fn bench(args: &[String]) -> Result<(), String> {
     match which {
         "embed" => {
             let mut command = cargo();
-            command.args([
-                "run",
-                "--release",
-                "-p",
-                "elmo-cli",
-                "--example",
-                "bench_embed",
-                "--",
-            ]);
+            command.args(["run", "-p", "elmo-cli", "--example", "bench_embed", "--"]);
             command.args(rest.iter().filter(|a| *a != "--"));
             run(command)
         }

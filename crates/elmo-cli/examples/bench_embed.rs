@@ -3,7 +3,8 @@
 //!
 //! Each (shape, backend) runs in its own child process so that its peak RSS (`VmHWM`) is its own.
 //! Options: `--shapes small,original` `--backends flex,ndarray` `--batches N` `--batch-size B`
-//! `--threads N` (sets RAYON_NUM_THREADS for the children).
+//! `--text zipf|uniform` `--threads N` (sets RAYON_NUM_THREADS for the children).
+//! `ELMO_BENCH_BREAKDOWN=1` also prints the time of the token encoder and of the LSTM stacks.
 
 use std::process::Command;
 use std::time::Instant;
@@ -50,8 +51,10 @@ fn options(shape: &str) -> BiLmOptions {
     }
 }
 
-/// Deterministic pseudo-English sentences of 15-25 tokens.
-fn sentences(n: usize, seed: u64) -> Vec<Vec<String>> {
+/// Deterministic sentences of 15-25 tokens. With `zipf`, words are drawn from a 20,000-type
+/// vocabulary with Zipf(1) frequencies (as natural text: a batch repeats its frequent words);
+/// with `uniform`, every token is a fresh random word (no repetition: the worst case).
+fn sentences(n: usize, seed: u64, text: &str) -> Vec<Vec<String>> {
     let mut state = seed
         .wrapping_mul(6364136223846793005)
         .wrapping_add(1442695040888963407);
@@ -61,15 +64,37 @@ fn sentences(n: usize, seed: u64) -> Vec<Vec<String>> {
             .wrapping_add(1442695040888963407);
         (state >> 33) as usize
     };
+    let word = |mut id: usize| -> String {
+        // A fixed spelling per word id: 1-9 letters.
+        let len = 1 + id % 9;
+        (0..len)
+            .map(|_| {
+                id = id.wrapping_mul(2654435761).wrapping_add(12345) % 1_000_003;
+                (b'a' + (id % 26) as u8) as char
+            })
+            .collect()
+    };
+    const VOCAB: usize = 20_000;
+    let harmonic: f64 = (1..=VOCAB).map(|r| 1.0 / r as f64).sum();
     (0..n)
         .map(|_| {
             let len = 15 + next() % 11;
             (0..len)
-                .map(|_| {
-                    let word_len = 1 + next() % 9;
-                    (0..word_len)
-                        .map(|_| (b'a' + (next() % 26) as u8) as char)
-                        .collect()
+                .map(|_| match text {
+                    "uniform" => word(next()),
+                    _ => {
+                        // Inverse CDF of Zipf(1) by a short scan over the harmonic sum.
+                        let u = (next() % 1_000_000) as f64 / 1_000_000.0 * harmonic;
+                        let (mut acc, mut rank) = (0.0, 1usize);
+                        while rank < VOCAB {
+                            acc += 1.0 / rank as f64;
+                            if acc >= u {
+                                break;
+                            }
+                            rank += 1;
+                        }
+                        word(rank)
+                    }
                 })
                 .collect()
         })
@@ -95,17 +120,17 @@ fn peak_rss_mib() -> f64 {
         .map_or(f64::NAN, |kb| kb / 1024.0)
 }
 
-fn child(shape: &str, backend: &str, batches: usize, batch_size: usize) {
+fn child(shape: &str, backend: &str, batches: usize, batch_size: usize, text: &str) {
     let device = device(backend);
     device.seed(0);
     let bilm = BiLmConfig {
         options: options(shape),
     }
     .init(&device);
-    let warmup = CharIdBatch::from_sentences(&sentences(batch_size, 999));
+    let warmup = CharIdBatch::from_sentences(&sentences(batch_size, 999, text));
     let _ = bilm.forward_batch(&warmup, &device, None).layers[2].to_data();
     let data: Vec<CharIdBatch> = (0..batches)
-        .map(|b| CharIdBatch::from_sentences(&sentences(batch_size, b as u64)))
+        .map(|b| CharIdBatch::from_sentences(&sentences(batch_size, b as u64, text)))
         .collect();
     let tokens: usize = data.iter().map(CharIdBatch::n_real_tokens).sum();
     let start = Instant::now();
@@ -115,11 +140,32 @@ fn child(shape: &str, backend: &str, batches: usize, batch_size: usize) {
         let _ = burn::tensor::Tensor::stack::<4>(out.layers, 0).into_data();
     }
     let seconds = start.elapsed().as_secs_f64();
+    if std::env::var("ELMO_BENCH_BREAKDOWN").is_ok() {
+        breakdown(&bilm, &data, &device);
+    }
     println!(
         "RESULT shape={shape} backend={backend} tokens={tokens} seconds={seconds:.3} tokens_per_s={:.1} peak_rss_mib={:.0}",
         tokens as f64 / seconds,
         peak_rss_mib()
     );
+}
+
+/// Time of the token encoder alone and of the LSTM stacks alone (stderr).
+fn breakdown(bilm: &elmo_model::BiLm, data: &[CharIdBatch], device: &Device) {
+    let (mut encoder, mut stacks) = (0.0, 0.0);
+    for batch in data {
+        let with = batch.with_sentence_boundaries();
+        let start = Instant::now();
+        let embedding = bilm.encode_tokens(&with, device);
+        let _ = embedding.to_data();
+        encoder += start.elapsed().as_secs_f64();
+        let start = Instant::now();
+        let out = bilm.run_stacks(embedding, &with.lengths, None);
+        let _ = out.forward[1].to_data();
+        let _ = out.backward[1].to_data();
+        stacks += start.elapsed().as_secs_f64();
+    }
+    eprintln!("breakdown: token encoder {encoder:.3} s, LSTM stacks {stacks:.3} s");
 }
 
 fn main() {
@@ -133,14 +179,18 @@ fn main() {
     };
     let batches: usize = get("--batches", "3").parse().expect("--batches N");
     let batch_size: usize = get("--batch-size", "64").parse().expect("--batch-size N");
+    let text = get("--text", "zipf");
     if let Some(i) = args.iter().position(|a| a == "--child") {
-        child(&args[i + 1], &args[i + 2], batches, batch_size);
+        child(&args[i + 1], &args[i + 2], batches, batch_size, &text);
         return;
     }
     let shapes = get("--shapes", "small,original");
     let backends = get("--backends", "flex,ndarray");
     let threads = get("--threads", "");
     let exe = std::env::current_exe().expect("own path");
+    println!(
+        "text: {text}, batch {batch_size} x 15-25 tokens, {batches} batches after one warm-up"
+    );
     println!("| shape | backend | tokens/s | peak RSS (MiB) |");
     println!("|---|---|---|---|");
     for shape in shapes.split(',') {

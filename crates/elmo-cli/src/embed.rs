@@ -53,6 +53,10 @@ pub struct EmbedArgs {
     /// Refuse lines with more tokens than this (memory grows with the longest sentence).
     #[arg(long, default_value_t = 10_000)]
     pub max_tokens: usize,
+    /// Stateless mode: at most this many padded positions (rows x longest row) per batch, so
+    /// that a few very long lines do not make a huge batch. Stateful batches keep their size.
+    #[arg(long, default_value_t = 8192)]
+    pub max_batch_positions: usize,
     /// No progress bar.
     #[arg(long, short)]
     pub quiet: bool,
@@ -156,6 +160,33 @@ impl Embedder {
     }
 }
 
+/// Splits `order` into batches of at most `batch_size` rows; in stateless mode (rows sorted by
+/// length) a batch also stops before `rows x longest` would pass `max_positions`.
+fn batches<'a, 'b>(
+    order: &'a [&'b Sentence],
+    batch_size: usize,
+    max_positions: usize,
+    stateful: bool,
+) -> Vec<&'a [&'b Sentence]> {
+    if stateful {
+        return order.chunks(batch_size).collect();
+    }
+    let mut out = Vec::new();
+    let mut start = 0;
+    while start < order.len() {
+        let mut end = start + 1;
+        while end < order.len()
+            && end - start < batch_size
+            && (end - start + 1) * (order[end].tokens.len() + 2) <= max_positions
+        {
+            end += 1;
+        }
+        out.push(&order[start..end]);
+        start = end;
+    }
+    out
+}
+
 fn progress_bar(total: u64, quiet: bool) -> ProgressBar {
     if quiet {
         return ProgressBar::hidden();
@@ -228,7 +259,7 @@ pub fn run(args: &EmbedArgs) -> Result<()> {
             order.retain(|s| !s.tokens.is_empty());
             order.sort_by_key(|s| s.tokens.len());
         }
-        for batch in order.chunks(batch_size) {
+        for batch in batches(&order, batch_size, args.max_batch_positions, args.stateful) {
             let embedded = embedder.embed(batch)?;
             for (sentence, e) in batch.iter().zip(embedded) {
                 writer.add(sentence.index, &sentence.text, &e.values, &e.shape)?;

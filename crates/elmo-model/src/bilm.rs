@@ -3,6 +3,8 @@
 //! layer 1 on. Follows AllenNLP's `_ElmoBiLm` and `ElmoLstm` (allennlp/modules/elmo.py,
 //! allennlp/modules/elmo_lstm.py).
 
+use std::collections::HashMap;
+
 use burn::module::Module;
 use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
 
@@ -81,7 +83,10 @@ impl BiLmConfig {
     }
 }
 
-/// `[B, T, 1]` float mask from lengths.
+/// Distinct tokens encoded per call of the char CNN (bounds its intermediate memory).
+pub const ENCODER_CHUNK_TOKENS: usize = 1024;
+
+/// `[B, T]` mask from lengths, `true` for real positions.
 pub(crate) fn mask_from_lengths(
     lengths: &[usize],
     n_tokens: usize,
@@ -156,9 +161,50 @@ impl BiLm {
         state: Option<&mut Option<BiLmState>>,
     ) -> BiLmOutput {
         let with_boundaries = batch.with_sentence_boundaries();
-        let ids = char_ids_tensor(&with_boundaries, device);
-        let token_embedding = self.token_encoder.forward(ids);
+        let token_embedding = self.encode_tokens(&with_boundaries, device);
         self.forward_embedded(token_embedding, &with_boundaries.lengths, state)
+    }
+
+    /// Token embeddings of a host batch, encoding each distinct token once (the encoder is
+    /// context-free) and gathering the results; all padding positions share one row.
+    ///
+    /// # Shapes
+    /// - output: `[B, T, P]` (padded positions hold the embedding of the all-zero token)
+    pub fn encode_tokens(&self, batch: &CharIdBatch, device: &Device) -> Tensor<3> {
+        let n_positions = batch.n_sentences * batch.n_tokens;
+        let mut first_seen: HashMap<&[u16], i64> = HashMap::new();
+        let mut unique_ids: Vec<i64> = Vec::new();
+        let mut gather: Vec<i64> = Vec::with_capacity(n_positions);
+        for token in batch.ids.chunks_exact(MAX_CHARS_PER_TOKEN) {
+            let next = first_seen.len() as i64;
+            let index = *first_seen.entry(token).or_insert_with(|| {
+                unique_ids.extend(token.iter().map(|&c| i64::from(c)));
+                next
+            });
+            gather.push(index);
+        }
+        let n_unique = first_seen.len();
+        // Chunks bound the memory of the convolutions whatever the batch size.
+        let pieces: Vec<Tensor<2>> = unique_ids
+            .chunks(ENCODER_CHUNK_TOKENS * MAX_CHARS_PER_TOKEN)
+            .map(|chunk| {
+                let n = chunk.len() / MAX_CHARS_PER_TOKEN;
+                let ids = Tensor::<3, Int>::from_data(
+                    TensorData::new(chunk.to_vec(), [n, 1, MAX_CHARS_PER_TOKEN]),
+                    device,
+                );
+                let encoded = self.token_encoder.forward(ids);
+                let d_output = encoded.dims()[2];
+                encoded.reshape([n, d_output])
+            })
+            .collect();
+        let unique = Tensor::cat(pieces, 0);
+        let d_output = unique.dims()[1];
+        debug_assert_eq!(unique.dims()[0], n_unique);
+        let gather = Tensor::<1, Int>::from_data(TensorData::new(gather, [n_positions]), device);
+        unique
+            .select(0, gather)
+            .reshape([batch.n_sentences, batch.n_tokens, d_output])
     }
 
     /// Runs the LSTM stacks over token embeddings that already include the boundary positions.
@@ -243,8 +289,17 @@ impl BiLm {
                 Some(s) => (Some(s.forward), Some(s.backward)),
                 None => (None, None),
             };
-            let f = fwd.forward(forward_input.clone(), lengths, true, fwd_start);
-            let b = bwd.forward(backward_input.clone(), lengths, false, bwd_start);
+            // The two directions are independent: run them on two threads (the matmuls of one
+            // small-batch step do not keep both cores busy on their own).
+            let (f, b) = std::thread::scope(|scope| {
+                let backward =
+                    scope.spawn(|| bwd.forward(backward_input.clone(), lengths, false, bwd_start));
+                let forward = fwd.forward(forward_input.clone(), lengths, true, fwd_start);
+                (
+                    forward,
+                    backward.join().expect("backward LSTM thread panicked"),
+                )
+            });
             let (mut f_out, mut b_out) = (f.outputs, b.outputs);
             if index != 0 && self.use_skip_connections {
                 f_out = f_out + forward_input;

@@ -90,6 +90,38 @@ pub fn bilm_datasets(bilm: &BiLm) -> Result<Datasets> {
     Ok(out)
 }
 
+/// What the file root and a group have in common when building a file.
+trait Container {
+    fn dataset(&mut self, name: &str) -> &mut hdf5_pure::DatasetBuilder;
+    fn group(&mut self, name: &str) -> hdf5_pure::GroupBuilder;
+    fn add(&mut self, group: hdf5_pure::FinishedGroup);
+}
+
+impl Container for hdf5_pure::FileBuilder {
+    fn dataset(&mut self, name: &str) -> &mut hdf5_pure::DatasetBuilder {
+        self.create_dataset(name)
+    }
+    fn group(&mut self, name: &str) -> hdf5_pure::GroupBuilder {
+        self.create_group(name)
+    }
+    fn add(&mut self, group: hdf5_pure::FinishedGroup) {
+        self.add_group(group);
+    }
+}
+
+impl Container for hdf5_pure::GroupBuilder {
+    fn dataset(&mut self, name: &str) -> &mut hdf5_pure::DatasetBuilder {
+        self.create_dataset(name)
+    }
+    fn group(&mut self, name: &str) -> hdf5_pure::GroupBuilder {
+        self.create_group(name)
+    }
+    fn add(&mut self, group: hdf5_pure::FinishedGroup) {
+        self.add_group(group);
+    }
+}
+
+/// Datasets of one group, and its sub-groups.
 #[derive(Default)]
 struct GroupTree {
     datasets: Vec<(String, Vec<usize>, Vec<f32>)>,
@@ -109,18 +141,17 @@ impl GroupTree {
         }
     }
 
-    fn fill(self, group: &mut hdf5_pure::GroupBuilder) {
+    fn fill(self, into: &mut impl Container) {
         for (name, shape, values) in self.datasets {
             let shape: Vec<u64> = shape.iter().map(|&d| d as u64).collect();
-            group
-                .create_dataset(&name)
+            into.dataset(&name)
                 .with_f32_data(&values)
                 .with_shape(&shape);
         }
         for (name, tree) in self.groups {
-            let mut sub = group.create_group(&name);
+            let mut sub = into.group(&name);
             tree.fill(&mut sub);
-            group.add_group(sub.finish());
+            into.add(sub.finish());
         }
     }
 }
@@ -134,18 +165,7 @@ pub fn write_datasets(path: impl AsRef<Path>, datasets: Datasets) -> Result<()> 
         root.insert(&parts, shape, values);
     }
     let mut builder = hdf5_pure::FileBuilder::new();
-    for (name, shape, values) in root.datasets {
-        let shape: Vec<u64> = shape.iter().map(|&d| d as u64).collect();
-        builder
-            .create_dataset(&name)
-            .with_f32_data(&values)
-            .with_shape(&shape);
-    }
-    for (name, tree) in root.groups {
-        let mut group = builder.create_group(&name);
-        tree.fill(&mut group);
-        builder.add_group(group.finish());
-    }
+    root.fill(&mut builder);
     let temp = path.with_extension("hdf5.tmp");
     builder
         .write(&temp)

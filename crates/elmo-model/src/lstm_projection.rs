@@ -4,12 +4,15 @@
 //!
 //! Per step: `gates = x_t·W_x + h_{t−1}·W_h + b` (one fused `[.., 4C]` matmul, gate order
 //! input, forget, cell, output), `c_t = clip(i·g + f·c_{t−1})`, `h_t = clip((o·tanh c_t)·W_p)`.
-//! `x·W_x` is computed for all steps at once before the recurrence.
+//! `x·W_x` is computed for 32 steps at a time before the recurrence.
 
 use burn::module::{Module, Param};
 use burn::nn::Initializer;
 use burn::tensor::activation::{sigmoid, tanh};
 use burn::tensor::{Device, Tensor, TensorData};
+
+/// Time steps whose input projection is computed in one matmul (bounds memory on long inputs).
+pub const PROJECTION_CHUNK_STEPS: usize = 32;
 
 /// Configuration of a [`LstmWithProjection`].
 #[derive(Debug, Clone)]
@@ -136,12 +139,21 @@ impl LstmWithProjection {
             memory: mut c,
         } = initial_state.unwrap_or_else(|| self.zero_state(batch, &device));
 
-        // Input contribution of every step at once: one large matmul. The bias joins the state
-        // contribution as in AllenNLP (`x·W_x + (h·W_h + b)`), which keeps float32 rounding close.
-        let projected_inputs = inputs
-            .reshape([batch * n_steps, d_input])
-            .matmul(self.input_weight.val())
-            .reshape([batch, n_steps, gates_width]);
+        // Input contribution of many steps at once (one large matmul per chunk of steps; the
+        // chunks bound memory for long sequences). The bias joins the state contribution as in
+        // AllenNLP (`x·W_x + (h·W_h + b)`), which keeps float32 rounding close.
+        let input_weight = self.input_weight.val();
+        let project = |start: usize| {
+            let len = PROJECTION_CHUNK_STEPS.min(n_steps - start);
+            inputs
+                .clone()
+                .narrow(1, start, len)
+                .reshape([batch * len, d_input])
+                .matmul(input_weight.clone())
+                .reshape([batch, len, gates_width])
+        };
+        let mut chunk_start = usize::MAX;
+        let mut projected_inputs: Option<Tensor<3>> = None;
         let bias = self.bias.val().unsqueeze_dim::<2>(0);
         let state_weight = self.state_weight.val();
         let projection = self.projection.val();
@@ -149,9 +161,16 @@ impl LstmWithProjection {
         let mut outputs: Vec<Tensor<2>> = Vec::with_capacity(n_steps);
         for step in 0..n_steps {
             let t = if go_forward { step } else { n_steps - 1 - step };
+            let wanted = t - t % PROJECTION_CHUNK_STEPS;
+            if wanted != chunk_start {
+                chunk_start = wanted;
+                projected_inputs = Some(project(wanted));
+            }
             let x_t = projected_inputs
+                .as_ref()
+                .expect("projected chunk")
                 .clone()
-                .narrow(1, t, 1)
+                .narrow(1, t - chunk_start, 1)
                 .reshape([batch, gates_width]);
             let gates = x_t + (h.clone().matmul(state_weight.clone()) + bias.clone());
             let activated = sigmoid(gates.clone());

@@ -61,15 +61,21 @@ fn elmo_on(device: &Device, bilm_requires_grad: bool) -> elmo_model::Elmo {
     .expect("load")
 }
 
-#[test]
-fn frozen_bilm_gets_no_gradient_and_the_mix_does() {
+/// Gradients of a random projection of ELMo's output on the `main` batch.
+fn elmo_gradients(bilm_requires_grad: bool) -> (elmo_model::Elmo, Gradients) {
     let device = Device::flex().autodiff();
-    let elmo = elmo_on(&device, false);
+    let elmo = elmo_on(&device, bilm_requires_grad);
     let out = elmo.forward_sentences(&tiny_sentences("main"), &device);
     let weights = out.representations[0]
         .random_like(Distribution::Normal(0.0, 1.0))
         .detach();
     let grads = (out.representations[0].clone() * weights).sum().backward();
+    (elmo, grads)
+}
+
+#[test]
+fn frozen_bilm_gets_no_gradient_and_the_mix_does() {
+    let (elmo, grads) = elmo_gradients(false);
     let (bilm_with, bilm_without) = report(&elmo.bilm, &grads);
     assert!(
         bilm_with.is_empty(),
@@ -86,13 +92,7 @@ fn frozen_bilm_gets_no_gradient_and_the_mix_does() {
 
 #[test]
 fn trainable_bilm_every_parameter_gets_gradient() {
-    let device = Device::flex().autodiff();
-    let elmo = elmo_on(&device, true);
-    let out = elmo.forward_sentences(&tiny_sentences("main"), &device);
-    let weights = out.representations[0]
-        .random_like(Distribution::Normal(0.0, 1.0))
-        .detach();
-    let grads = (out.representations[0].clone() * weights).sum().backward();
+    let (elmo, grads) = elmo_gradients(true);
     let (with, without) = report(&elmo, &grads);
     assert!(
         without.is_empty(),

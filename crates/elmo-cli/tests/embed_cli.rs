@@ -1,0 +1,287 @@
+//! End-to-end tests of `elmo embed` (the real binary): AllenNLP's HDF5 layout, values equal to the
+//! library's, empty lines, layer selections, statelessness, and clear errors that leave no output.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use burn::tensor::Device;
+use elmo_model::options::BiLmOptions;
+use elmo_model::weights::{WeightFile, load_bilm_from};
+
+fn fixture(rel: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures")
+        .join(rel)
+}
+
+fn elmo(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_elmo"))
+        .args(args)
+        .output()
+        .expect("run elmo")
+}
+
+fn embed(dir: &Path, input: &str, extra: &[&str]) -> (PathBuf, std::process::Output) {
+    let input_path = dir.join("input.txt");
+    std::fs::write(&input_path, input).expect("write input");
+    let output = dir.join("out.hdf5");
+    let mut args = vec![
+        "embed",
+        "--quiet",
+        input_path.to_str().expect("utf8"),
+        output.to_str().expect("utf8"),
+    ];
+    args.extend_from_slice(extra);
+    let result = elmo(&args);
+    (output, result)
+}
+
+fn dataset(file: &hdf5_pure::File, name: &str) -> (Vec<usize>, Vec<f32>) {
+    let ds = file
+        .dataset(name)
+        .unwrap_or_else(|e| panic!("dataset {name}: {e}"));
+    let shape = ds
+        .shape()
+        .expect("shape")
+        .into_iter()
+        .map(|d| d as usize)
+        .collect();
+    (shape, ds.read_f32().expect("f32"))
+}
+
+const TEXT: &str = "The quick brown fox .\n\nI went to the bank to deposit money .\nHi\n";
+
+/// The top-level files of `dir` other than the input.
+fn leftovers(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .expect("read dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .filter(|n| n != "input.txt")
+        .collect()
+}
+
+#[test]
+fn writes_allennlp_layout_matching_the_library() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (output, result) = embed(
+        dir.path(),
+        TEXT,
+        &[
+            "--options",
+            fixture("tiny/options.json").to_str().expect("utf8"),
+            "--weights",
+            fixture("tiny/weights.hdf5").to_str().expect("utf8"),
+            "--batch-size",
+            "2",
+        ],
+    );
+    assert!(
+        result.status.success(),
+        "{}",
+        String::from_utf8_lossy(&result.stderr)
+    );
+    let file = hdf5_pure::File::open(&output).expect("open output");
+    let mut names = file.root().datasets().expect("datasets");
+    names.sort();
+    assert_eq!(names, vec!["0", "1", "2", "3", "sentence_to_index"]);
+
+    let (shape, _) = dataset(&file, "1");
+    assert_eq!(shape, vec![3, 0, 32], "empty line");
+    let index_json = file
+        .dataset("sentence_to_index")
+        .expect("index")
+        .read_string()
+        .expect("strings");
+    let index: serde_json::Value = serde_json::from_str(&index_json[0]).expect("json");
+    assert_eq!(index["The quick brown fox ."], "0");
+    assert_eq!(index["Hi"], "3");
+
+    // Same values as the library, sentence by sentence from a zero state.
+    let device = Device::flex();
+    let options = BiLmOptions::from_file(fixture("tiny/options.json")).expect("options");
+    let mut weights = WeightFile::open(fixture("tiny/weights.hdf5")).expect("weights");
+    let bilm = load_bilm_from(&options, &mut weights, &device).expect("load");
+    for (line, text) in TEXT.lines().enumerate().filter(|(_, t)| !t.is_empty()) {
+        let tokens: Vec<&str> = text.split_whitespace().collect();
+        let out = bilm.forward_sentences(&[tokens.clone()], &device);
+        let (shape, values) = dataset(&file, &line.to_string());
+        assert_eq!(shape, vec![3, tokens.len(), 32]);
+        for (layer, tensor) in out.layers.iter().enumerate() {
+            let expected = tensor.to_data().try_into_vec_as::<f32>().expect("f32");
+            let n = tokens.len();
+            let got = &values[layer * n * 32..(layer + 1) * n * 32];
+            // Skip the <S> position of the library output.
+            for (g, e) in got.iter().zip(&expected[32..32 + n * 32]) {
+                assert!(
+                    (g - e).abs() <= 1e-6,
+                    "line {line} layer {layer}: {g} vs {e}"
+                );
+            }
+        }
+    }
+    assert_eq!(
+        leftovers(dir.path()),
+        vec!["out.hdf5"],
+        "no temporary file left"
+    );
+}
+
+#[test]
+fn top_and_average_layers() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (all_path, all) = embed(dir.path(), TEXT, &[]);
+    assert!(
+        all.status.success(),
+        "{}",
+        String::from_utf8_lossy(&all.stderr)
+    );
+    let all_values = dataset(&hdf5_pure::File::open(&all_path).expect("open"), "2");
+    let n = all_values.0[1];
+    assert_eq!(n, 9);
+    let d = all_values.0[2];
+    for (mode, expected) in [
+        ("top", all_values.1[2 * n * d..].to_vec()),
+        (
+            "average",
+            (0..n * d)
+                .map(|i| {
+                    (all_values.1[i] + all_values.1[n * d + i] + all_values.1[2 * n * d + i]) / 3.0
+                })
+                .collect(),
+        ),
+    ] {
+        let sub = dir.path().join(mode);
+        std::fs::create_dir(&sub).expect("mkdir");
+        let (path, result) = embed(&sub, TEXT, &["--layers", mode]);
+        assert!(
+            result.status.success(),
+            "{}",
+            String::from_utf8_lossy(&result.stderr)
+        );
+        let (shape, values) = dataset(&hdf5_pure::File::open(&path).expect("open"), "2");
+        assert_eq!(shape, vec![n, d], "{mode}");
+        for (g, e) in values.iter().zip(&expected) {
+            assert!((g - e).abs() <= 1e-6, "{mode}: {g} vs {e}");
+        }
+        assert_eq!(
+            dataset(&hdf5_pure::File::open(&path).expect("open"), "1").0,
+            vec![0, d]
+        );
+    }
+}
+
+#[test]
+fn stateless_output_does_not_depend_on_batch_size_and_stateful_does() {
+    let text = "a b c d e f\nthe cat sat on the mat\nhello world\nx\n".repeat(3);
+    let run = |name: &str, extra: &[&str]| {
+        let sub = tempfile::tempdir().expect("tempdir");
+        let (path, result) = embed(sub.path(), &text, extra);
+        assert!(
+            result.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&result.stderr)
+        );
+        let file = hdf5_pure::File::open(&path).expect("open");
+        (0..12)
+            .map(|i| dataset(&file, &i.to_string()).1)
+            .collect::<Vec<_>>()
+    };
+    let one = run("batch 1", &["--batch-size", "1"]);
+    let five = run("batch 5", &["--batch-size", "5"]);
+    for (a, b) in one.iter().zip(&five) {
+        for (x, y) in a.iter().zip(b) {
+            assert!(
+                (x - y).abs() <= 1e-5,
+                "stateless results differ with batch size: {x} vs {y}"
+            );
+        }
+    }
+    let stateful = run("stateful", &["--batch-size", "4", "--stateful"]);
+    // Lines 4.. are read after the state has moved on: their vectors change.
+    let differs = stateful[4]
+        .iter()
+        .zip(&one[4])
+        .any(|(x, y)| (x - y).abs() > 1e-4);
+    assert!(differs, "stateful mode should carry state across batches");
+}
+
+#[test]
+fn invalid_utf8_names_the_line_and_leaves_no_output() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let input = dir.path().join("input.txt");
+    std::fs::write(&input, b"good line\nalso good\nbad \xff byte\n").expect("write");
+    let output = dir.path().join("out.hdf5");
+    let result = elmo(&[
+        "embed",
+        "--quiet",
+        input.to_str().expect("utf8"),
+        output.to_str().expect("utf8"),
+    ]);
+    assert!(!result.status.success());
+    let stderr = String::from_utf8_lossy(&result.stderr);
+    assert!(
+        stderr.contains("input.txt:3") && stderr.contains("invalid UTF-8"),
+        "{stderr}"
+    );
+    assert!(
+        leftovers(dir.path()).is_empty(),
+        "left behind: {:?}",
+        leftovers(dir.path())
+    );
+}
+
+#[test]
+fn bad_arguments_are_clear_errors() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_, result) = embed(dir.path(), TEXT, &["--max-tokens", "3"]);
+    let stderr = String::from_utf8_lossy(&result.stderr);
+    assert!(
+        !result.status.success()
+            && stderr.contains("input.txt:1")
+            && stderr.contains("--max-tokens"),
+        "{stderr}"
+    );
+
+    let input = dir.path().join("input.txt");
+    let result = elmo(&[
+        "embed",
+        input.to_str().expect("utf8"),
+        dir.path().join("out.txt").to_str().expect("utf8"),
+    ]);
+    assert!(String::from_utf8_lossy(&result.stderr).contains("unsupported output format"));
+
+    let result = elmo(&[
+        "embed",
+        "--weights",
+        "w.hdf5",
+        input.to_str().expect("utf8"),
+        "o.hdf5",
+    ]);
+    assert!(
+        !result.status.success(),
+        "--weights without --options must be refused"
+    );
+
+    let missing = dir.path().join("nope.txt");
+    let result = elmo(&[
+        "embed",
+        missing.to_str().expect("utf8"),
+        dir.path().join("o.hdf5").to_str().expect("utf8"),
+    ]);
+    let stderr = String::from_utf8_lossy(&result.stderr);
+    assert!(stderr.contains("nope.txt"), "{stderr}");
+
+    let bad_weights = dir.path().join("bad.hdf5");
+    std::fs::write(&bad_weights, b"not hdf5").expect("write");
+    let result = elmo(&[
+        "embed",
+        "--options",
+        fixture("tiny/options.json").to_str().expect("utf8"),
+        "--weights",
+        bad_weights.to_str().expect("utf8"),
+        input.to_str().expect("utf8"),
+        dir.path().join("o.hdf5").to_str().expect("utf8"),
+    ]);
+    let stderr = String::from_utf8_lossy(&result.stderr);
+    assert!(stderr.contains("bad.hdf5"), "{stderr}");
+}

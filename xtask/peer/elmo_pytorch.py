@@ -1,0 +1,107 @@
+"""PyTorch peer for `cargo xtask bench embed`: ELMo biLM inference written the way AllenNLP 2.10.1
+runs it (`_ElmoCharacterEncoder`, `Highway`, `LstmCellWithProjection`'s per-step loop over the
+length-sorted batch), random weights in the same shapes, batch 64 x 15-25 tokens.
+
+    python3 xtask/peer/elmo_pytorch.py SHAPE THREADS [BATCHES]
+
+Prints `RESULT shape=... threads=... tokens_per_s=... peak_rss_mib=...`.
+"""
+import resource
+import sys
+import time
+
+import torch
+import torch.nn.functional as fn
+
+torch.set_grad_enabled(False)
+shape = sys.argv[1]
+threads = int(sys.argv[2])
+batches = int(sys.argv[3]) if len(sys.argv) > 3 else 3
+torch.set_num_threads(threads)
+C, P, N_HIGHWAY = {"small": (1024, 128, 1), "medium": (2048, 256, 1), "original": (4096, 512, 2)}[shape]
+FILTERS = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]
+E, F, CLIP = 16, 2048, 3.0
+g = torch.Generator().manual_seed(0)
+
+
+def rand(*s):
+    return torch.randn(*s, generator=g) * 0.05
+
+
+char_embedding = rand(262, E)
+convolutions = [(rand(n, E, w), rand(n)) for w, n in FILTERS]
+highways = [(rand(2 * F, F), rand(2 * F)) for _ in range(N_HIGHWAY)]
+projection = (rand(P, F), rand(P))
+lstms = [[dict(wi=rand(4 * C, P), ws=rand(4 * C, P), b=rand(4 * C), wp=rand(P, C)) for _ in range(2)] for _ in range(2)]
+
+
+def token_encoder(ids):
+    b, t, _ = ids.shape
+    x = fn.embedding(ids.view(-1, 50), char_embedding).transpose(1, 2)
+    h = torch.cat([torch.relu(torch.max(fn.conv1d(x, w, bias), dim=-1)[0]) for w, bias in convolutions], -1)
+    for w, bias in highways:
+        nonlinear, gate = fn.linear(h, w, bias).chunk(2, dim=-1)
+        gate = torch.sigmoid(gate)
+        h = gate * h + (1 - gate) * torch.relu(nonlinear)
+    return fn.linear(h, *projection).view(b, t, -1)
+
+
+def lstm_layer(x, lengths, p, forward):
+    """AllenNLP's LstmCellWithProjection.forward (lengths sorted in decreasing order)."""
+    b, t_max, _ = x.shape
+    out = x.new_zeros(b, t_max, P)
+    memory, state = x.new_zeros(b, C), x.new_zeros(b, P)
+    index = b - 1 if forward else 0
+    for step in range(t_max):
+        t = step if forward else t_max - step - 1
+        if forward:
+            while lengths[index] <= t:
+                index -= 1
+        else:
+            while index < len(lengths) - 1 and lengths[index + 1] > t:
+                index += 1
+        prev_memory, prev_state = memory[: index + 1].clone(), state[: index + 1].clone()
+        pi = fn.linear(x[: index + 1, t], p["wi"])
+        ps = fn.linear(prev_state, p["ws"], p["b"])
+        i = torch.sigmoid(pi[:, :C] + ps[:, :C])
+        f = torch.sigmoid(pi[:, C : 2 * C] + ps[:, C : 2 * C])
+        j = torch.tanh(pi[:, 2 * C : 3 * C] + ps[:, 2 * C : 3 * C])
+        o = torch.sigmoid(pi[:, 3 * C :] + ps[:, 3 * C :])
+        m = torch.clamp(i * j + f * prev_memory, -CLIP, CLIP)
+        h = torch.clamp(fn.linear(o * torch.tanh(m), p["wp"]), -CLIP, CLIP)
+        memory, state = memory.clone(), state.clone()
+        memory[: index + 1], state[: index + 1] = m, h
+        out[: index + 1, t] = h
+    return out
+
+
+def bilm(ids, lengths):
+    x = token_encoder(ids)
+    fwd, bwd = x, x
+    for layer in range(2):
+        new_fwd = lstm_layer(fwd, lengths, lstms[0][layer], True)
+        new_bwd = lstm_layer(bwd, lengths, lstms[1][layer], False)
+        if layer:
+            new_fwd, new_bwd = new_fwd + fwd, new_bwd + bwd
+        fwd, bwd = new_fwd, new_bwd
+    return fwd, bwd
+
+
+def batch(seed):
+    gen = torch.Generator().manual_seed(seed)
+    lengths = sorted((torch.randint(15, 26, (64,), generator=gen) + 2).tolist(), reverse=True)
+    ids = torch.zeros(64, lengths[0], 50, dtype=torch.long)
+    for row, n in enumerate(lengths):
+        ids[row, :n] = torch.randint(1, 262, (n, 50), generator=gen)
+    return ids, lengths
+
+
+bilm(*batch(999))
+data = [batch(s) for s in range(batches)]
+tokens = sum(sum(l) - 2 * len(l) for _, l in data)
+start = time.perf_counter()
+for ids, lengths in data:
+    bilm(ids, lengths)
+seconds = time.perf_counter() - start
+rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(f"RESULT shape={shape} threads={threads} tokens={tokens} seconds={seconds:.3f} tokens_per_s={tokens / seconds:.1f} peak_rss_mib={rss:.0f}")
