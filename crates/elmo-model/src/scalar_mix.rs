@@ -133,3 +133,42 @@ fn masked_layer_norm(tensor: Tensor<3>, mask: &Tensor<3>, n_unmasked: Tensor<1>)
             .sqrt()
             .reshape([1, 1, 1])
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layers(device: &Device) -> Vec<Tensor<3>> {
+        (0..3)
+            .map(|j| Tensor::<3>::ones([2, 3, 4], device).mul_scalar(j as f64 + 1.0))
+            .collect()
+    }
+
+    #[test]
+    fn weighted_sum_penalty_and_fixed_weights() {
+        let device = Device::flex().autodiff();
+        let mask = Tensor::<2, Bool>::from_data(TensorData::new(vec![true; 6], [2, 3]), &device);
+        let mix = ScalarMixConfig {
+            initial_weights: Some(vec![0.0, 0.0, (2.0f32).ln()]),
+            initial_gamma: 2.0,
+            ..ScalarMixConfig::new(3)
+        }
+        .init(&device);
+        // softmax = [1/4, 1/4, 1/2]; 2 * (1/4 + 2/4 + 3/2) = 4.5.
+        let out = mix.forward(&layers(&device), &mask);
+        let value: f32 = out.clone().mean().into_scalar();
+        assert!((value - 4.5).abs() < 1e-5, "{value}");
+        let penalty: f32 = mix.penalty(0.1).into_scalar();
+        assert!((penalty - 0.1 * 2f32.ln().powi(2)).abs() < 1e-6, "{penalty}");
+        let grads = out.sum().backward();
+        assert!(mix.weights.val().grad(&grads).is_some());
+
+        let fixed = ScalarMixConfig {
+            trainable: false,
+            ..ScalarMixConfig::new(3)
+        }
+        .init(&device);
+        let grads = fixed.forward(&layers(&device), &mask).sum().backward();
+        assert!(fixed.weights.val().grad(&grads).is_none(), "fixed weights must not train");
+    }
+}
