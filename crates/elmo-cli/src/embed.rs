@@ -50,7 +50,7 @@ pub struct EmbedArgs {
     /// Compute backend.
     #[arg(long, value_enum, default_value_t = Backend::Flex)]
     pub backend: Backend,
-    /// Refuse lines with more tokens than this (memory grows with the longest sentence).
+    /// Refuse lines with more tokens than this (a line's output is held in memory while written).
     #[arg(long, default_value_t = 10_000)]
     pub max_tokens: usize,
     /// Stateless mode: at most this many padded positions (rows x longest row) per batch, so
@@ -220,7 +220,14 @@ pub fn run(args: &EmbedArgs) -> Result<()> {
     let mut reader = SentenceReader::open(&args.input, args.max_tokens)?;
     let mut writer = Hdf5EmbeddingWriter::create(&args.output)?;
     if !args.quiet {
-        eprintln!("model: {}; backend: {:?}", model.description, args.backend);
+        eprintln!(
+            "model: {} ({} LSTM layers of {} cells, vectors of width {}); backend: {:?}",
+            model.description,
+            model.options.lstm.n_layers,
+            model.options.lstm.dim,
+            model.options.d_output(),
+            args.backend
+        );
     }
     let mut embedder = Embedder {
         bilm: model.bilm,

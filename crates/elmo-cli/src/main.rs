@@ -10,7 +10,12 @@ use clap::{Parser, Subcommand};
 
 /// ELMo (deep contextualized word representations) on burn.
 #[derive(Debug, Parser)]
-#[command(name = "elmo", version, about, long_about = None)]
+#[command(
+    name = "elmo",
+    version,
+    about,
+    after_help = "Example: elmo embed --options options.json --weights weights.hdf5 input.txt output.hdf5"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

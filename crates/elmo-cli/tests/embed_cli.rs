@@ -103,7 +103,7 @@ fn writes_allennlp_layout_matching_the_library() {
     let bilm = load_bilm_from(&options, &mut weights, &device).expect("load");
     for (line, text) in TEXT.lines().enumerate().filter(|(_, t)| !t.is_empty()) {
         let tokens: Vec<&str> = text.split_whitespace().collect();
-        let out = bilm.forward_sentences(&[tokens.clone()], &device);
+        let out = bilm.forward_sentences(std::slice::from_ref(&tokens), &device);
         let (shape, values) = dataset(&file, &line.to_string());
         assert_eq!(shape, vec![3, tokens.len(), 32]);
         for (layer, tensor) in out.layers.iter().enumerate() {

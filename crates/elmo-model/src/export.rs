@@ -12,10 +12,13 @@ use crate::error::{ElmoError, Result};
 use crate::options::BiLmOptions;
 use crate::weights::{lstm_dataset, swap_gate_blocks};
 
-/// Named float32 datasets: `path -> (shape, values)`.
-pub type Datasets = BTreeMap<String, (Vec<usize>, Vec<f32>)>;
+/// One float32 array on the host: `(shape, values)`.
+pub type HostArray = (Vec<usize>, Vec<f32>);
 
-fn host<const D: usize>(t: Tensor<D>) -> Result<(Vec<usize>, Vec<f32>)> {
+/// Named float32 datasets: `path -> (shape, values)`.
+pub type Datasets = BTreeMap<String, HostArray>;
+
+fn host<const D: usize>(t: Tensor<D>) -> Result<HostArray> {
     let shape = t.dims().to_vec();
     let values = t
         .into_data()
@@ -43,13 +46,13 @@ pub fn bilm_datasets(bilm: &BiLm) -> Result<Datasets> {
         );
         out.insert(format!("CNN/b_cnn_{i}"), host(conv.bias.val())?);
     }
-    let linear =
-        |l: &burn::nn::Linear| -> Result<((Vec<usize>, Vec<f32>), (Vec<usize>, Vec<f32>))> {
-            let bias = l.bias.as_ref().map(|b| b.val()).ok_or_else(|| {
+    let linear = |l: &burn::nn::Linear| -> Result<(HostArray, HostArray)> {
+        let bias =
+            l.bias.as_ref().map(|b| b.val()).ok_or_else(|| {
                 ElmoError::InvalidInput("a char-CNN linear layer has no bias".into())
             })?;
-            Ok((host(l.weight.val())?, host(bias)?))
-        };
+        Ok((host(l.weight.val())?, host(bias)?))
+    };
     for (k, highway) in encoder.highways.iter().enumerate() {
         let (w, b) = linear(&highway.carry)?;
         out.insert(format!("CNN_high_{k}/W_carry"), w);

@@ -79,10 +79,9 @@ impl LstmWithProjectionConfig {
             max: bound,
         };
         let gates = 4 * self.d_cell;
-        let bias = Tensor::zeros([gates], device).slice_assign(
-            [self.d_cell..2 * self.d_cell],
-            Tensor::ones([self.d_cell], device),
-        );
+        let forget_gate = self.d_cell..2 * self.d_cell;
+        let bias = Tensor::zeros([gates], device)
+            .slice_assign(forget_gate, Tensor::ones([self.d_cell], device));
         LstmWithProjection {
             input_weight: init.init([self.d_input, gates], device),
             state_weight: init.init([self.d_projection, gates], device),

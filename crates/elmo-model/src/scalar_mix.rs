@@ -159,7 +159,10 @@ mod tests {
         let value: f32 = out.clone().mean().into_scalar();
         assert!((value - 4.5).abs() < 1e-5, "{value}");
         let penalty: f32 = mix.penalty(0.1).into_scalar();
-        assert!((penalty - 0.1 * 2f32.ln().powi(2)).abs() < 1e-6, "{penalty}");
+        assert!(
+            (penalty - 0.1 * 2f32.ln().powi(2)).abs() < 1e-6,
+            "{penalty}"
+        );
         let grads = out.sum().backward();
         assert!(mix.weights.val().grad(&grads).is_some());
 
@@ -168,7 +171,16 @@ mod tests {
             ..ScalarMixConfig::new(3)
         }
         .init(&device);
-        let grads = fixed.forward(&layers(&device), &mask).sum().backward();
-        assert!(fixed.weights.val().grad(&grads).is_none(), "fixed weights must not train");
+        // The layers carry the graph here (a fixed mix alone would leave nothing to track).
+        let tracked: Vec<Tensor<3>> = layers(&device)
+            .into_iter()
+            .map(Tensor::require_grad)
+            .collect();
+        let grads = fixed.forward(&tracked, &mask).sum().backward();
+        assert!(tracked[0].grad(&grads).is_some());
+        assert!(
+            fixed.weights.val().grad(&grads).is_none(),
+            "fixed weights must not train"
+        );
     }
 }

@@ -33,6 +33,10 @@ fn expected_top_layer(k: usize, i: usize) -> (usize, Vec<f32>) {
 }
 
 #[test]
+#[allow(
+    clippy::needless_range_loop,
+    reason = "i and k are the fixture's batch and file indices"
+)]
 fn ten_stateful_batches_reproduce_bilm_tf() {
     let sentences: Vec<Vec<String>> = serde_json::from_str(
         &std::fs::read_to_string(fixture("allennlp/sentences.json")).expect("sentences"),

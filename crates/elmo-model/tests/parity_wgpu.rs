@@ -18,7 +18,7 @@ fn wgpu_device() -> Option<Device> {
         (device, sum)
     });
     match probe {
-        Ok((device, sum)) if sum == 3.0 => Some(device),
+        Ok((device, 3.0)) => Some(device),
         _ => None,
     }
 }
