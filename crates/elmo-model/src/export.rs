@@ -100,29 +100,24 @@ trait Container {
     fn add(&mut self, group: hdf5_pure::FinishedGroup);
 }
 
-impl Container for hdf5_pure::FileBuilder {
-    fn dataset(&mut self, name: &str) -> &mut hdf5_pure::DatasetBuilder {
-        self.create_dataset(name)
-    }
-    fn group(&mut self, name: &str) -> hdf5_pure::GroupBuilder {
-        self.create_group(name)
-    }
-    fn add(&mut self, group: hdf5_pure::FinishedGroup) {
-        self.add_group(group);
-    }
+/// The file root and a group builder expose the same three calls under the same names.
+macro_rules! impl_container {
+    ($($builder:ty),*) => {$(
+        impl Container for $builder {
+            fn dataset(&mut self, name: &str) -> &mut hdf5_pure::DatasetBuilder {
+                self.create_dataset(name)
+            }
+            fn group(&mut self, name: &str) -> hdf5_pure::GroupBuilder {
+                self.create_group(name)
+            }
+            fn add(&mut self, group: hdf5_pure::FinishedGroup) {
+                self.add_group(group);
+            }
+        }
+    )*};
 }
 
-impl Container for hdf5_pure::GroupBuilder {
-    fn dataset(&mut self, name: &str) -> &mut hdf5_pure::DatasetBuilder {
-        self.create_dataset(name)
-    }
-    fn group(&mut self, name: &str) -> hdf5_pure::GroupBuilder {
-        self.create_group(name)
-    }
-    fn add(&mut self, group: hdf5_pure::FinishedGroup) {
-        self.add_group(group);
-    }
-}
+impl_container!(hdf5_pure::FileBuilder, hdf5_pure::GroupBuilder);
 
 /// Datasets of one group, and its sub-groups.
 #[derive(Default)]

@@ -7,19 +7,9 @@ use burn::tensor::Device;
 use common::*;
 use elmo_model::bilm::char_ids_tensor;
 use elmo_model::elmo::remove_sentence_boundaries;
-use elmo_model::weights::load_bilm;
-use elmo_model::{BiLm, BiLmState, CharIdBatch, Elmo, ElmoConfig};
+use elmo_model::{BiLmState, CharIdBatch, Elmo, ElmoConfig};
 
 const TOL: f32 = 1e-5;
-
-fn tiny_bilm(device: &Device) -> BiLm {
-    load_bilm(
-        fixture("tiny/options.json"),
-        fixture("tiny/weights.hdf5"),
-        device,
-    )
-    .expect("tiny weights load")
-}
 
 fn tiny_elmo(device: &Device, do_layer_norm: bool) -> Elmo {
     ElmoConfig {

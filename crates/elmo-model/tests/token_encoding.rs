@@ -7,17 +7,11 @@ use burn::tensor::Device;
 use common::*;
 use elmo_model::CharIdBatch;
 use elmo_model::bilm::{ENCODER_CHUNK_TOKENS, char_ids_tensor};
-use elmo_model::weights::load_bilm;
 
 #[test]
 fn deduplicated_chunked_encoding_equals_direct_encoding() {
     let device = Device::flex();
-    let bilm = load_bilm(
-        fixture("tiny/options.json"),
-        fixture("tiny/weights.hdf5"),
-        &device,
-    )
-    .expect("load");
+    let bilm = tiny_bilm(&device);
     // More distinct tokens than one chunk, many repeated, rows of different lengths.
     let n_distinct = ENCODER_CHUNK_TOKENS + 77;
     let sentences: Vec<Vec<String>> = (0..40)

@@ -10,12 +10,7 @@ use elmo_model::weights::{WeightFile, load_bilm};
 use elmo_model::{ElmoConfig, ElmoError};
 
 fn tiny_datasets(device: &Device) -> Datasets {
-    let bilm = load_bilm(
-        fixture("tiny/options.json"),
-        fixture("tiny/weights.hdf5"),
-        device,
-    )
-    .expect("load");
+    let bilm = tiny_bilm(device);
     bilm_datasets(&bilm).expect("datasets")
 }
 
@@ -50,12 +45,7 @@ fn export_reproduces_the_original_datasets() {
 #[test]
 fn exported_model_loads_and_gives_the_same_outputs() {
     let device = Device::flex();
-    let bilm = load_bilm(
-        fixture("tiny/options.json"),
-        fixture("tiny/weights.hdf5"),
-        &device,
-    )
-    .expect("load");
+    let bilm = tiny_bilm(&device);
     let options = BiLmOptions::from_file(fixture("tiny/options.json")).expect("options");
     let dir = tempfile::tempdir().expect("tempdir");
     export_bilm(&bilm, &options, dir.path()).expect("export");

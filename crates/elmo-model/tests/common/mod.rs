@@ -88,3 +88,13 @@ pub fn tiny_sentences(batch: &str) -> Vec<Vec<String>> {
     .expect("json");
     serde_json::from_value(meta["batches"][batch].clone()).expect("batch")
 }
+
+/// The `fixtures/tiny` biLM (AllenNLP 2.10.1's seeded random model) on `device`.
+pub fn tiny_bilm(device: &Device) -> elmo_model::BiLm {
+    elmo_model::weights::load_bilm(
+        fixture("tiny/options.json"),
+        fixture("tiny/weights.hdf5"),
+        device,
+    )
+    .expect("tiny weights load")
+}
