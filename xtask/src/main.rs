@@ -2,7 +2,7 @@
 //!
 //! - `cargo xtask ci`: `cargo fmt --check`, `cargo clippy -D warnings`, `cargo test --workspace`.
 //! - `cargo xtask bench [embed] [-- ARGS]`: the benchmarks (tokens/s, peak RSS), built in the
-//!   dev profile, which optimises everything (see Cargo.toml) so that no second build is needed.
+//!   dev profile, which optimises everything (see Cargo.toml) so that no release-mode build is needed.
 
 use std::process::{Command, ExitCode};
 
