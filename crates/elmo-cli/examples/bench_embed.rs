@@ -82,7 +82,7 @@ fn sentences(n: usize, seed: u64, text: &str) -> Vec<Vec<String>> {
             (0..len)
                 .map(|_| match text {
                     "uniform" => word(next()),
-                    _ => {
+                    _zipf => {
                         // Inverse CDF of Zipf(1) by a short scan over the harmonic sum.
                         let u = (next() % 1_000_000) as f64 / 1_000_000.0 * harmonic;
                         let (mut acc, mut rank) = (0.0, 1usize);
@@ -180,6 +180,10 @@ fn main() {
     let batches: usize = get("--batches", "3").parse().expect("--batches N");
     let batch_size: usize = get("--batch-size", "64").parse().expect("--batch-size N");
     let text = get("--text", "zipf");
+    assert!(
+        matches!(text.as_str(), "zipf" | "uniform"),
+        "--text must be zipf or uniform, not {text}"
+    );
     if let Some(i) = args.iter().position(|a| a == "--child") {
         child(&args[i + 1], &args[i + 2], batches, batch_size, &text);
         return;

@@ -101,8 +101,7 @@ impl Embedder {
     /// Runs one batch and returns one embedding per sentence, in batch order.
     fn embed(&mut self, batch: &[&Sentence]) -> Result<Vec<Embedded>> {
         let tokens: Vec<&[String]> = batch.iter().map(|s| s.tokens.as_slice()).collect();
-        let ids =
-            CharIdBatch::from_sentences(&tokens.iter().map(|t| t.to_vec()).collect::<Vec<_>>());
+        let ids = CharIdBatch::from_sentences(&tokens);
         let out = self
             .bilm
             .forward_batch(&ids, &self.device, self.state.as_mut());

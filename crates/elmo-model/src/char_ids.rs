@@ -84,12 +84,16 @@ impl CharIdBatch {
     ///
     /// An empty sentence gives an all-zero row; an empty token `""` is a real token
     /// (`[BOW, EOW, PAD..]`).
-    pub fn from_sentences<S: AsRef<str>>(sentences: &[Vec<S>]) -> Self {
+    pub fn from_sentences<T: AsRef<[S]>, S: AsRef<str>>(sentences: &[T]) -> Self {
         let n_sentences = sentences.len();
-        let n_tokens = sentences.iter().map(Vec::len).max().unwrap_or(0);
+        let n_tokens = sentences
+            .iter()
+            .map(|s| s.as_ref().len())
+            .max()
+            .unwrap_or(0);
         let mut ids = vec![0u16; n_sentences * n_tokens * MAX_CHARS_PER_TOKEN];
         for (row, sentence) in sentences.iter().enumerate() {
-            for (t, token) in sentence.iter().enumerate() {
+            for (t, token) in sentence.as_ref().iter().enumerate() {
                 let start = (row * n_tokens + t) * MAX_CHARS_PER_TOKEN;
                 ids[start..start + MAX_CHARS_PER_TOKEN]
                     .copy_from_slice(&token_to_char_ids(token.as_ref()));
@@ -99,7 +103,7 @@ impl CharIdBatch {
             ids,
             n_sentences,
             n_tokens,
-            lengths: sentences.iter().map(Vec::len).collect(),
+            lengths: sentences.iter().map(|s| s.as_ref().len()).collect(),
         }
     }
 

@@ -151,8 +151,8 @@ impl LstmWithProjection {
                 .matmul(input_weight.clone())
                 .reshape([batch, len, gates_width])
         };
-        let mut chunk_start = usize::MAX;
-        let mut projected_inputs: Option<Tensor<3>> = None;
+        // The chunk of projected inputs in use and the step it starts at.
+        let mut projected: Option<(usize, Tensor<3>)> = None;
         let bias = self.bias.val().unsqueeze_dim::<2>(0);
         let state_weight = self.state_weight.val();
         let projection = self.projection.val();
@@ -161,16 +161,15 @@ impl LstmWithProjection {
         for step in 0..n_steps {
             let t = if go_forward { step } else { n_steps - 1 - step };
             let wanted = t - t % PROJECTION_CHUNK_STEPS;
-            if wanted != chunk_start {
-                chunk_start = wanted;
-                projected_inputs = Some(project(wanted));
-            }
-            let x_t = projected_inputs
-                .as_ref()
-                .expect("projected chunk")
+            let (chunk_start, chunk) = match projected.take() {
+                Some((start, chunk)) if start == wanted => (start, chunk),
+                _ => (wanted, project(wanted)),
+            };
+            let x_t = chunk
                 .clone()
                 .narrow(1, t - chunk_start, 1)
                 .reshape([batch, gates_width]);
+            projected = Some((chunk_start, chunk));
             let gates = x_t + (h.clone().matmul(state_weight.clone()) + bias.clone());
             let activated = sigmoid(gates.clone());
             let input_gate = activated.clone().narrow(1, 0, d_cell);
