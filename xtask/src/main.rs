@@ -1,7 +1,7 @@
 //! `cargo xtask`: project automation (std only).
 //!
 //! - `cargo xtask ci`: `cargo fmt --check`, `cargo clippy -D warnings`, `cargo test --workspace`.
-//! - `cargo xtask bench [embed] [-- ARGS]`: the benchmarks (tokens/s, peak RSS), built in the
+//! - `cargo xtask bench [embed|train] [-- ARGS]`: the benchmarks (tokens/s, peak RSS), built in the
 //!   dev profile, which optimises everything (see Cargo.toml) so that no release-mode build is needed.
 
 use std::process::{Command, ExitCode};
@@ -51,7 +51,15 @@ fn bench(args: &[String]) -> Result<(), String> {
             command.args(rest.iter().filter(|a| *a != "--"));
             run(command)
         }
-        other => Err(format!("unknown benchmark `{other}` (available: embed)")),
+        "train" => {
+            let mut command = cargo();
+            command.args(["run", "-p", "elmo-train", "--example", "bench_train", "--"]);
+            command.args(rest.iter().filter(|a| *a != "--"));
+            run(command)
+        }
+        other => Err(format!(
+            "unknown benchmark `{other}` (available: embed, train)"
+        )),
     }
 }
 
@@ -60,7 +68,7 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("ci") => ci(),
         Some("bench") => bench(&args[1..]),
-        _ => Err("usage: cargo xtask ci | cargo xtask bench [embed] [-- ARGS]".into()),
+        _ => Err("usage: cargo xtask ci | cargo xtask bench [embed|train] [-- ARGS]".into()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -9,46 +9,19 @@
 use std::process::Command;
 use std::time::Instant;
 
-use burn::tensor::{Device, DeviceKind};
-use elmo_model::options::{
-    BiLmOptions, CharCnnOptions, CharEmbeddingOptions, CnnActivation, LstmOptions,
-};
+use burn::tensor::Device;
+use elmo_model::options::BiLmOptions;
 use elmo_model::{BiLmConfig, CharIdBatch};
 
+#[path = "../../../xtask/bench_support.rs"]
+mod bench_support;
+use bench_support::{device, peak_rss_mib};
+
+/// The published shapes (`elmo train`'s presets).
 fn options(shape: &str) -> BiLmOptions {
-    let (dim, projection_dim, n_highway) = match shape {
-        "small" => (1024, 128, 1),
-        "medium" => (2048, 256, 1),
-        "original" => (4096, 512, 2),
-        "tiny" => (256, 64, 1),
-        other => panic!("unknown shape {other} (small, medium, original, tiny)"),
-    };
-    BiLmOptions {
-        lstm: LstmOptions {
-            dim,
-            projection_dim,
-            n_layers: 2,
-            cell_clip: Some(3.0),
-            proj_clip: Some(3.0),
-            use_skip_connections: true,
-        },
-        char_cnn: CharCnnOptions {
-            embedding: CharEmbeddingOptions { dim: 16 },
-            filters: vec![
-                [1, 32],
-                [2, 32],
-                [3, 64],
-                [4, 128],
-                [5, 256],
-                [6, 512],
-                [7, 1024],
-            ],
-            n_highway,
-            n_characters: 262,
-            max_characters_per_token: 50,
-            activation: CnnActivation::Relu,
-        },
-    }
+    elmo_train::TrainConfig::preset(shape)
+        .unwrap_or_else(|| panic!("unknown shape {shape} (tiny, small, medium, original)"))
+        .model
 }
 
 /// Deterministic sentences of 15-25 tokens. With `zipf`, words are drawn from a 20,000-type
@@ -99,25 +72,6 @@ fn sentences(n: usize, seed: u64, text: &str) -> Vec<Vec<String>> {
                 .collect()
         })
         .collect()
-}
-
-#[allow(deprecated)]
-fn device(backend: &str) -> Device {
-    match backend {
-        "flex" => Device::flex(),
-        "ndarray" => Device::ndarray(),
-        "wgpu" => Device::wgpu(DeviceKind::DefaultDevice),
-        other => panic!("unknown backend {other}"),
-    }
-}
-
-fn peak_rss_mib() -> f64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        .map_or(f64::NAN, |kb| kb / 1024.0)
 }
 
 fn child(shape: &str, backend: &str, batches: usize, batch_size: usize, text: &str) {

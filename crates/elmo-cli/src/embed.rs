@@ -8,7 +8,7 @@ use anyhow::{Context, Result, bail};
 use burn::tensor::{Device, Tensor};
 use clap::ValueEnum;
 use elmo_model::{BiLm, BiLmState, CharIdBatch};
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 
 use crate::backend::Backend;
 use crate::hdf5_output::Hdf5EmbeddingWriter;
@@ -187,17 +187,11 @@ fn batches<'a, 'b>(
 }
 
 fn progress_bar(total: u64, quiet: bool) -> ProgressBar {
-    if quiet {
-        return ProgressBar::hidden();
-    }
-    let bar = ProgressBar::new(total);
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} sentences ({per_sec}) {msg} ETA {eta}",
-        )
-        .expect("valid template"),
-    );
-    bar
+    crate::progress::bar(
+        total,
+        quiet,
+        "{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} sentences ({per_sec}) {msg} ETA {eta}",
+    )
 }
 
 /// Runs `elmo embed`.

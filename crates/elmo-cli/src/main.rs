@@ -1,10 +1,17 @@
-//! The `elmo` command line: ELMo embeddings from pretrained bilm-tf / AllenNLP weights.
+//! The `elmo` command line: ELMo embeddings from pretrained bilm-tf / AllenNLP weights, and
+//! training, evaluation and export of new biLMs.
 
 mod backend;
 mod embed;
+mod eval_cmd;
+mod export_cmd;
 mod hdf5_output;
 mod input;
 mod model_source;
+mod plot_cmd;
+mod progress;
+mod train_cmd;
+mod vocab_cmd;
 
 use clap::{Parser, Subcommand};
 
@@ -14,7 +21,11 @@ use clap::{Parser, Subcommand};
     name = "elmo",
     version,
     about,
-    after_help = "Example: elmo embed --options options.json --weights weights.hdf5 input.txt output.hdf5"
+    after_help = "Examples:\n  elmo embed --options options.json --weights weights.hdf5 input.txt output.hdf5\n  \
+                  elmo vocab --out vocab.txt train.txt\n  \
+                  elmo train --preset small --train train.txt --vocab vocab.txt --out runs/small\n  \
+                  elmo eval --model runs/small --data test.txt\n  \
+                  elmo export --model runs/small --out exported/"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -25,12 +36,27 @@ struct Cli {
 enum Command {
     /// Write ELMo vectors for every line of a text file (AllenNLP `elmo` command layout).
     Embed(embed::EmbedArgs),
+    /// Build the output vocabulary of a corpus (frequency-sorted, one token per line).
+    Vocab(vocab_cmd::VocabArgs),
+    /// Train (or fine-tune, or resume) a biLM on text.
+    Train(Box<train_cmd::TrainArgs>),
+    /// Full-softmax perplexity of a trained run on a text file, per direction.
+    Eval(eval_cmd::EvalArgs),
+    /// Write a trained run as bilm-tf / AllenNLP options.json + weights.hdf5.
+    Export(export_cmd::ExportArgs),
+    /// Draw the perplexity curves of a run (SVG).
+    Plot(plot_cmd::PlotArgs),
 }
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match &cli.command {
         Command::Embed(args) => embed::run(args),
+        Command::Vocab(args) => vocab_cmd::run(args),
+        Command::Train(args) => train_cmd::run(args),
+        Command::Eval(args) => eval_cmd::run(args),
+        Command::Export(args) => export_cmd::run(args),
+        Command::Plot(args) => plot_cmd::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

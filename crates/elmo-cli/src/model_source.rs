@@ -32,7 +32,8 @@ pub struct ModelArgs {
         conflicts_with = "model"
     )]
     pub weights: Option<PathBuf>,
-    /// A model directory holding `options.json` and `weights.hdf5` (as `elmo export` writes).
+    /// A model directory holding `options.json` and `weights.hdf5` (as `elmo export` writes), or
+    /// a training run directory (`elmo train --out`; its newest checkpoint is used).
     /// Without any of these flags the small embedded demo model is used.
     #[arg(long, value_name = "DIR")]
     pub model: Option<PathBuf>,
@@ -68,6 +69,14 @@ impl ModelArgs {
             (None, None, Some(dir)) => {
                 if !dir.is_dir() {
                     bail!("{}: not a model directory", dir.display());
+                }
+                if elmo_train::TrainedRun::is_run_directory(dir) {
+                    let run = elmo_train::TrainedRun::load(dir, device)?;
+                    return Ok(LoadedModel {
+                        bilm: run.model.bilm,
+                        options: run.config.model,
+                        description: format!("run {} at step {}", dir.display(), run.step),
+                    });
                 }
                 load_files(&dir.join("options.json"), &dir.join("weights.hdf5"), device)
                     .with_context(|| format!("loading model directory {}", dir.display()))

@@ -9,7 +9,7 @@ use burn::module::Module;
 use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
 
 use crate::bilm_state::{BiLmState, DirectionalState};
-use crate::char_cnn::{CharCnnEncoder, CharCnnEncoderConfig};
+use crate::char_cnn::{CharCnnEncoder, CharCnnEncoderConfig, char_extent};
 use crate::char_ids::{CharIdBatch, MAX_CHARS_PER_TOKEN};
 use crate::error::{ElmoError, Result};
 use crate::lstm_projection::{LstmWithProjection, LstmWithProjectionConfig};
@@ -174,26 +174,46 @@ impl BiLm {
         let n_positions = batch.n_sentences * batch.n_tokens;
         let mut first_seen: HashMap<&[u16], i64> = HashMap::new();
         let mut unique_ids: Vec<i64> = Vec::new();
+        let mut extents: Vec<usize> = Vec::new();
         let mut gather: Vec<i64> = Vec::with_capacity(n_positions);
         for token in batch.ids.chunks_exact(MAX_CHARS_PER_TOKEN) {
             let next = first_seen.len() as i64;
             let index = *first_seen.entry(token).or_insert_with(|| {
                 unique_ids.extend(token.iter().map(|&c| i64::from(c)));
+                extents.push(char_extent(token));
                 next
             });
             gather.push(index);
         }
         let n_unique = first_seen.len();
+        // Tokens sorted by extent (characters before the padding): a chunk of similar words only
+        // convolves the windows its longest word needs.
+        let mut order: Vec<usize> = (0..n_unique).collect();
+        order.sort_by_key(|&u| extents[u]);
+        let mut sorted_position = vec![0i64; n_unique];
+        for (position, &u) in order.iter().enumerate() {
+            sorted_position[u] = position as i64;
+        }
         // Chunks bound the memory of the convolutions whatever the batch size.
-        let pieces: Vec<Tensor<2>> = unique_ids
-            .chunks(ENCODER_CHUNK_TOKENS * MAX_CHARS_PER_TOKEN)
+        let pieces: Vec<Tensor<2>> = order
+            .chunks(ENCODER_CHUNK_TOKENS)
             .map(|chunk| {
-                let n = chunk.len() / MAX_CHARS_PER_TOKEN;
+                let n = chunk.len();
+                let mut ids = Vec::with_capacity(n * MAX_CHARS_PER_TOKEN);
+                for &u in chunk {
+                    ids.extend_from_slice(
+                        &unique_ids[u * MAX_CHARS_PER_TOKEN..(u + 1) * MAX_CHARS_PER_TOKEN],
+                    );
+                }
+                let extent = chunk.iter().map(|&u| extents[u]).max().unwrap_or(0);
                 let ids = Tensor::<3, Int>::from_data(
-                    TensorData::new(chunk.to_vec(), [n, 1, MAX_CHARS_PER_TOKEN]),
+                    TensorData::new(ids, [n, 1, MAX_CHARS_PER_TOKEN]),
                     device,
                 );
-                let encoded = self.token_encoder.forward(ids);
+                let encoded = self
+                    .token_encoder
+                    .forward_stages_with_extent(ids, extent)
+                    .token_embedding;
                 let d_output = encoded.dims()[2];
                 encoded.reshape([n, d_output])
             })
@@ -201,6 +221,10 @@ impl BiLm {
         let unique = Tensor::cat(pieces, 0);
         let d_output = unique.dims()[1];
         debug_assert_eq!(unique.dims()[0], n_unique);
+        let gather: Vec<i64> = gather
+            .iter()
+            .map(|&u| sorted_position[u as usize])
+            .collect();
         let gather = Tensor::<1, Int>::from_data(TensorData::new(gather, [n_positions]), device);
         unique
             .select(0, gather)

@@ -1,1 +1,29 @@
-//! elmo-train
+//! Training the ELMo biLM as bilm-tf does (Peters et al. 2018, §3.1): corpora and vocabulary,
+//! stateful batching, the joint forward + backward loss with a tied token encoder and softmax
+//! (full or sampled), Adagrad, atomic checkpoints with exact resume, evaluation and export.
+//!
+//! This crate picks no backend: the caller passes a `burn::tensor::Device`.
+
+pub mod batcher;
+pub mod checkpoint;
+pub mod config;
+pub mod corpus;
+pub mod error;
+pub mod evaluate;
+pub mod language_model;
+pub mod metrics;
+pub mod optimizer;
+pub mod plot;
+pub mod run;
+pub mod softmax;
+pub mod tokenizer;
+pub mod trainer;
+pub mod vocabulary;
+
+pub use config::TrainConfig;
+pub use error::{Result, TrainError};
+pub use evaluate::{Perplexity, evaluate};
+pub use language_model::{BiLanguageModel, BiLanguageModelConfig};
+pub use run::TrainedRun;
+pub use trainer::{TrainObserver, TrainOptions, TrainSummary, train};
+pub use vocabulary::Vocabulary;

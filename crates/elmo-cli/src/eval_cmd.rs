@@ -1,0 +1,63 @@
+//! `elmo eval`: full-softmax perplexity of a trained run on a text file, per direction.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Result, bail};
+use elmo_train::batcher::BatchShape;
+use elmo_train::{TrainedRun, evaluate};
+
+use crate::backend::Backend;
+
+/// Arguments of `elmo eval`.
+#[derive(Debug, clap::Args)]
+pub struct EvalArgs {
+    /// A training run directory (`elmo train --out`).
+    #[arg(long, value_name = "RUN_DIR")]
+    pub model: PathBuf,
+    /// Text to evaluate on (one sentence per line, tokenized like the training data).
+    #[arg(long, value_name = "FILE")]
+    pub data: PathBuf,
+    /// Rows per batch (default: the run's batch size).
+    #[arg(long, value_name = "N")]
+    pub batch_size: Option<usize>,
+    /// Compute backend.
+    #[arg(long, value_enum, default_value_t = Backend::Flex)]
+    pub backend: Backend,
+    /// No progress bar.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+/// Runs `elmo eval`.
+pub fn run(args: &EvalArgs) -> Result<()> {
+    if !args.data.is_file() {
+        bail!("{}: no such file", args.data.display());
+    }
+    let device = args.backend.device();
+    let run = TrainedRun::load(&args.model, &device)?;
+    let config = &run.config;
+    let shape = BatchShape {
+        n_rows: args.batch_size.unwrap_or(config.batch_size),
+        n_steps: config.unroll_steps,
+        stateful: config.stateful,
+        max_sentence_tokens: config.max_sentence_tokens,
+    };
+    let bar = crate::progress::bar(
+        0,
+        args.quiet,
+        "{spinner} [{elapsed_precise}] {pos} targets ({per_sec})",
+    );
+    let perplexity = evaluate(
+        &run.model,
+        vec![args.data.clone()],
+        config.tokenize,
+        Arc::new(run.vocab),
+        shape,
+        &device,
+        |n| bar.inc(n),
+    )?;
+    bar.finish_and_clear();
+    println!("{perplexity}");
+    Ok(())
+}

@@ -1,0 +1,279 @@
+//! `elmo train`: pretrain or fine-tune a biLM (bilm-tf's recipe), with checkpoints, `--resume`,
+//! a metrics log and perplexity curves.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use elmo_train::checkpoint::{Checkpoint, RunDirectory};
+use elmo_train::config::{OptimizerConfig, TrainConfig};
+use elmo_train::corpus::expand_patterns;
+use elmo_train::metrics::MetricsRecord;
+use elmo_train::trainer::StepReport;
+use elmo_train::{TrainObserver, TrainOptions, Vocabulary, train};
+use indicatif::ProgressBar;
+
+use crate::backend::Backend;
+
+/// Optimizers selectable on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OptimizerKind {
+    /// Adagrad with initial accumulator 1.0 (bilm-tf).
+    Adagrad,
+    /// Adam.
+    Adam,
+}
+
+/// Arguments of `elmo train`.
+#[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Example: elmo train --preset small --train 'data/train/*.txt' \
+    --vocab vocab.txt --out runs/small --valid data/valid.txt --steps 100000"
+)]
+pub struct TrainArgs {
+    /// tiny | small | medium | original, or a JSON config file (as saved in a run's config.json).
+    /// Optional with --resume (the run's config.json is used).
+    #[arg(long, value_name = "PRESET|CONFIG.json")]
+    pub preset: Option<String>,
+    /// Training files or glob patterns (one sentence per line).
+    #[arg(long, required = true, num_args = 1.., value_name = "FILE_OR_GLOB")]
+    pub train: Vec<String>,
+    /// The output vocabulary (`elmo vocab`).
+    #[arg(long, value_name = "VOCAB")]
+    pub vocab: PathBuf,
+    /// The run directory (config, vocabulary, checkpoints, metrics.jsonl, curves.svg).
+    #[arg(long, value_name = "RUN_DIR")]
+    pub out: PathBuf,
+    /// Validation file: full-softmax perplexity at every checkpoint.
+    #[arg(long, value_name = "FILE")]
+    pub valid: Option<PathBuf>,
+    /// Stop after N optimizer steps in total (steps before a resume count).
+    #[arg(long, default_value_t = 10_000, value_name = "N")]
+    pub steps: u64,
+    /// Write a checkpoint every N steps (and at the end).
+    #[arg(long, default_value_t = 1000, value_name = "N")]
+    pub checkpoint_every: u64,
+    /// Keep the newest K checkpoints.
+    #[arg(long, default_value_t = 3, value_name = "K")]
+    pub keep_checkpoints: usize,
+    /// Write a metrics line every N steps.
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    pub log_every: u64,
+    /// Seed of initialisation, data order, dropout and negative sampling.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Continue the run in --out from its newest checkpoint (same arguments as the first call).
+    #[arg(long)]
+    pub resume: bool,
+    /// Start from pretrained weights: OPTIONS_JSON WEIGHTS_HDF5 (the architecture comes from
+    /// them; the softmax is new).
+    #[arg(long, num_args = 2, value_names = ["OPTIONS_JSON", "WEIGHTS_HDF5"])]
+    pub init_from: Option<Vec<PathBuf>>,
+    /// Compute backend.
+    #[arg(long, value_enum, default_value_t = Backend::Flex)]
+    pub backend: Backend,
+    /// Split raw text with the built-in tokenizer.
+    #[arg(long)]
+    pub tokenize: bool,
+    /// Rows per batch (overrides the preset).
+    #[arg(long, value_name = "N")]
+    pub batch_size: Option<usize>,
+    /// Time steps per batch (overrides the preset).
+    #[arg(long, value_name = "N")]
+    pub unroll_steps: Option<usize>,
+    /// One sentence per row from a zero state, instead of bilm-tf's stateful packing.
+    #[arg(long)]
+    pub sentences: bool,
+    /// Dropout (overrides the preset).
+    #[arg(long)]
+    pub dropout: Option<f64>,
+    /// Negative samples of the sampled softmax (used when the vocabulary has more than twice
+    /// this many entries).
+    #[arg(long, value_name = "N")]
+    pub negatives: Option<usize>,
+    /// Optimizer (overrides the preset).
+    #[arg(long, value_enum)]
+    pub optimizer: Option<OptimizerKind>,
+    /// Learning rate (overrides the preset).
+    #[arg(long)]
+    pub lr: Option<f64>,
+    /// No progress bar.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+impl TrainArgs {
+    /// The effective configuration: preset or file, pretrained architecture, then the overrides.
+    fn config(&self) -> Result<TrainConfig> {
+        let run = RunDirectory::new(&self.out);
+        let mut config = match (&self.preset, self.resume) {
+            (Some(spec), _) => TrainConfig::from_preset_or_file(spec)?,
+            (None, true) => TrainConfig::from_file(run.config_file())
+                .context("--resume without --preset needs the run's config.json")?,
+            (None, false) => {
+                bail!("--preset is required (tiny, small, medium, original or a JSON config)")
+            }
+        };
+        if let Some(paths) = &self.init_from {
+            config.model = elmo_model::BiLmOptions::from_file(&paths[0])?;
+        }
+        if let Some(v) = self.batch_size {
+            config.batch_size = v;
+        }
+        if let Some(v) = self.unroll_steps {
+            config.unroll_steps = v;
+        }
+        if self.sentences {
+            config.stateful = false;
+        }
+        if let Some(v) = self.dropout {
+            config.dropout = v;
+        }
+        if let Some(v) = self.negatives {
+            config.negatives = v;
+        }
+        if self.tokenize {
+            config.tokenize = true;
+        }
+        let lr = self.lr.unwrap_or(config.optimizer.lr());
+        config.optimizer = match (self.optimizer, &config.optimizer) {
+            (Some(OptimizerKind::Adam), _) | (None, OptimizerConfig::Adam { .. }) => {
+                OptimizerConfig::Adam { lr }
+            }
+            (
+                Some(OptimizerKind::Adagrad),
+                OptimizerConfig::Adagrad {
+                    initial_accumulator,
+                    ..
+                },
+            )
+            | (
+                None,
+                OptimizerConfig::Adagrad {
+                    initial_accumulator,
+                    ..
+                },
+            ) => OptimizerConfig::Adagrad {
+                lr,
+                initial_accumulator: *initial_accumulator,
+            },
+            (Some(OptimizerKind::Adagrad), OptimizerConfig::Adam { .. }) => {
+                OptimizerConfig::Adagrad {
+                    lr,
+                    initial_accumulator: 1.0,
+                }
+            }
+        };
+        config.validate()?;
+        Ok(config)
+    }
+}
+
+/// Progress bar and log lines.
+struct Progress {
+    bar: ProgressBar,
+    last_valid: Option<f64>,
+}
+
+impl TrainObserver for Progress {
+    fn started(&mut self, first_step: u64, total: u64, n_parameters: usize) {
+        self.bar.set_length(total);
+        self.bar.set_position(first_step);
+        self.bar.reset_eta();
+        self.bar.println(format!(
+            "{:.2}M parameters; {} from step {first_step} to {total}",
+            n_parameters as f64 / 1e6,
+            if first_step > 0 {
+                "resuming"
+            } else {
+                "training"
+            }
+        ));
+    }
+
+    fn step(&mut self, report: &StepReport) {
+        self.bar.set_position(report.step);
+    }
+
+    fn record(&mut self, record: &MetricsRecord) {
+        match *record {
+            MetricsRecord::Train {
+                loss,
+                forward_perplexity,
+                backward_perplexity,
+                tokens_per_second,
+                ..
+            } => {
+                let valid = self
+                    .last_valid
+                    .map_or(String::new(), |v| format!(" valid ppl {v:.1}"));
+                self.bar.set_message(format!(
+                    "loss {loss:.3} ppl fwd {forward_perplexity:.1} bwd {backward_perplexity:.1}{valid} {tokens_per_second:.0} tok/s"
+                ));
+            }
+            MetricsRecord::Valid {
+                step,
+                forward_perplexity,
+                backward_perplexity,
+                perplexity,
+            } => {
+                self.last_valid = Some(perplexity);
+                self.bar.println(format!(
+                    "step {step}: valid perplexity forward {forward_perplexity:.2} backward {backward_perplexity:.2} average {perplexity:.2}"
+                ));
+            }
+        }
+    }
+
+    fn validating(&mut self) {
+        self.bar.set_message("validating…");
+    }
+
+    fn checkpoint(&mut self, checkpoint: &Checkpoint) {
+        self.bar
+            .println(format!("checkpoint {}", checkpoint.dir.display()));
+    }
+}
+
+/// Runs `elmo train`.
+pub fn run(args: &TrainArgs) -> Result<()> {
+    let config = args.config()?;
+    let vocab = Vocabulary::from_file(&args.vocab)?;
+    let train_files = expand_patterns(&args.train)?;
+    let options = TrainOptions {
+        run_dir: args.out.clone(),
+        train_files,
+        valid_file: args.valid.clone(),
+        steps: args.steps,
+        checkpoint_every: args.checkpoint_every,
+        keep_checkpoints: args.keep_checkpoints,
+        log_every: args.log_every,
+        seed: args.seed,
+        resume: args.resume,
+        init_from: args
+            .init_from
+            .as_ref()
+            .map(|paths| (paths[0].clone(), paths[1].clone())),
+    };
+    let device = args.backend.device();
+    let mut progress = Progress {
+        bar: crate::progress::bar(
+            args.steps,
+            args.quiet,
+            "{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} steps {msg} ETA {eta}",
+        ),
+        last_valid: None,
+    };
+    let summary = train(&config, vocab, &options, &device, &mut progress)?;
+    progress.bar.finish_and_clear();
+    let run = RunDirectory::new(&args.out);
+    let valid = summary
+        .valid
+        .map_or(String::new(), |p| format!("; validation {p}"));
+    eprintln!(
+        "trained {} steps{valid}; metrics in {}, curves in {}",
+        summary.steps,
+        run.metrics_file().display(),
+        run.curves_file().display()
+    );
+    Ok(())
+}

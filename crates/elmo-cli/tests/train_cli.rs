@@ -1,0 +1,237 @@
+//! End-to-end tests of the training commands (the real binary): `elmo vocab`, `elmo train`
+//! (with `--resume`), `elmo eval`'s output line, `elmo export` and `elmo embed --model` on both a
+//! run directory and its export, `elmo plot`, and clear errors.
+
+use std::path::Path;
+use std::process::Command;
+
+fn elmo(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_elmo"))
+        .args(args)
+        .output()
+        .expect("run elmo")
+}
+
+fn ok(args: &[&str]) -> String {
+    let out = elmo(args);
+    assert!(
+        out.status.success(),
+        "elmo {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn path(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+const CORPUS: &str = "The cat sat on the mat.\nA dog ran in the park!\n\nThe bird sang a song.\n";
+
+fn top_layer(file: &Path) -> Vec<f32> {
+    let file = hdf5_pure::File::open(file).expect("open hdf5");
+    file.dataset("0")
+        .expect("dataset 0")
+        .read_f32()
+        .expect("f32")
+}
+
+#[test]
+fn vocab_train_resume_eval_export_embed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let corpus = d.join("corpus.txt");
+    std::fs::write(&corpus, CORPUS).expect("write corpus");
+    let vocab = d.join("vocab.txt");
+    ok(&[
+        "vocab",
+        "--quiet",
+        "--tokenize",
+        "--out",
+        path(&vocab),
+        path(&corpus),
+    ]);
+    let tokens = std::fs::read_to_string(&vocab).expect("vocab");
+    let tokens: Vec<&str> = tokens.lines().collect();
+    assert_eq!(tokens[..4], ["<S>", "</S>", "<UNK>", "."]);
+    assert!(
+        tokens.contains(&"!"),
+        "tokenizer split the punctuation: {tokens:?}"
+    );
+
+    let run = d.join("run");
+    let train = |steps: &str, extra: &[&str]| {
+        let mut args = vec![
+            "train",
+            "--quiet",
+            "--preset",
+            "tiny",
+            "--tokenize",
+            "--train",
+            path(&corpus),
+            "--vocab",
+            path(&vocab),
+            "--out",
+            path(&run),
+            "--valid",
+            path(&corpus),
+            "--steps",
+            steps,
+            "--checkpoint-every",
+            "2",
+            "--seed",
+            "3",
+            "--backend",
+            "ndarray",
+        ];
+        args.extend_from_slice(extra);
+        elmo(&args)
+    };
+    assert!(train("2", &[]).status.success());
+    // A second fresh start is refused; --resume continues to step 4.
+    let refused = train("4", &[]);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--resume"));
+    let resumed = train("4", &["--resume"]);
+    assert!(
+        resumed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&resumed.stderr)
+    );
+    assert!(
+        run.join("checkpoints/step-000000004/trainer.json")
+            .is_file()
+    );
+    assert!(run.join("curves.svg").is_file());
+    let metrics = std::fs::read_to_string(run.join("metrics.jsonl")).expect("metrics");
+    assert_eq!(
+        metrics.lines().filter(|l| l.contains("\"valid\"")).count(),
+        2
+    );
+
+    let line = ok(&[
+        "eval",
+        "--quiet",
+        "--model",
+        path(&run),
+        "--data",
+        path(&corpus),
+    ]);
+    let words: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(
+        [words[0], words[1], words[3], words[4], words[6], words[7]],
+        [
+            "forward",
+            "perplexity",
+            "backward",
+            "perplexity",
+            "average",
+            "perplexity"
+        ],
+        "{line}"
+    );
+    for value in [words[2], words[5], words[8]] {
+        let v: f64 = value.parse().expect("a number");
+        assert!(v > 1.0 && v < 1000.0, "{line}");
+    }
+
+    let export = d.join("export");
+    ok(&["export", "--model", path(&run), "--out", path(&export)]);
+    assert!(export.join("options.json").is_file() && export.join("weights.hdf5").is_file());
+
+    // Fine-tuning from the export: the architecture comes from its options.json.
+    let tuned = d.join("tuned");
+    let options = export.join("options.json");
+    let weights = export.join("weights.hdf5");
+    ok(&[
+        "train",
+        "--quiet",
+        "--preset",
+        "small",
+        "--tokenize",
+        "--train",
+        path(&corpus),
+        "--vocab",
+        path(&vocab),
+        "--out",
+        path(&tuned),
+        "--steps",
+        "1",
+        "--init-from",
+        path(&options),
+        path(&weights),
+    ]);
+    let config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(tuned.join("config.json")).expect("config"))
+            .expect("json");
+    let exported: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&options).expect("options")).expect("json");
+    assert_eq!(config["model"], exported);
+
+    let text = d.join("text.txt");
+    std::fs::write(&text, "The cat sang .\nA park\n").expect("write text");
+    let from_run = d.join("run.hdf5");
+    let from_export = d.join("export.hdf5");
+    ok(&[
+        "embed",
+        "--quiet",
+        "--model",
+        path(&run),
+        path(&text),
+        path(&from_run),
+    ]);
+    ok(&[
+        "embed",
+        "--quiet",
+        "--model",
+        path(&export),
+        path(&text),
+        path(&from_export),
+    ]);
+    let (a, b) = (top_layer(&from_run), top_layer(&from_export));
+    assert_eq!(a.len(), b.len());
+    let diff = a
+        .iter()
+        .zip(&b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0f32, f32::max);
+    assert!(diff < 1e-5, "run and export embed differently: {diff}");
+
+    let svg = d.join("curves.svg");
+    ok(&["plot", "--model", path(&run), "--out", path(&svg)]);
+    assert!(std::fs::read_to_string(&svg).expect("svg").contains("<svg"));
+}
+
+#[test]
+fn training_errors_name_the_problem() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let bad = d.join("bad.txt");
+    std::fs::write(&bad, b"fine line\nbroken \xff line\n").expect("write");
+    let out = elmo(&[
+        "vocab",
+        "--quiet",
+        "--out",
+        path(&d.join("v.txt")),
+        path(&bad),
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("bad.txt:2") && err.contains("UTF-8"), "{err}");
+    assert!(!d.join("v.txt").exists());
+
+    let out = elmo(&[
+        "train",
+        "--preset",
+        "huge",
+        "--train",
+        path(&bad),
+        "--vocab",
+        path(&bad),
+        "--out",
+        path(&d.join("r")),
+    ]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("neither a preset"));
+    let out = elmo(&["eval", "--model", path(d), "--data", path(&bad)]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a training run directory"));
+}

@@ -1,0 +1,220 @@
+//! `cargo xtask bench train`: biLM training throughput (targets of both directions per second) and
+//! peak memory, per backend, on a synthetic Zipfian corpus; optionally against the PyTorch peer
+//! (`xtask/peer/bilm_train_pytorch.py`) of the same shape in the same run.
+//!
+//! Each backend runs in its own child process so that its peak RSS (`VmHWM`) is its own.
+//! Flags: `--preset small`, `--backends flex,ndarray[,wgpu]`, `--steps 3` (after one warm-up),
+//! `--batch-size 32`, `--unroll-steps 20`, `--vocab-size 50000`, `--negatives 8192`,
+//! `--peer PYTHON` (a Python with torch), `--threads N`.
+
+use std::io::Write;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Instant;
+
+use elmo_train::batcher::{BatchShape, Batcher};
+use elmo_train::language_model::CarriedState;
+use elmo_train::optimizer::build_optimizer;
+use elmo_train::run::model_for;
+use elmo_train::trainer::{StepSettings, optimizer_step};
+use elmo_train::{TrainConfig, Vocabulary};
+use rand::{Rng, SeedableRng};
+
+#[path = "../../../xtask/bench_support.rs"]
+mod bench_support;
+use bench_support::{device, peak_rss_mib};
+
+/// A Zipfian corpus over `w0 … w{V-4}` (sentences of 10-30 words).
+fn write_corpus(path: &std::path::Path, n_vocab: usize, n_sentences: usize) {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path).expect("corpus file"));
+    let n_words = n_vocab - 3;
+    for _ in 0..n_sentences {
+        let len = rng.random_range(10..30);
+        let words: Vec<String> = (0..len)
+            .map(|_| {
+                let u: f64 = rng.random();
+                let k = ((u * (n_words as f64 + 1.0).ln()).exp() as usize).saturating_sub(1);
+                format!("w{}", k.min(n_words - 1))
+            })
+            .collect();
+        writeln!(out, "{}", words.join(" ")).expect("write corpus");
+    }
+}
+
+struct Settings {
+    preset: String,
+    steps: usize,
+    batch_size: usize,
+    unroll_steps: usize,
+    vocab_size: usize,
+    negatives: usize,
+}
+
+fn child(backend: &str, s: &Settings) {
+    let base = device(backend);
+    let train_device = base.clone().autodiff();
+    let mut config = TrainConfig::preset(&s.preset).expect("preset");
+    config.batch_size = s.batch_size;
+    config.unroll_steps = s.unroll_steps;
+    config.negatives = s.negatives;
+    let vocab = Vocabulary::from_tokens((0..s.vocab_size - 3).map(|k| format!("w{k}")));
+    let dir = std::env::temp_dir().join(format!("elmo-bench-train-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let corpus = dir.join("corpus.txt");
+    write_corpus(&corpus, s.vocab_size, 20_000);
+    train_device.seed(0);
+    let mut model = model_for(&config, &vocab, &train_device);
+    let mut optimizer = build_optimizer(&config.optimizer);
+    let shape = BatchShape {
+        n_rows: config.batch_size,
+        n_steps: config.unroll_steps,
+        stateful: true,
+        max_sentence_tokens: config.max_sentence_tokens,
+    };
+    let mut batcher = Batcher::new(vec![corpus], false, Arc::new(vocab.clone()), shape, Some(1));
+    let mut state: Option<CarriedState> = None;
+    let mut targets = 0usize;
+    let mut start = Instant::now();
+    for step in 0..=s.steps {
+        if step == 1 {
+            // Step 0 is the warm-up (allocations, autotuning).
+            start = Instant::now();
+            targets = 0;
+        }
+        let batch = batcher.next_batch().expect("batch").expect("endless");
+        let (next, losses) = optimizer_step(
+            model,
+            &mut optimizer,
+            &batch,
+            &mut state,
+            StepSettings {
+                config: &config,
+                n_vocab: vocab.len(),
+                seed: 1,
+                step: step as u64,
+                device: &train_device,
+            },
+        );
+        model = next;
+        targets += (losses.n_forward + losses.n_backward) as usize;
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    let _ = std::fs::remove_dir_all(&dir);
+    println!(
+        "RESULT backend={backend} targets={targets} seconds={seconds:.3} tokens_per_s={:.1} peak_rss_mib={:.0} parameters={}",
+        targets as f64 / seconds,
+        peak_rss_mib(),
+        model.n_parameters()
+    );
+}
+
+fn field(line: &str, key: &str) -> String {
+    line.split_whitespace()
+        .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
+        .unwrap_or("?")
+        .to_string()
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let get = |flag: &str, default: &str| -> String {
+        args.iter()
+            .position(|a| a == flag)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+            .unwrap_or_else(|| default.to_string())
+    };
+    let number = |flag: &str, default: &str| -> usize {
+        get(flag, default)
+            .parse()
+            .unwrap_or_else(|_| panic!("{flag} takes a number"))
+    };
+    let settings = Settings {
+        preset: get("--preset", "small"),
+        steps: number("--steps", "3"),
+        batch_size: number("--batch-size", "32"),
+        unroll_steps: number("--unroll-steps", "20"),
+        vocab_size: number("--vocab-size", "50000"),
+        negatives: number("--negatives", "8192"),
+    };
+    if let Some(i) = args.iter().position(|a| a == "--child") {
+        child(&args[i + 1], &settings);
+        return;
+    }
+    let backends = get("--backends", "flex,ndarray");
+    let threads = get("--threads", "");
+    let peer = get("--peer", "");
+    let exe = std::env::current_exe().expect("own path");
+    let common = [
+        ("--preset", settings.preset.clone()),
+        ("--steps", settings.steps.to_string()),
+        ("--batch-size", settings.batch_size.to_string()),
+        ("--unroll-steps", settings.unroll_steps.to_string()),
+        ("--vocab-size", settings.vocab_size.to_string()),
+        ("--negatives", settings.negatives.to_string()),
+    ];
+    println!(
+        "preset {}, batch {} x {} steps, vocabulary {} ({} softmax, {} negatives), {} timed steps after one warm-up",
+        settings.preset,
+        settings.batch_size,
+        settings.unroll_steps,
+        settings.vocab_size,
+        if settings.vocab_size > 2 * settings.negatives {
+            "sampled"
+        } else {
+            "full"
+        },
+        settings.negatives,
+        settings.steps
+    );
+    println!("| implementation | targets/s | peak RSS (MiB) |");
+    println!("|---|---|---|");
+    let mut runs: Vec<(String, Command)> = backends
+        .split(',')
+        .map(|backend| {
+            let mut command = Command::new(&exe);
+            command.args(["--child", backend]);
+            for (flag, value) in &common {
+                command.args([flag, value.as_str()]);
+            }
+            (format!("elmo-rs {backend}"), command)
+        })
+        .collect();
+    if !peer.is_empty() {
+        let script = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../xtask/peer/bilm_train_pytorch.py"
+        );
+        let mut command = Command::new(&peer);
+        command.arg(script);
+        for (flag, value) in &common {
+            command.args([flag, value.as_str()]);
+        }
+        if !threads.is_empty() {
+            command.args(["--threads", &threads]);
+        }
+        runs.push(("PyTorch peer".into(), command));
+    }
+    for (name, mut command) in runs {
+        if !threads.is_empty() {
+            command.env("RAYON_NUM_THREADS", &threads);
+        }
+        let output = command.output().expect("run benchmark child");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        match stdout.lines().find(|l| l.starts_with("RESULT")) {
+            Some(line) => println!(
+                "| {name} | {} | {} |",
+                field(line, "tokens_per_s"),
+                field(line, "peak_rss_mib")
+            ),
+            None => println!(
+                "| {name} | failed: {} | |",
+                String::from_utf8_lossy(&output.stderr)
+                    .lines()
+                    .last()
+                    .unwrap_or("no output")
+            ),
+        }
+    }
+}

@@ -1,0 +1,699 @@
+//! Batches for the joint biLM loss, as bilm-tf builds them (`bilm/data.py`).
+//!
+//! - **Stateful (packed)**: `B` rows × `T` steps; each row is a stream of sentences
+//!   `<S> w1 … wn </S>` laid end to end, where position `t` predicts the token at `t + 1` and
+//!   `</S>` is never an input (the next sentence starts with its `<S>`). The LSTM state carries
+//!   from one batch to the next. The backward LM reads its own, independently shuffled stream of
+//!   reversed sentences `</S> wn … w1 <S>` the same way.
+//! - **Sentences**: one sentence per row (long ones cut into pieces that overlap by one token, so
+//!   every target is predicted once), from a zero state; the forward LM predicts the next token,
+//!   the backward LM (reading each row right to left) the previous one.
+//!
+//! Shards (files) and the sentences of a shard are shuffled per epoch from the seed, so a batcher
+//! is a pure function of its seed and position: [`BatcherState`] is all a checkpoint needs.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use rand::SeedableRng;
+use rand::seq::SliceRandom;
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+
+use crate::corpus::read_shard;
+use crate::error::{Result, TrainError};
+use crate::vocabulary::{BOS, EOS, Vocabulary};
+
+/// Mixes seed material into one 64-bit seed (splitmix64 steps).
+pub fn mix_seed(parts: &[u64]) -> u64 {
+    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    for &part in parts {
+        state ^= part;
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        state = z ^ (z >> 31);
+    }
+    state
+}
+
+/// Where a [`SentenceStream`] is: the next sentence is line `line` (in visiting order) of shard
+/// `shard` (in visiting order) of epoch `epoch`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StreamPosition {
+    /// Passes over the corpus completed.
+    pub epoch: u64,
+    /// Index into the epoch's shard order.
+    pub shard: usize,
+    /// Index into the shard's sentence order.
+    pub line: usize,
+}
+
+/// Sentences of a corpus with boundary tokens, shuffled (endless) or in order (one pass).
+pub struct SentenceStream {
+    files: Arc<Vec<PathBuf>>,
+    tokenize: bool,
+    reverse: bool,
+    /// `Some(seed)`: shuffle and loop forever; `None`: one pass in file order.
+    shuffle_seed: Option<u64>,
+    position: StreamPosition,
+    /// The shard in use: (epoch, shard index, sentences in visiting order).
+    loaded: Option<(u64, usize, Vec<Vec<String>>)>,
+}
+
+impl SentenceStream {
+    /// A stream over `files`; `reverse` gives `</S> wn … w1 <S>`.
+    pub fn new(
+        files: Arc<Vec<PathBuf>>,
+        tokenize: bool,
+        reverse: bool,
+        shuffle_seed: Option<u64>,
+    ) -> Self {
+        Self {
+            files,
+            tokenize,
+            reverse,
+            shuffle_seed,
+            position: StreamPosition::default(),
+            loaded: None,
+        }
+    }
+
+    /// The current position.
+    pub fn position(&self) -> &StreamPosition {
+        &self.position
+    }
+
+    /// Moves to a saved position (the shard is re-read on the next sentence).
+    pub fn seek(&mut self, position: StreamPosition) {
+        self.position = position;
+        self.loaded = None;
+    }
+
+    fn shard_order(&self, epoch: u64) -> Vec<usize> {
+        let mut order: Vec<usize> = (0..self.files.len()).collect();
+        if let Some(seed) = self.shuffle_seed {
+            order.shuffle(&mut ChaCha8Rng::seed_from_u64(mix_seed(&[seed, epoch])));
+        }
+        order
+    }
+
+    fn load(&mut self) -> Result<()> {
+        let StreamPosition { epoch, shard, .. } = self.position;
+        if matches!(&self.loaded, Some((e, s, _)) if *e == epoch && *s == shard) {
+            return Ok(());
+        }
+        let file = self.shard_order(epoch)[shard];
+        let mut sentences = read_shard(&self.files[file], self.tokenize)?;
+        if let Some(seed) = self.shuffle_seed {
+            let rng_seed = mix_seed(&[seed, epoch, file as u64 + 1]);
+            sentences.shuffle(&mut ChaCha8Rng::seed_from_u64(rng_seed));
+        }
+        self.loaded = Some((epoch, shard, sentences));
+        Ok(())
+    }
+
+    /// The next sentence with its boundary tokens, `None` at the end of a one-pass stream.
+    pub fn next_sentence(&mut self) -> Result<Option<Vec<String>>> {
+        let mut empty_shards = 0;
+        loop {
+            if self.shuffle_seed.is_none() && self.position.epoch > 0 {
+                return Ok(None);
+            }
+            if self.position.shard >= self.files.len() {
+                self.position = StreamPosition {
+                    epoch: self.position.epoch + 1,
+                    shard: 0,
+                    line: 0,
+                };
+                continue;
+            }
+            self.load()?;
+            let sentences = match &self.loaded {
+                Some((_, _, sentences)) => sentences,
+                None => unreachable!("load() fills the shard"),
+            };
+            if let Some(words) = sentences.get(self.position.line) {
+                self.position.line += 1;
+                let mut sentence = Vec::with_capacity(words.len() + 2);
+                let (first, last) = if self.reverse { (EOS, BOS) } else { (BOS, EOS) };
+                sentence.push(first.to_string());
+                if self.reverse {
+                    sentence.extend(words.iter().rev().cloned());
+                } else {
+                    sentence.extend(words.iter().cloned());
+                }
+                sentence.push(last.to_string());
+                return Ok(Some(sentence));
+            }
+            if self.position.line == 0 {
+                empty_shards += 1;
+                if empty_shards > self.files.len() {
+                    return Err(TrainError::Corpus(format!(
+                        "no sentence in {} (only blank lines)",
+                        self.files
+                            .iter()
+                            .map(|f| f.display().to_string())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )));
+                }
+            }
+            self.position.shard += 1;
+            self.position.line = 0;
+            self.loaded = None;
+        }
+    }
+}
+
+/// Rows of tokens (strings: the model reads characters).
+///
+/// # Shapes
+/// `B` rows of at most `n_steps` tokens; shorter rows are padding at the end.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenGrid {
+    /// The tokens of each row.
+    pub rows: Vec<Vec<String>>,
+    /// Width of the grid (`T`).
+    pub n_steps: usize,
+}
+
+/// Prediction targets of one direction, row-major over the grid.
+///
+/// # Shapes
+/// `ids`, `weights`: `[B * T]`; weight 1 for a real target, 0 for none (padding, `</S>` inputs).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Targets {
+    /// Vocabulary ids of the tokens to predict.
+    pub ids: Vec<u32>,
+    /// 1.0 where there is a target, else 0.0.
+    pub weights: Vec<f32>,
+}
+
+impl Targets {
+    /// Number of real targets.
+    pub fn count(&self) -> usize {
+        self.weights.iter().filter(|&&w| w > 0.0).count()
+    }
+}
+
+/// One batch of the joint loss.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LmBatch {
+    /// Stateful mode: the two directions read different streams, both left to right.
+    Packed {
+        /// Forward stream.
+        forward: TokenGrid,
+        /// Reversed stream.
+        backward: TokenGrid,
+        /// Next-token targets of the forward stream.
+        forward_targets: Targets,
+        /// Next-token targets of the reversed stream.
+        backward_targets: Targets,
+    },
+    /// Sentence mode: one grid, the backward LM reads each row right to left.
+    Sentences {
+        /// One sentence (piece) per row, with boundaries.
+        tokens: TokenGrid,
+        /// Real length of each row.
+        lengths: Vec<usize>,
+        /// Next-token targets.
+        forward_targets: Targets,
+        /// Previous-token targets.
+        backward_targets: Targets,
+    },
+}
+
+impl LmBatch {
+    /// Number of targets over both directions.
+    pub fn n_targets(&self) -> usize {
+        match self {
+            Self::Packed {
+                forward_targets,
+                backward_targets,
+                ..
+            }
+            | Self::Sentences {
+                forward_targets,
+                backward_targets,
+                ..
+            } => forward_targets.count() + backward_targets.count(),
+        }
+    }
+}
+
+/// bilm-tf's packing of one stream into `B × T` batches.
+pub struct PackedBatcher {
+    stream: SentenceStream,
+    vocab: Arc<Vocabulary>,
+    n_rows: usize,
+    n_steps: usize,
+    /// The unread rest of each row's current sentence.
+    rows: Vec<Vec<String>>,
+}
+
+impl PackedBatcher {
+    /// A batcher of `n_rows × n_steps` over `stream`.
+    pub fn new(
+        stream: SentenceStream,
+        vocab: Arc<Vocabulary>,
+        n_rows: usize,
+        n_steps: usize,
+    ) -> Self {
+        Self {
+            stream,
+            vocab,
+            n_rows,
+            n_steps,
+            rows: vec![Vec::new(); n_rows],
+        }
+    }
+
+    /// The next batch; `None` once a one-pass stream is used up. The last batch of a one-pass
+    /// stream is padded (weight 0) where the data ran out.
+    pub fn next_batch(&mut self) -> Result<Option<(TokenGrid, Targets)>> {
+        let cells = self.n_rows * self.n_steps;
+        let mut targets = Targets {
+            ids: vec![0; cells],
+            weights: vec![0.0; cells],
+        };
+        let mut grid = Vec::with_capacity(self.n_rows);
+        let mut exhausted = false;
+        for row in 0..self.n_rows {
+            let mut inputs: Vec<String> = Vec::with_capacity(self.n_steps);
+            while inputs.len() < self.n_steps && !exhausted {
+                if self.rows[row].len() <= 1 {
+                    match self.stream.next_sentence()? {
+                        Some(sentence) => self.rows[row] = sentence,
+                        None => {
+                            exhausted = true;
+                            break;
+                        }
+                    }
+                }
+                let current = &mut self.rows[row];
+                let how_many = (current.len() - 1).min(self.n_steps - inputs.len());
+                for (k, target) in current[1..=how_many].iter().enumerate() {
+                    let cell = row * self.n_steps + inputs.len() + k;
+                    targets.ids[cell] = self.vocab.id(target);
+                    targets.weights[cell] = 1.0;
+                }
+                inputs.extend(current.drain(..how_many));
+            }
+            grid.push(inputs);
+        }
+        if exhausted && targets.count() == 0 {
+            return Ok(None);
+        }
+        Ok(Some((
+            TokenGrid {
+                rows: grid,
+                n_steps: self.n_steps,
+            },
+            targets,
+        )))
+    }
+
+    /// What a checkpoint needs to continue exactly.
+    pub fn state(&self) -> PackedState {
+        PackedState {
+            position: self.stream.position().clone(),
+            rows: self.rows.clone(),
+        }
+    }
+
+    /// Continues from a saved state.
+    pub fn restore(&mut self, state: PackedState) -> Result<()> {
+        if state.rows.len() != self.n_rows {
+            return Err(TrainError::InvalidConfig(format!(
+                "the checkpoint has {} batch rows, the config {}",
+                state.rows.len(),
+                self.n_rows
+            )));
+        }
+        self.stream.seek(state.position);
+        self.rows = state.rows;
+        Ok(())
+    }
+}
+
+/// Saved state of a [`PackedBatcher`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PackedState {
+    /// Stream position.
+    pub position: StreamPosition,
+    /// Unread rest of each row's sentence.
+    pub rows: Vec<Vec<String>>,
+}
+
+/// One sentence per row.
+pub struct SentenceBatcher {
+    stream: SentenceStream,
+    vocab: Arc<Vocabulary>,
+    n_rows: usize,
+    max_tokens: usize,
+    /// Pieces of a long sentence not yet batched.
+    pending: Vec<Vec<String>>,
+}
+
+impl SentenceBatcher {
+    /// Batches of `n_rows` sentences of at most `max_tokens` tokens (boundaries included).
+    pub fn new(
+        stream: SentenceStream,
+        vocab: Arc<Vocabulary>,
+        n_rows: usize,
+        max_tokens: usize,
+    ) -> Self {
+        Self {
+            stream,
+            vocab,
+            n_rows,
+            max_tokens: max_tokens.max(2),
+            pending: Vec::new(),
+        }
+    }
+
+    fn next_piece(&mut self) -> Result<Option<Vec<String>>> {
+        if let Some(piece) = self.pending.pop() {
+            return Ok(Some(piece));
+        }
+        let Some(sentence) = self.stream.next_sentence()? else {
+            return Ok(None);
+        };
+        if sentence.len() <= self.max_tokens {
+            return Ok(Some(sentence));
+        }
+        // Pieces overlapping by one token: every target is predicted exactly once per direction.
+        let step = self.max_tokens - 1;
+        let mut pieces: Vec<Vec<String>> = (0..sentence.len() - 1)
+            .step_by(step)
+            .map(|start| sentence[start..(start + self.max_tokens).min(sentence.len())].to_vec())
+            .collect();
+        pieces.reverse();
+        let first = pieces.pop();
+        self.pending = pieces;
+        Ok(first)
+    }
+
+    /// The next batch; `None` at the end of a one-pass stream.
+    pub fn next_batch(&mut self) -> Result<Option<LmBatch>> {
+        let mut rows = Vec::with_capacity(self.n_rows);
+        while rows.len() < self.n_rows {
+            match self.next_piece()? {
+                Some(piece) => rows.push(piece),
+                None => break,
+            }
+        }
+        if rows.is_empty() {
+            return Ok(None);
+        }
+        let n_steps = rows.iter().map(Vec::len).max().unwrap_or(0);
+        let cells = rows.len() * n_steps;
+        let mut forward = Targets {
+            ids: vec![0; cells],
+            weights: vec![0.0; cells],
+        };
+        let mut backward = forward.clone();
+        for (r, row) in rows.iter().enumerate() {
+            for p in 0..row.len().saturating_sub(1) {
+                let cell = r * n_steps + p;
+                forward.ids[cell] = self.vocab.id(&row[p + 1]);
+                forward.weights[cell] = 1.0;
+                backward.ids[cell + 1] = self.vocab.id(&row[p]);
+                backward.weights[cell + 1] = 1.0;
+            }
+        }
+        let lengths = rows.iter().map(Vec::len).collect();
+        Ok(Some(LmBatch::Sentences {
+            tokens: TokenGrid { rows, n_steps },
+            lengths,
+            forward_targets: forward,
+            backward_targets: backward,
+        }))
+    }
+}
+
+/// Saved state of a [`Batcher`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "mode", rename_all = "lowercase")]
+pub enum BatcherState {
+    /// Stateful mode: both streams.
+    Packed {
+        /// Forward stream.
+        forward: PackedState,
+        /// Reversed stream.
+        backward: PackedState,
+    },
+    /// Sentence mode.
+    Sentences {
+        /// Stream position.
+        position: StreamPosition,
+        /// Pieces of a long sentence not yet batched.
+        pending: Vec<Vec<String>>,
+    },
+}
+
+/// The batches of a training run or an evaluation.
+pub enum Batcher {
+    /// Stateful mode.
+    Packed {
+        /// Forward stream.
+        forward: PackedBatcher,
+        /// Reversed stream.
+        backward: PackedBatcher,
+    },
+    /// Sentence mode.
+    Sentences(SentenceBatcher),
+}
+
+/// How to batch: grid size and mode.
+#[derive(Debug, Clone, Copy)]
+pub struct BatchShape {
+    /// Rows per batch.
+    pub n_rows: usize,
+    /// Steps per batch (stateful mode).
+    pub n_steps: usize,
+    /// Stateful (packed) or sentence mode.
+    pub stateful: bool,
+    /// Longest piece in sentence mode.
+    pub max_sentence_tokens: usize,
+}
+
+impl Batcher {
+    /// Batches over `files`: endless and shuffled with `Some(seed)`, one ordered pass with `None`.
+    pub fn new(
+        files: Vec<PathBuf>,
+        tokenize: bool,
+        vocab: Arc<Vocabulary>,
+        shape: BatchShape,
+        shuffle_seed: Option<u64>,
+    ) -> Self {
+        let files = Arc::new(files);
+        // The two directions shuffle independently, as bilm-tf's two LMDatasets do.
+        let seed_for = |direction: u64| shuffle_seed.map(|s| mix_seed(&[s, direction]));
+        if shape.stateful {
+            let stream = |reverse: bool| {
+                SentenceStream::new(
+                    files.clone(),
+                    tokenize,
+                    reverse,
+                    seed_for(u64::from(reverse)),
+                )
+            };
+            Self::Packed {
+                forward: PackedBatcher::new(
+                    stream(false),
+                    vocab.clone(),
+                    shape.n_rows,
+                    shape.n_steps,
+                ),
+                backward: PackedBatcher::new(stream(true), vocab, shape.n_rows, shape.n_steps),
+            }
+        } else {
+            Self::Sentences(SentenceBatcher::new(
+                SentenceStream::new(files, tokenize, false, seed_for(0)),
+                vocab,
+                shape.n_rows,
+                shape.max_sentence_tokens,
+            ))
+        }
+    }
+
+    /// The next batch, `None` when a one-pass batcher is done.
+    pub fn next_batch(&mut self) -> Result<Option<LmBatch>> {
+        match self {
+            Self::Packed { forward, backward } => {
+                let shape = (forward.n_rows, forward.n_steps);
+                let f = forward.next_batch()?;
+                let b = backward.next_batch()?;
+                if f.is_none() && b.is_none() {
+                    return Ok(None);
+                }
+                let (forward, forward_targets) = f.unwrap_or_else(|| empty_grid(shape));
+                let (backward, backward_targets) = b.unwrap_or_else(|| empty_grid(shape));
+                Ok(Some(LmBatch::Packed {
+                    forward,
+                    backward,
+                    forward_targets,
+                    backward_targets,
+                }))
+            }
+            Self::Sentences(batcher) => batcher.next_batch(),
+        }
+    }
+
+    /// What a checkpoint needs to continue exactly.
+    pub fn state(&self) -> BatcherState {
+        match self {
+            Self::Packed { forward, backward } => BatcherState::Packed {
+                forward: forward.state(),
+                backward: backward.state(),
+            },
+            Self::Sentences(b) => BatcherState::Sentences {
+                position: b.stream.position().clone(),
+                pending: b.pending.clone(),
+            },
+        }
+    }
+
+    /// Continues from a saved state (of a batcher with the same configuration).
+    pub fn restore(&mut self, state: BatcherState) -> Result<()> {
+        match (self, state) {
+            (
+                Self::Packed { forward, backward },
+                BatcherState::Packed {
+                    forward: f,
+                    backward: b,
+                },
+            ) => {
+                forward.restore(f)?;
+                backward.restore(b)
+            }
+            (Self::Sentences(batcher), BatcherState::Sentences { position, pending }) => {
+                batcher.stream.seek(position);
+                batcher.pending = pending;
+                Ok(())
+            }
+            _ => Err(TrainError::InvalidConfig(
+                "the checkpoint's batching mode (stateful or sentences) differs from the config's"
+                    .into(),
+            )),
+        }
+    }
+}
+
+/// An all-padding grid, for a direction that ran out before the other.
+fn empty_grid((n_rows, n_steps): (usize, usize)) -> (TokenGrid, Targets) {
+    (
+        TokenGrid {
+            rows: vec![Vec::new(); n_rows],
+            n_steps,
+        },
+        Targets {
+            ids: vec![0; n_rows * n_steps],
+            weights: vec![0.0; n_rows * n_steps],
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn corpus(dir: &std::path::Path, text: &str) -> Vec<PathBuf> {
+        let path = dir.join("c.txt");
+        std::fs::write(&path, text).unwrap();
+        vec![path]
+    }
+
+    fn vocab() -> Arc<Vocabulary> {
+        Arc::new(Vocabulary::from_tokens(
+            ["a", "b", "c", "d", "e"].map(String::from),
+        ))
+    }
+
+    #[test]
+    fn packing_follows_bilm_tf() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = Arc::new(corpus(dir.path(), "a b\nc d e\n"));
+        let stream = SentenceStream::new(files, false, false, None);
+        let mut batcher = PackedBatcher::new(stream, vocab(), 1, 4);
+        let (grid, targets) = batcher.next_batch().unwrap().unwrap();
+        // <S> a b </S> <S> c d e </S>: inputs skip </S>, targets skip <S>.
+        assert_eq!(grid.rows, vec![vec!["<S>", "a", "b", "<S>"]]);
+        assert_eq!(targets.ids, vec![3, 4, 1, 5]);
+        let (grid, targets) = batcher.next_batch().unwrap().unwrap();
+        assert_eq!(grid.rows, vec![vec!["c", "d", "e"]]);
+        assert_eq!(targets.ids[..3], [6, 7, 1]);
+        assert_eq!(targets.weights, vec![1.0, 1.0, 1.0, 0.0]);
+        assert!(batcher.next_batch().unwrap().is_none());
+    }
+
+    #[test]
+    fn reversed_stream_and_sentence_mode() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = Arc::new(corpus(dir.path(), "a b c\n"));
+        let mut stream = SentenceStream::new(files.clone(), false, true, None);
+        assert_eq!(
+            stream.next_sentence().unwrap().unwrap(),
+            vec!["</S>", "c", "b", "a", "<S>"]
+        );
+        let stream = SentenceStream::new(files, false, false, None);
+        let mut batcher = SentenceBatcher::new(stream, vocab(), 2, 3);
+        // <S> a b c </S> cut into [<S> a b], [b c </S>].
+        let Some(LmBatch::Sentences {
+            tokens,
+            forward_targets,
+            backward_targets,
+            ..
+        }) = batcher.next_batch().unwrap()
+        else {
+            panic!("expected a sentence batch")
+        };
+        assert_eq!(
+            tokens.rows,
+            vec![vec!["<S>", "a", "b"], vec!["b", "c", "</S>"]]
+        );
+        let real = |t: &Targets| -> Vec<u32> {
+            t.ids
+                .iter()
+                .zip(&t.weights)
+                .filter(|(_, w)| **w > 0.0)
+                .map(|(i, _)| *i)
+                .collect()
+        };
+        assert_eq!(real(&forward_targets), vec![3, 4, 5, 1]);
+        assert_eq!(real(&backward_targets), vec![0, 3, 4, 5]);
+    }
+
+    #[test]
+    fn shuffled_stream_is_reproducible_and_restorable() {
+        let dir = tempfile::tempdir().unwrap();
+        let text: String = (0..50).map(|i| format!("w{i} x{i}\n")).collect();
+        let files = corpus(dir.path(), &text);
+        let shape = BatchShape {
+            n_rows: 3,
+            n_steps: 4,
+            stateful: true,
+            max_sentence_tokens: 10,
+        };
+        let make = || Batcher::new(files.clone(), false, vocab(), shape, Some(7));
+        let mut a = make();
+        let first: Vec<LmBatch> = (0..5).map(|_| a.next_batch().unwrap().unwrap()).collect();
+        let state = a.state();
+        let after: Vec<LmBatch> = (0..40).map(|_| a.next_batch().unwrap().unwrap()).collect();
+        let mut b = make();
+        let again: Vec<LmBatch> = (0..5).map(|_| b.next_batch().unwrap().unwrap()).collect();
+        assert_eq!(first, again);
+        let mut c = make();
+        c.restore(state).unwrap();
+        let resumed: Vec<LmBatch> = (0..40).map(|_| c.next_batch().unwrap().unwrap()).collect();
+        assert_eq!(after, resumed);
+        // Shuffled: not the file order.
+        let LmBatch::Packed { forward, .. } = &first[0] else {
+            panic!()
+        };
+        assert_ne!(forward.rows[0][..2], ["<S>".to_string(), "w0".to_string()]);
+    }
+}

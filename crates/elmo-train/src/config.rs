@@ -1,0 +1,327 @@
+//! The training configuration (serde JSON, saved as `config.json` in every run directory) and the
+//! presets matching the published ELMo shapes.
+
+use std::path::Path;
+
+use elmo_model::options::{
+    BiLmOptions, CharCnnOptions, CharEmbeddingOptions, CnnActivation, LstmOptions,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Result, TrainError, io_error};
+
+/// Everything that defines a training run except the data paths.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrainConfig {
+    /// The biLM architecture, in bilm-tf's `options.json` layout (what `elmo export` writes).
+    pub model: BiLmOptions,
+    /// Rows per batch (`B`).
+    #[serde(default = "defaults::batch_size")]
+    pub batch_size: usize,
+    /// Time steps per batch in the stateful mode (`T`, bilm-tf's `unroll_steps`).
+    #[serde(default = "defaults::unroll_steps")]
+    pub unroll_steps: usize,
+    /// bilm-tf's stateful batching (sentences packed end to end, LSTM state carried from batch to
+    /// batch, the backward LM on its own reversed stream). `false`: one sentence per row, every
+    /// batch from a zero state.
+    #[serde(default = "defaults::yes")]
+    pub stateful: bool,
+    /// In the sentence mode, longer sentences are cut into pieces of this many tokens.
+    #[serde(default = "defaults::max_sentence_tokens")]
+    pub max_sentence_tokens: usize,
+    /// Dropout on every LSTM input and on the top output (bilm-tf: 0.1).
+    #[serde(default = "defaults::dropout")]
+    pub dropout: f64,
+    /// Negative samples of the sampled softmax; the full softmax is used when the vocabulary has
+    /// no more than twice this many entries. Evaluation always uses the full softmax.
+    #[serde(default = "defaults::negatives")]
+    pub negatives: usize,
+    /// The optimizer.
+    #[serde(default)]
+    pub optimizer: OptimizerConfig,
+    /// Global gradient-norm clipping (none when absent).
+    #[serde(default = "defaults::clip_norm")]
+    pub clip_norm: Option<f64>,
+    /// Learning-rate schedule.
+    #[serde(default)]
+    pub lr_schedule: LrSchedule,
+    /// Split raw text with the built-in tokenizer (otherwise split on whitespace).
+    #[serde(default)]
+    pub tokenize: bool,
+}
+
+/// Which optimizer, with its settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum OptimizerConfig {
+    /// Adagrad as in bilm-tf (TensorFlow's: accumulator starts at `initial_accumulator`, no epsilon).
+    Adagrad {
+        /// Learning rate.
+        lr: f64,
+        /// Initial value of the squared-gradient accumulator.
+        initial_accumulator: f64,
+    },
+    /// Adam.
+    Adam {
+        /// Learning rate.
+        lr: f64,
+    },
+}
+
+impl Default for OptimizerConfig {
+    fn default() -> Self {
+        Self::Adagrad {
+            lr: 0.2,
+            initial_accumulator: 1.0,
+        }
+    }
+}
+
+impl OptimizerConfig {
+    /// The base learning rate.
+    pub fn lr(&self) -> f64 {
+        match self {
+            Self::Adagrad { lr, .. } | Self::Adam { lr } => *lr,
+        }
+    }
+}
+
+/// Learning-rate schedule, a factor on the optimizer's rate.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum LrSchedule {
+    /// The same rate throughout (bilm-tf).
+    #[default]
+    Constant,
+    /// Linear warm-up over `warmup_steps`, then linear decay to zero at `total_steps`.
+    Linear {
+        /// Steps of warm-up from 0.
+        warmup_steps: u64,
+        /// Step at which the rate reaches zero.
+        total_steps: u64,
+    },
+}
+
+impl LrSchedule {
+    /// The factor at (0-based) step `step`.
+    pub fn factor(&self, step: u64) -> f64 {
+        match *self {
+            Self::Constant => 1.0,
+            Self::Linear {
+                warmup_steps,
+                total_steps,
+            } => {
+                let s = step as f64 + 1.0;
+                if s <= warmup_steps as f64 {
+                    s / warmup_steps as f64
+                } else {
+                    let span = total_steps.saturating_sub(warmup_steps).max(1) as f64;
+                    (1.0 - (s - warmup_steps as f64) / span).max(0.0)
+                }
+            }
+        }
+    }
+}
+
+mod defaults {
+    pub fn batch_size() -> usize {
+        128
+    }
+    pub fn unroll_steps() -> usize {
+        20
+    }
+    pub fn yes() -> bool {
+        true
+    }
+    pub fn max_sentence_tokens() -> usize {
+        200
+    }
+    pub fn dropout() -> f64 {
+        0.1
+    }
+    pub fn negatives() -> usize {
+        8192
+    }
+    pub fn clip_norm() -> Option<f64> {
+        Some(10.0)
+    }
+}
+
+/// The published ELMo character CNN: 2048 filters of widths 1 to 7.
+const ELMO_FILTERS: [[usize; 2]; 7] = [
+    [1, 32],
+    [2, 32],
+    [3, 64],
+    [4, 128],
+    [5, 256],
+    [6, 512],
+    [7, 1024],
+];
+
+fn options(
+    d_char: usize,
+    filters: &[[usize; 2]],
+    n_highway: usize,
+    d_cell: usize,
+    d_projection: usize,
+) -> BiLmOptions {
+    BiLmOptions {
+        lstm: LstmOptions {
+            dim: d_cell,
+            projection_dim: d_projection,
+            n_layers: 2,
+            cell_clip: Some(3.0),
+            proj_clip: Some(3.0),
+            use_skip_connections: true,
+        },
+        char_cnn: CharCnnOptions {
+            embedding: CharEmbeddingOptions { dim: d_char },
+            filters: filters.to_vec(),
+            n_highway,
+            n_characters: elmo_model::char_ids::N_CHARACTERS,
+            max_characters_per_token: elmo_model::char_ids::MAX_CHARS_PER_TOKEN,
+            activation: CnnActivation::Relu,
+        },
+    }
+}
+
+/// Names accepted by [`TrainConfig::preset`].
+pub const PRESETS: [&str; 4] = ["tiny", "small", "medium", "original"];
+
+impl TrainConfig {
+    /// A configuration with every training setting at its default.
+    pub fn with_model(model: BiLmOptions) -> Self {
+        Self {
+            model,
+            batch_size: defaults::batch_size(),
+            unroll_steps: defaults::unroll_steps(),
+            stateful: true,
+            max_sentence_tokens: defaults::max_sentence_tokens(),
+            dropout: defaults::dropout(),
+            negatives: defaults::negatives(),
+            optimizer: OptimizerConfig::default(),
+            clip_norm: defaults::clip_norm(),
+            lr_schedule: LrSchedule::Constant,
+            tokenize: false,
+        }
+    }
+
+    /// The presets: `small` (LSTM 1024 → 128), `medium` (2048 → 256) and `original`
+    /// (4096 → 512, 2 highway layers) are the published ELMo shapes; `tiny` is for tests and
+    /// smoke runs.
+    pub fn preset(name: &str) -> Option<Self> {
+        let model = match name {
+            "tiny" => options(8, &[[1, 16], [2, 16], [3, 32]], 1, 64, 32),
+            "small" => options(16, &ELMO_FILTERS, 1, 1024, 128),
+            "medium" => options(16, &ELMO_FILTERS, 1, 2048, 256),
+            "original" => options(16, &ELMO_FILTERS, 2, 4096, 512),
+            _ => return None,
+        };
+        let mut config = Self::with_model(model);
+        if name == "tiny" {
+            config.batch_size = 16;
+            config.unroll_steps = 10;
+        }
+        Some(config)
+    }
+
+    /// A preset name or the path of a JSON config.
+    pub fn from_preset_or_file(spec: &str) -> Result<Self> {
+        match Self::preset(spec) {
+            Some(config) => Ok(config),
+            None if Path::new(spec).is_file() => Self::from_file(spec),
+            None => Err(TrainError::InvalidConfig(format!(
+                "`{spec}` is neither a preset ({}) nor a config file",
+                PRESETS.join(", ")
+            ))),
+        }
+    }
+
+    /// Reads and validates a JSON config.
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(io_error(path))?;
+        let config: Self = serde_json::from_str(&text).map_err(|source| TrainError::Json {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Writes the config as pretty JSON (atomically).
+    pub fn to_file(&self, path: impl AsRef<Path>) -> Result<()> {
+        let path = path.as_ref();
+        let text = serde_json::to_string_pretty(self).map_err(|source| TrainError::Json {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        crate::checkpoint::write_atomic(path, text.as_bytes())
+    }
+
+    /// Checks the values.
+    pub fn validate(&self) -> Result<()> {
+        self.model.validate()?;
+        let bad = |m: &str| Err(TrainError::InvalidConfig(m.to_string()));
+        if self.batch_size == 0 || self.unroll_steps == 0 || self.max_sentence_tokens < 2 {
+            return bad("batch_size and unroll_steps must be positive, max_sentence_tokens >= 2");
+        }
+        if !(0.0..1.0).contains(&self.dropout) {
+            return bad("dropout must be in [0, 1)");
+        }
+        if self.optimizer.lr() <= 0.0 || !self.optimizer.lr().is_finite() {
+            return bad("the learning rate must be positive");
+        }
+        if let OptimizerConfig::Adagrad {
+            initial_accumulator,
+            ..
+        } = self.optimizer
+            && initial_accumulator <= 0.0
+        {
+            return bad("adagrad's initial_accumulator must be positive");
+        }
+        if self.clip_norm.is_some_and(|c| c <= 0.0) {
+            return bad("clip_norm must be positive");
+        }
+        if self.negatives == 0 {
+            return bad("negatives must be positive");
+        }
+        Ok(())
+    }
+
+    /// Whether a vocabulary of `n_vocab` entries is trained with the sampled softmax.
+    pub fn uses_sampled_softmax(&self, n_vocab: usize) -> bool {
+        n_vocab > 2 * self.negatives
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn presets_validate_and_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in PRESETS {
+            let config = TrainConfig::preset(name).unwrap();
+            config.validate().unwrap();
+            let path = dir.path().join(format!("{name}.json"));
+            config.to_file(&path).unwrap();
+            assert_eq!(TrainConfig::from_file(&path).unwrap(), config);
+        }
+        assert_eq!(TrainConfig::preset("small").unwrap().model.lstm.dim, 1024);
+        assert!(TrainConfig::from_preset_or_file("huge").is_err());
+    }
+
+    #[test]
+    fn linear_schedule() {
+        let s = LrSchedule::Linear {
+            warmup_steps: 10,
+            total_steps: 110,
+        };
+        assert!((s.factor(0) - 0.1).abs() < 1e-12);
+        assert!((s.factor(9) - 1.0).abs() < 1e-12);
+        assert!((s.factor(59) - 0.5).abs() < 1e-12);
+        assert_eq!(s.factor(500), 0.0);
+    }
+}

@@ -1,0 +1,121 @@
+//! Text corpora: files or glob patterns, one sentence per line, read one shard (file) at a time.
+//!
+//! Lines are pre-tokenized (split on whitespace, 1B Word Benchmark style) or raw text split by
+//! [`crate::tokenizer`]. Blank lines are skipped. Invalid UTF-8 is an error naming file and line.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+
+use crate::error::{Result, TrainError, io_error};
+
+/// Expands files and glob patterns (each must match at least one file), sorted, deduplicated.
+pub fn expand_patterns<S: AsRef<str>>(patterns: &[S]) -> Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    for pattern in patterns {
+        let pattern = pattern.as_ref();
+        if Path::new(pattern).is_file() {
+            files.push(PathBuf::from(pattern));
+            continue;
+        }
+        let mut matched: Vec<PathBuf> = glob::glob(pattern)
+            .map_err(|source| TrainError::Pattern {
+                pattern: pattern.to_string(),
+                source,
+            })?
+            .filter_map(std::result::Result::ok)
+            .filter(|p| p.is_file())
+            .collect();
+        if matched.is_empty() {
+            return Err(TrainError::Corpus(format!("`{pattern}` matches no file")));
+        }
+        matched.sort();
+        files.extend(matched);
+    }
+    files.dedup();
+    Ok(files)
+}
+
+/// Calls `f(line_number, line)` for every non-blank line of `path` (1-based numbers, `\r\n`
+/// accepted), streaming the file.
+pub fn read_lines(path: &Path, mut f: impl FnMut(usize, &str) -> Result<()>) -> Result<()> {
+    let file = std::fs::File::open(path).map_err(io_error(path))?;
+    let mut reader = BufReader::with_capacity(1 << 20, file);
+    let mut buffer = Vec::new();
+    let mut number = 0;
+    loop {
+        buffer.clear();
+        let n = reader
+            .read_until(b'\n', &mut buffer)
+            .map_err(io_error(path))?;
+        if n == 0 {
+            return Ok(());
+        }
+        number += 1;
+        let text = std::str::from_utf8(&buffer).map_err(|source| TrainError::InvalidUtf8 {
+            path: path.to_path_buf(),
+            line: number,
+            source,
+        })?;
+        let text = text.trim_end_matches(['\n', '\r']);
+        if !text.trim().is_empty() {
+            f(number, text)?;
+        }
+    }
+}
+
+/// The tokens of one line.
+pub fn split_line(line: &str, tokenize: bool) -> Vec<String> {
+    if tokenize {
+        crate::tokenizer::tokenize(line)
+    } else {
+        line.split_whitespace().map(String::from).collect()
+    }
+}
+
+/// All sentences of one shard, in file order.
+pub fn read_shard(path: &Path, tokenize: bool) -> Result<Vec<Vec<String>>> {
+    let mut sentences = Vec::new();
+    read_lines(path, |_, line| {
+        let tokens = split_line(line, tokenize);
+        if !tokens.is_empty() {
+            sentences.push(tokens);
+        }
+        Ok(())
+    })?;
+    Ok(sentences)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shards_patterns_and_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("a.txt");
+        std::fs::write(&a, "the cat sat\r\n\n   \nDon't go.\n").unwrap();
+        assert_eq!(
+            read_shard(&a, false).unwrap(),
+            vec![vec!["the", "cat", "sat"], vec!["Don't", "go."]]
+        );
+        assert_eq!(
+            read_shard(&a, true).unwrap()[1],
+            vec!["Do", "n't", "go", "."]
+        );
+
+        let b = dir.path().join("b.txt");
+        std::fs::write(&b, b"fine\nbad \xc3 byte\n").unwrap();
+        let err = read_shard(&b, false).unwrap_err().to_string();
+        assert!(err.contains("b.txt:2:") && err.contains("UTF-8"), "{err}");
+
+        let pattern = format!("{}/*.txt", dir.path().display());
+        assert_eq!(expand_patterns(&[pattern]).unwrap(), vec![a.clone(), b]);
+        let none = format!("{}/*.md", dir.path().display());
+        assert!(
+            expand_patterns(&[none])
+                .unwrap_err()
+                .to_string()
+                .contains("matches no file")
+        );
+    }
+}

@@ -1,0 +1,401 @@
+//! The bidirectional language model trained by bilm-tf (Peters et al. 2018, §3.1; bilm-tf
+//! `bilm/training.py`): ONE char-CNN token encoder and ONE softmax, each a single module called
+//! by both directions, and separate forward and backward LSTM stacks. The loss is the mean of the
+//! forward and backward negative log-likelihoods.
+
+use burn::module::{Module, Param};
+use burn::tensor::{Device, Int, Tensor, TensorData};
+use elmo_model::bilm::BiLmConfig;
+use elmo_model::options::BiLmOptions;
+use elmo_model::{BiLm, CharIdBatch, LstmState, LstmWithProjection};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::batcher::{LmBatch, Targets, TokenGrid};
+use crate::softmax::{SampledCandidates, Softmax, SoftmaxConfig};
+
+/// Configuration of a [`BiLanguageModel`].
+#[derive(Debug, Clone)]
+pub struct BiLanguageModelConfig {
+    /// The biLM architecture.
+    pub options: BiLmOptions,
+    /// Softmax size.
+    pub n_vocab: usize,
+    /// Dropout on every LSTM input and on the top output.
+    pub dropout: f64,
+}
+
+impl BiLanguageModelConfig {
+    /// A model with bilm-tf's initialisation (highway carry bias −2, forget bias 1,
+    /// softmax N(0, 1/√P)).
+    pub fn init(&self, device: &Device) -> BiLanguageModel {
+        let mut bilm = BiLmConfig {
+            options: self.options.clone(),
+        }
+        .init(device);
+        let n_filters = self.options.n_filters();
+        for highway in &mut bilm.token_encoder.highways {
+            highway.carry.bias = Some(Param::from_tensor(Tensor::full([n_filters], -2.0, device)));
+        }
+        self.with_bilm(bilm, device)
+    }
+
+    /// A model around an existing biLM (fine-tuning) with a new softmax.
+    pub fn with_bilm(&self, bilm: BiLm, device: &Device) -> BiLanguageModel {
+        BiLanguageModel {
+            bilm,
+            softmax: SoftmaxConfig {
+                n_vocab: self.n_vocab,
+                d_input: self.options.lstm.projection_dim,
+            }
+            .init(device),
+            dropout: self.dropout,
+        }
+    }
+}
+
+/// The biLM with its tied softmax.
+#[derive(Module, Debug)]
+pub struct BiLanguageModel {
+    /// Token encoder (shared by both directions) and the two LSTM stacks.
+    pub bilm: BiLm,
+    /// Output softmax (shared by both directions).
+    pub softmax: Softmax,
+    /// Dropout probability on LSTM inputs and the top output (applied only when a dropout seed
+    /// is given to [`loss`](Self::loss)).
+    pub dropout: f64,
+}
+
+/// Inverted dropout with masks from a seeded host RNG: unlike the backend's global RNG, the masks
+/// depend only on the seed, whatever else runs in the process (exact resume, reproducible runs).
+struct DropoutMasks {
+    keep: f64,
+    rng: Option<ChaCha8Rng>,
+}
+
+impl DropoutMasks {
+    fn new(probability: f64, seed: Option<u64>) -> Self {
+        Self {
+            keep: 1.0 - probability,
+            rng: seed
+                .filter(|_| probability > 0.0)
+                .map(ChaCha8Rng::seed_from_u64),
+        }
+    }
+
+    fn apply(&mut self, x: Tensor<3>) -> Tensor<3> {
+        let Some(rng) = self.rng.as_mut() else {
+            return x;
+        };
+        let dims = x.dims();
+        let scale = (1.0 / self.keep) as f32;
+        let keep = self.keep as f32;
+        let values: Vec<f32> = (0..dims.iter().product::<usize>())
+            .map(|_| {
+                if rng.random::<f32>() < keep {
+                    scale
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        let mask = Tensor::<3>::from_data(TensorData::new(values, dims), &x.device());
+        x * mask
+    }
+}
+
+/// LSTM state carried between batches in the stateful mode, per layer.
+#[derive(Debug, Clone)]
+pub struct CarriedState {
+    /// Forward stack.
+    pub forward: Vec<LstmState>,
+    /// Backward stack.
+    pub backward: Vec<LstmState>,
+}
+
+impl CarriedState {
+    /// Cuts the gradient at the batch boundary.
+    pub fn detach(self) -> Self {
+        let detach = |states: Vec<LstmState>| {
+            states
+                .into_iter()
+                .map(|s| LstmState {
+                    hidden: s.hidden.detach(),
+                    memory: s.memory.detach(),
+                })
+                .collect()
+        };
+        Self {
+            forward: detach(self.forward),
+            backward: detach(self.backward),
+        }
+    }
+
+    /// Moves the state to another device (e.g. between the training and evaluation devices).
+    pub fn to_device(self, device: &Device) -> Self {
+        let move_all = |states: Vec<LstmState>| {
+            states
+                .into_iter()
+                .map(|s| LstmState {
+                    hidden: s.hidden.to_device(device),
+                    memory: s.memory.to_device(device),
+                })
+                .collect()
+        };
+        Self {
+            forward: move_all(self.forward),
+            backward: move_all(self.backward),
+        }
+    }
+}
+
+/// Which softmax the loss uses.
+#[derive(Debug, Clone, Copy)]
+pub enum SoftmaxMode<'a> {
+    /// Over the whole vocabulary.
+    Full,
+    /// Against sampled negatives.
+    Sampled(&'a SampledCandidates),
+}
+
+/// The losses of one batch.
+#[derive(Debug, Clone)]
+pub struct LmLoss {
+    /// Mean of the two directions' mean negative log-likelihoods (what is minimised).
+    pub loss: Tensor<1>,
+    /// Summed NLL of the forward LM.
+    pub forward_nll: Tensor<1>,
+    /// Summed NLL of the backward LM.
+    pub backward_nll: Tensor<1>,
+    /// Targets of the forward LM.
+    pub n_forward: usize,
+    /// Targets of the backward LM.
+    pub n_backward: usize,
+}
+
+/// The result of [`BiLanguageModel::loss`].
+#[derive(Debug, Clone)]
+pub struct LmStep {
+    /// Losses.
+    pub loss: LmLoss,
+    /// State to carry to the next batch (stateful mode; not yet detached).
+    pub state: Option<CarriedState>,
+}
+
+/// Char ids of rows of tokens, every row padded with empty tokens to `n_steps`.
+fn grid_char_ids(grids: &[&TokenGrid]) -> CharIdBatch {
+    let rows: Vec<Vec<&str>> = grids
+        .iter()
+        .flat_map(|grid| {
+            grid.rows.iter().map(|row| {
+                let mut tokens: Vec<&str> = row.iter().map(String::as_str).collect();
+                tokens.resize(grid.n_steps, "");
+                tokens
+            })
+        })
+        .collect();
+    CharIdBatch::from_sentences(&rows)
+}
+
+impl BiLanguageModel {
+    /// Parameters in total.
+    pub fn n_parameters(&self) -> usize {
+        self.num_params()
+    }
+
+    /// Runs one LSTM stack with dropout on every layer input and on the top output; the residual
+    /// (from layer 1 on) adds the dropped-out input, as bilm-tf's `DropoutWrapper(ResidualWrapper)`.
+    fn run_stack(
+        &self,
+        layers: &[LstmWithProjection],
+        run: StackRun,
+    ) -> (Tensor<3>, Vec<LstmState>) {
+        let StackRun {
+            embedded,
+            lengths,
+            go_forward,
+            initial,
+            mut dropout,
+        } = run;
+        let mut x = embedded;
+        let mut finals = Vec::with_capacity(layers.len());
+        let mut initial = initial.map(Vec::into_iter);
+        for (index, layer) in layers.iter().enumerate() {
+            let input = dropout.apply(x);
+            let start = initial.as_mut().and_then(Iterator::next);
+            let out = layer.forward(input.clone(), lengths, go_forward, start);
+            finals.push(out.final_state);
+            x = if index > 0 && self.bilm.use_skip_connections {
+                out.outputs + input
+            } else {
+                out.outputs
+            };
+        }
+        (dropout.apply(x), finals)
+    }
+
+    /// Summed NLL of the positions that have a target.
+    fn direction_nll(&self, top: Tensor<3>, targets: &Targets, softmax: SoftmaxMode) -> Tensor<1> {
+        let device = top.device();
+        let [batch, n_steps, d] = top.dims();
+        let (positions, ids): (Vec<i64>, Vec<u32>) = targets
+            .weights
+            .iter()
+            .zip(&targets.ids)
+            .enumerate()
+            .filter(|(_, (w, _))| **w > 0.0)
+            .map(|(cell, (_, &id))| (cell as i64, id))
+            .unzip();
+        if positions.is_empty() {
+            // Keep the graph connected (zero gradient) so that backward() always has a path.
+            return top.sum().mul_scalar(0.0);
+        }
+        let n = positions.len();
+        let positions = Tensor::<1, Int>::from_data(TensorData::new(positions, [n]), &device);
+        let hidden = top.reshape([batch * n_steps, d]).select(0, positions);
+        match softmax {
+            SoftmaxMode::Full => {
+                let ids = Tensor::<1, Int>::from_data(
+                    TensorData::new(ids.iter().map(|&i| i64::from(i)).collect::<Vec<_>>(), [n]),
+                    &device,
+                );
+                self.softmax.full_nll(hidden, ids)
+            }
+            SoftmaxMode::Sampled(candidates) => self.softmax.sampled_nll(hidden, &ids, candidates),
+        }
+    }
+
+    /// The joint loss of a batch. In the stateful mode `state` is where each stack starts
+    /// (`None`: zero) and the returned state is where it ended. With `dropout_seed`, dropout is
+    /// applied with masks drawn from that seed (training); without, not at all (evaluation).
+    pub fn loss(
+        &self,
+        batch: &LmBatch,
+        state: Option<CarriedState>,
+        softmax: SoftmaxMode,
+        dropout_seed: Option<u64>,
+        device: &Device,
+    ) -> LmStep {
+        // Each stack has its own mask stream, so the two may run in any order or in parallel.
+        let masks = |direction: u64| {
+            DropoutMasks::new(
+                self.dropout,
+                dropout_seed.map(|s| crate::batcher::mix_seed(&[s, direction])),
+            )
+        };
+        let (forward_top, backward_top, forward_targets, backward_targets, next_state) = match batch
+        {
+            LmBatch::Packed {
+                forward,
+                backward,
+                forward_targets,
+                backward_targets,
+            } => {
+                // One encoder call for both streams: the same module embeds both directions.
+                let n_rows = forward.rows.len();
+                let chars = grid_char_ids(&[forward, backward]);
+                let embedded = self.bilm.encode_tokens(&chars, device);
+                let lengths = vec![forward.n_steps; n_rows];
+                let (f_start, b_start) = match state {
+                    Some(s) => (Some(s.forward), Some(s.backward)),
+                    None => (None, None),
+                };
+                let f_in = embedded.clone().narrow(0, 0, n_rows);
+                let b_in = embedded.narrow(0, n_rows, n_rows);
+                // The reversed stream is read left to right: it is already reversed.
+                let ((f_top, f_state), (b_top, b_state)) = self.both_stacks(
+                    StackRun {
+                        embedded: f_in,
+                        lengths: &lengths,
+                        go_forward: true,
+                        initial: f_start,
+                        dropout: masks(0),
+                    },
+                    StackRun {
+                        embedded: b_in,
+                        lengths: &lengths,
+                        go_forward: true,
+                        initial: b_start,
+                        dropout: masks(1),
+                    },
+                );
+                (
+                    f_top,
+                    b_top,
+                    forward_targets,
+                    backward_targets,
+                    Some(CarriedState {
+                        forward: f_state,
+                        backward: b_state,
+                    }),
+                )
+            }
+            LmBatch::Sentences {
+                tokens,
+                lengths,
+                forward_targets,
+                backward_targets,
+            } => {
+                let chars = grid_char_ids(&[tokens]);
+                let embedded = self.bilm.encode_tokens(&chars, device);
+                let ((f_top, _), (b_top, _)) = self.both_stacks(
+                    StackRun {
+                        embedded: embedded.clone(),
+                        lengths,
+                        go_forward: true,
+                        initial: None,
+                        dropout: masks(0),
+                    },
+                    StackRun {
+                        embedded,
+                        lengths,
+                        go_forward: false,
+                        initial: None,
+                        dropout: masks(1),
+                    },
+                );
+                (f_top, b_top, forward_targets, backward_targets, None)
+            }
+        };
+        let forward_nll = self.direction_nll(forward_top, forward_targets, softmax);
+        let backward_nll = self.direction_nll(backward_top, backward_targets, softmax);
+        let n_forward = forward_targets.count();
+        let n_backward = backward_targets.count();
+        let loss = (forward_nll.clone().div_scalar(n_forward.max(1) as f64)
+            + backward_nll.clone().div_scalar(n_backward.max(1) as f64))
+        .div_scalar(2.0);
+        LmStep {
+            loss: LmLoss {
+                loss,
+                forward_nll,
+                backward_nll,
+                n_forward,
+                n_backward,
+            },
+            state: next_state,
+        }
+    }
+
+    /// Runs the forward and the backward stack, on two threads (the matmuls of one small step
+    /// do not keep two cores busy).
+    fn both_stacks(
+        &self,
+        forward: StackRun,
+        backward: StackRun,
+    ) -> ((Tensor<3>, Vec<LstmState>), (Tensor<3>, Vec<LstmState>)) {
+        std::thread::scope(|scope| {
+            let b = scope.spawn(|| self.run_stack(&self.bilm.backward_layers, backward));
+            let f = self.run_stack(&self.bilm.forward_layers, forward);
+            (f, b.join().expect("backward LSTM thread panicked"))
+        })
+    }
+}
+
+/// One stack's input, start and dropout.
+struct StackRun<'a> {
+    embedded: Tensor<3>,
+    lengths: &'a [usize],
+    go_forward: bool,
+    initial: Option<Vec<LstmState>>,
+    dropout: DropoutMasks,
+}

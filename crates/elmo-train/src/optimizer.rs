@@ -1,0 +1,175 @@
+//! Optimisation: TensorFlow's Adagrad (bilm-tf's optimizer, with an initial accumulator), Adam,
+//! and clipping of the global gradient norm (`tf.clip_by_global_norm`).
+
+use burn::module::{Module, ModuleVisitor, Param};
+use burn::optim::{
+    AdamConfig, GradientsParams, LearningRate, ModuleOptimizer, Optimizer, RecordState, StateSink,
+    StateSource,
+};
+use burn::tensor::{Device, Tensor};
+
+use crate::config::OptimizerConfig;
+
+/// Adagrad as `tf.train.AdagradOptimizer`: `acc ← acc + g²; θ ← θ − lr · g / √acc`, the
+/// accumulator starting at `initial_accumulator` (no epsilon).
+#[derive(Debug, Clone)]
+pub struct Adagrad {
+    /// Starting value of every accumulator.
+    pub initial_accumulator: f64,
+}
+
+/// The squared-gradient accumulator of one parameter.
+#[derive(Debug, Clone)]
+pub struct AdagradState<const D: usize> {
+    /// `Σ g²` (plus the initial value).
+    pub accumulator: Tensor<D>,
+}
+
+impl<const D: usize> RecordState for AdagradState<D> {
+    fn state_flatten(&self, prefix: &str, out: &mut StateSink) {
+        out.push_tensor(prefix, "accumulator", self.accumulator.to_data());
+    }
+
+    fn state_unflatten(prefix: &str, src: &mut StateSource, device: &Device) -> Option<Self> {
+        let data = src.take_tensor(prefix, "accumulator")?;
+        (data.rank() == D).then(|| Self {
+            accumulator: Tensor::from_data(data, device),
+        })
+    }
+}
+
+impl Optimizer for Adagrad {
+    type State<const D: usize> = AdagradState<D>;
+
+    fn step<const D: usize>(
+        &self,
+        lr: LearningRate,
+        tensor: Tensor<D>,
+        grad: Tensor<D>,
+        state: Option<Self::State<D>>,
+    ) -> (Tensor<D>, Option<Self::State<D>>) {
+        let squared = grad.clone().square();
+        let accumulator = match state {
+            Some(state) => state.accumulator + squared,
+            None => squared.add_scalar(self.initial_accumulator),
+        };
+        let update = grad.div(accumulator.clone().sqrt()).mul_scalar(lr);
+        (tensor - update, Some(AdagradState { accumulator }))
+    }
+
+    fn to_device<const D: usize>(state: Self::State<D>, device: &Device) -> Self::State<D> {
+        AdagradState {
+            accumulator: state.accumulator.to_device(device),
+        }
+    }
+}
+
+/// The module optimizer a config asks for.
+pub fn build_optimizer(config: &OptimizerConfig) -> ModuleOptimizer {
+    match config {
+        OptimizerConfig::Adagrad {
+            initial_accumulator,
+            ..
+        } => ModuleOptimizer::from(Adagrad {
+            initial_accumulator: *initial_accumulator,
+        }),
+        OptimizerConfig::Adam { .. } => AdamConfig::new().init(),
+    }
+}
+
+struct SquaredNorm<'a> {
+    grads: &'a GradientsParams,
+    total: Option<Tensor<1>>,
+}
+
+impl ModuleVisitor for SquaredNorm<'_> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        if let Some(grad) = self.grads.get::<D>(param.id) {
+            let part = grad.square().sum();
+            self.total = Some(match self.total.take() {
+                Some(total) => total + part,
+                None => part,
+            });
+        }
+    }
+}
+
+struct Scale<'a> {
+    grads: &'a mut GradientsParams,
+    factor: f64,
+}
+
+impl ModuleVisitor for Scale<'_> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        if let Some(grad) = self.grads.remove::<D>(param.id) {
+            self.grads.register(param.id, grad.mul_scalar(self.factor));
+        }
+    }
+}
+
+/// The global L2 norm of all gradients of `module`.
+pub fn global_norm<M: Module>(module: &M, grads: &GradientsParams) -> f64 {
+    let mut visitor = SquaredNorm { grads, total: None };
+    module.visit(&mut visitor);
+    visitor
+        .total
+        .map_or(0.0, |t| f64::from(t.into_scalar::<f32>()).sqrt())
+}
+
+/// Scales all gradients so that their global norm is at most `max_norm` (unchanged when below);
+/// returns the norm before clipping.
+pub fn clip_global_norm<M: Module>(module: &M, grads: &mut GradientsParams, max_norm: f64) -> f64 {
+    let norm = global_norm(module, grads);
+    if norm > max_norm && norm.is_finite() {
+        module.visit(&mut Scale {
+            grads,
+            factor: max_norm / norm,
+        });
+    }
+    norm
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::tensor::TensorData;
+
+    #[derive(Module, Debug)]
+    struct Two {
+        a: Param<Tensor<1>>,
+        b: Param<Tensor<2>>,
+    }
+
+    #[test]
+    fn adagrad_matches_tensorflow_and_clipping_scales() {
+        let device = Device::flex().autodiff();
+        let model = Two {
+            a: Param::from_tensor(Tensor::from_data(
+                TensorData::new(vec![1.0f32, -2.0], [2]),
+                &device,
+            )),
+            b: Param::from_tensor(Tensor::from_data(
+                TensorData::new(vec![0.5f32; 4], [2, 2]),
+                &device,
+            )),
+        };
+        // loss = 3·Σa + Σb² → grad a = 3, grad b = 2b = 1.
+        let loss = model.a.val().sum().mul_scalar(3.0) + model.b.val().square().sum();
+        let mut grads = GradientsParams::from_grads(loss.backward(), &model);
+        let norm = clip_global_norm(&model, &mut grads, 1.0);
+        assert!((norm - (9.0f64 * 2.0 + 4.0).sqrt()).abs() < 1e-5);
+        assert!((global_norm(&model, &grads) - 1.0).abs() < 1e-5);
+
+        let mut optim = ModuleOptimizer::from(Adagrad {
+            initial_accumulator: 1.0,
+        });
+        let g = 3.0 / 22f64.sqrt();
+        let model = optim.step(0.2, model, grads);
+        let a: Vec<f32> = model.a.val().into_data().try_into_vec_as().unwrap();
+        let expected = 1.0 - 0.2 * g / (1.0 + g * g).sqrt();
+        assert!(
+            (f64::from(a[0]) - expected).abs() < 1e-6,
+            "{a:?} vs {expected}"
+        );
+    }
+}

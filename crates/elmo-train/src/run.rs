@@ -1,0 +1,107 @@
+//! A trained run directory opened for use: its config, vocabulary and the model of its newest
+//! checkpoint (`elmo eval`, `elmo export`, `elmo embed --model RUN_DIR`).
+
+use std::path::{Path, PathBuf};
+
+use burn::module::Module;
+use burn::tensor::Device;
+use serde::{Deserialize, Serialize};
+
+use crate::checkpoint::RunDirectory;
+use crate::config::TrainConfig;
+use crate::error::{Result, TrainError, io_error};
+use crate::language_model::{BiLanguageModel, BiLanguageModelConfig};
+use crate::vocabulary::Vocabulary;
+
+/// What a run was trained on (`run.json`), checked on `--resume`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunInfo {
+    /// Training files (patterns expanded).
+    pub train: Vec<PathBuf>,
+    /// Validation file.
+    pub valid: Option<PathBuf>,
+    /// Seed of initialisation, shuffling, dropout and sampling.
+    pub seed: u64,
+    /// Pretrained biLM the run started from (options, weights).
+    pub init_from: Option<(PathBuf, PathBuf)>,
+}
+
+impl RunInfo {
+    /// Reads `run.json`.
+    pub fn from_file(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(io_error(path))?;
+        serde_json::from_str(&text).map_err(|source| TrainError::Json {
+            path: path.to_path_buf(),
+            source,
+        })
+    }
+
+    /// Writes `run.json` atomically.
+    pub fn to_file(&self, path: &Path) -> Result<()> {
+        let text = serde_json::to_vec_pretty(self).map_err(|source| TrainError::Json {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        crate::checkpoint::write_atomic(path, &text)
+    }
+}
+
+/// A run directory's model, ready to evaluate or export.
+pub struct TrainedRun {
+    /// The run's configuration.
+    pub config: TrainConfig,
+    /// Its vocabulary.
+    pub vocab: Vocabulary,
+    /// The model of the newest checkpoint.
+    pub model: BiLanguageModel,
+    /// The step of that checkpoint.
+    pub step: u64,
+}
+
+impl TrainedRun {
+    /// Whether `dir` looks like a training run directory (has `config.json` and checkpoints).
+    pub fn is_run_directory(dir: &Path) -> bool {
+        RunDirectory::new(dir).config_file().is_file() && dir.join("checkpoints").is_dir()
+    }
+
+    /// Opens the newest checkpoint of a run directory.
+    pub fn load(dir: &Path, device: &Device) -> Result<Self> {
+        let run = RunDirectory::new(dir);
+        if !run.config_file().is_file() {
+            return Err(TrainError::RunDirectory {
+                path: dir.to_path_buf(),
+                message: "not a training run directory (no config.json)".into(),
+            });
+        }
+        let config = TrainConfig::from_file(run.config_file())?;
+        let vocab = Vocabulary::from_file(run.vocab_file())?;
+        let checkpoint = run
+            .latest_checkpoint()?
+            .ok_or_else(|| TrainError::RunDirectory {
+                path: dir.to_path_buf(),
+                message: "has no complete checkpoint yet".into(),
+            })?;
+        let model = model_for(&config, &vocab, device)
+            .try_load_file(checkpoint.model_file())
+            .map_err(|source| TrainError::Record {
+                path: checkpoint.model_file(),
+                source,
+            })?;
+        Ok(Self {
+            config,
+            vocab,
+            model,
+            step: checkpoint.step,
+        })
+    }
+}
+
+/// A freshly initialised model of the config's shape for a vocabulary.
+pub fn model_for(config: &TrainConfig, vocab: &Vocabulary, device: &Device) -> BiLanguageModel {
+    BiLanguageModelConfig {
+        options: config.model.clone(),
+        n_vocab: vocab.len(),
+        dropout: config.dropout,
+    }
+    .init(device)
+}

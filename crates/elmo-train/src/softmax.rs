@@ -1,0 +1,240 @@
+//! The output softmax shared (tied) by the forward and backward LMs: full softmax, and the sampled
+//! softmax of Jean et al. (2015) with TensorFlow's log-uniform candidate sampler, as bilm-tf
+//! trains with `tf.nn.sampled_softmax_loss`.
+
+use burn::module::{Module, Param};
+use burn::nn::Initializer;
+use burn::tensor::activation::log_softmax;
+use burn::tensor::{Device, Int, Tensor, TensorData};
+use rand::Rng;
+use std::collections::HashSet;
+
+/// Configuration of a [`Softmax`].
+#[derive(Debug, Clone)]
+pub struct SoftmaxConfig {
+    /// Vocabulary size (`V`).
+    pub n_vocab: usize,
+    /// Input width (`P`).
+    pub d_input: usize,
+}
+
+impl SoftmaxConfig {
+    /// bilm-tf's initialisation: weight ~ N(0, 1/√P), bias 0.
+    pub fn init(&self, device: &Device) -> Softmax {
+        let std = 1.0 / (self.d_input as f64).sqrt();
+        Softmax {
+            weight: Initializer::Normal { mean: 0.0, std }
+                .init([self.n_vocab, self.d_input], device),
+            bias: Initializer::Zeros.init([self.n_vocab], device),
+        }
+    }
+}
+
+/// `log p(w | h) = log_softmax(h · Wᵀ + b)_w`.
+#[derive(Module, Debug)]
+pub struct Softmax {
+    /// `[V, P]` (bilm-tf's `softmax/W`).
+    pub weight: Param<Tensor<2>>,
+    /// `[V]`.
+    pub bias: Param<Tensor<1>>,
+}
+
+/// Most logits materialised at once by the full softmax (bounds memory for large vocabularies).
+const FULL_SOFTMAX_CHUNK: usize = 1 << 24;
+
+/// Negative candidates of one step of the sampled softmax, with their log expected counts.
+#[derive(Debug, Clone)]
+pub struct SampledCandidates {
+    /// Distinct sampled ids.
+    pub ids: Vec<u32>,
+    /// Number of draws it took to get them (TensorFlow's `num_tries`).
+    pub n_tries: u64,
+    /// Vocabulary size the sampler draws from.
+    pub n_vocab: usize,
+}
+
+impl SampledCandidates {
+    /// Probability of id `k` under the log-uniform (Zipfian) distribution over a frequency-sorted
+    /// vocabulary: `(log(k + 2) − log(k + 1)) / log(V + 1)`.
+    pub fn probability(k: u32, n_vocab: usize) -> f64 {
+        let k = f64::from(k);
+        ((k + 2.0) / (k + 1.0)).ln() / (n_vocab as f64 + 1.0).ln()
+    }
+
+    /// Draws `n_sampled` distinct ids (TensorFlow's `log_uniform_candidate_sampler` with
+    /// `unique=True`: draw until that many distinct ids were seen).
+    pub fn draw(n_sampled: usize, n_vocab: usize, rng: &mut impl Rng) -> Self {
+        assert!(
+            n_sampled < n_vocab,
+            "cannot draw {n_sampled} distinct ids from {n_vocab}"
+        );
+        let log_range = (n_vocab as f64 + 1.0).ln();
+        let mut seen = HashSet::with_capacity(n_sampled);
+        let mut ids = Vec::with_capacity(n_sampled);
+        let mut n_tries = 0u64;
+        while ids.len() < n_sampled {
+            n_tries += 1;
+            let u: f64 = rng.random();
+            let k =
+                (((u * log_range).exp() as u64).saturating_sub(1)).min(n_vocab as u64 - 1) as u32;
+            if seen.insert(k) {
+                ids.push(k);
+            }
+        }
+        Self {
+            ids,
+            n_tries,
+            n_vocab,
+        }
+    }
+
+    /// `log E[count of k]` after `n_tries` draws with unique acceptance:
+    /// `log(1 − (1 − p_k)^n_tries)`.
+    pub fn log_expected_count(&self, k: u32) -> f32 {
+        let p = Self::probability(k, self.n_vocab);
+        let expected = -((self.n_tries as f64) * (-p).ln_1p()).exp_m1();
+        expected.ln() as f32
+    }
+}
+
+impl Softmax {
+    /// Sum of `−log p(target)` over the rows, with the full vocabulary.
+    ///
+    /// # Shapes
+    /// - hidden: `[N, P]`; targets: `[N]`
+    pub fn full_nll(&self, hidden: Tensor<2>, targets: Tensor<1, Int>) -> Tensor<1> {
+        let [n, _] = hidden.dims();
+        let n_vocab = self.weight.shape().dims::<2>()[0];
+        let rows_per_chunk = (FULL_SOFTMAX_CHUNK / n_vocab.max(1)).max(1);
+        let weight_t = self.weight.val().transpose();
+        let bias = self.bias.val().unsqueeze_dim::<2>(0);
+        let mut total: Option<Tensor<1>> = None;
+        let mut start = 0;
+        while start < n {
+            let len = rows_per_chunk.min(n - start);
+            let logits = hidden
+                .clone()
+                .narrow(0, start, len)
+                .matmul(weight_t.clone())
+                + bias.clone();
+            let log_probs = log_softmax(logits, 1);
+            let picked = log_probs
+                .gather(
+                    1,
+                    targets.clone().narrow(0, start, len).unsqueeze_dim::<2>(1),
+                )
+                .reshape([len]);
+            let part = picked.sum().neg();
+            total = Some(match total {
+                Some(t) => t + part,
+                None => part,
+            });
+            start += len;
+        }
+        total.unwrap_or_else(|| Tensor::zeros([1], &hidden.device()))
+    }
+
+    /// Sum over the rows of the sampled-softmax loss: the true class against the `candidates`,
+    /// every logit corrected by `−log E[count]`, candidates equal to the target removed
+    /// ("accidental hits").
+    ///
+    /// # Shapes
+    /// - hidden: `[N, P]`; targets: `N` ids
+    pub fn sampled_nll(
+        &self,
+        hidden: Tensor<2>,
+        targets: &[u32],
+        candidates: &SampledCandidates,
+    ) -> Tensor<1> {
+        let device = hidden.device();
+        let [n, _] = hidden.dims();
+        let n_sampled = candidates.ids.len();
+        let to_int = |ids: &[u32]| {
+            Tensor::<1, Int>::from_data(
+                TensorData::new(
+                    ids.iter().map(|&i| i64::from(i)).collect::<Vec<_>>(),
+                    [ids.len()],
+                ),
+                &device,
+            )
+        };
+        let correction = |ids: &[u32]| {
+            let values: Vec<f32> = ids
+                .iter()
+                .map(|&k| candidates.log_expected_count(k))
+                .collect();
+            Tensor::<1>::from_data(TensorData::new(values, [ids.len()]), &device)
+        };
+        let sampled_ids = to_int(&candidates.ids);
+        let target_ids = to_int(targets);
+
+        let weight = self.weight.val();
+        let bias = self.bias.val();
+        let true_logits = (hidden.clone() * weight.clone().select(0, target_ids.clone()))
+            .sum_dim(1)
+            + (bias.clone().select(0, target_ids.clone()) - correction(targets))
+                .unsqueeze_dim::<2>(1);
+        let sampled_logits = hidden.matmul(weight.select(0, sampled_ids.clone()).transpose())
+            + (bias.select(0, sampled_ids.clone()) - correction(&candidates.ids))
+                .unsqueeze_dim::<2>(0);
+        let hits = sampled_ids
+            .unsqueeze_dim::<2>(0)
+            .expand([n, n_sampled])
+            .equal(target_ids.unsqueeze_dim::<2>(1).expand([n, n_sampled]));
+        let sampled_logits = sampled_logits.mask_fill(hits, -1.0e9);
+        let log_probs = log_softmax(Tensor::cat(vec![true_logits, sampled_logits], 1), 1);
+        log_probs.narrow(1, 0, 1).sum().neg().reshape([1])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+
+    #[test]
+    fn log_uniform_sampler_matches_its_distribution() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
+        let n_vocab = 1000;
+        let total: f64 = (0..n_vocab as u32)
+            .map(|k| SampledCandidates::probability(k, n_vocab))
+            .sum();
+        assert!((total - 1.0).abs() < 1e-9);
+        let draws = SampledCandidates::draw(100, n_vocab, &mut rng);
+        let distinct: HashSet<u32> = draws.ids.iter().copied().collect();
+        assert_eq!(distinct.len(), 100);
+        assert!(draws.n_tries >= 100);
+        // Frequent ids are nearly certain to be drawn; their expected count is then close to 1.
+        assert!(distinct.contains(&0));
+        assert!(draws.log_expected_count(0).exp() > 0.99);
+        assert!(draws.log_expected_count(999).exp() < 0.1);
+    }
+
+    #[test]
+    fn sampled_equals_full_when_every_other_id_is_a_candidate_with_count_one() {
+        // With all ids as candidates and log E[count] = 0 for all, sampled == full softmax.
+        let device = Device::flex();
+        let softmax = SoftmaxConfig {
+            n_vocab: 6,
+            d_input: 4,
+        }
+        .init(&device);
+        let hidden = Tensor::<2>::random([3, 4], burn::tensor::Distribution::Default, &device);
+        let targets = [1u32, 4, 0];
+        let ids = Tensor::<1, Int>::from_data(TensorData::new(vec![1i64, 4, 0], [3]), &device);
+        let full: f32 = softmax.full_nll(hidden.clone(), ids).into_scalar();
+        // n_tries huge → every expected count is 1 → log correction 0.
+        let candidates = SampledCandidates {
+            ids: (0..6).collect(),
+            n_tries: 1 << 40,
+            n_vocab: 6,
+        };
+        let sampled: f32 = softmax
+            .sampled_nll(hidden, &targets, &candidates)
+            .into_scalar();
+        assert!(
+            (full - sampled).abs() < 1e-4,
+            "full {full} sampled {sampled}"
+        );
+    }
+}

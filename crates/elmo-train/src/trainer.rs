@@ -1,0 +1,523 @@
+//! The training loop (bilm-tf `train`): batches → joint loss → gradients (global-norm clipped) →
+//! optimizer step, carrying the LSTM state between batches with the gradient cut at the
+//! boundary; metrics, validation, atomic checkpoints and exact resume.
+//!
+//! Exactness of resume: data order is a function of the seed and the batcher position (saved),
+//! dropout is re-seeded from (seed, step) before every step, sampled negatives are drawn from an
+//! RNG seeded the same way, and the optimizer state, carried LSTM state and metrics window are
+//! saved, so a resumed run computes the same losses as an uninterrupted one.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use burn::module::Module;
+use burn::optim::{GradientsParams, ModuleOptimizer};
+use burn::tensor::Device;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+use crate::batcher::{BatchShape, Batcher, LmBatch, mix_seed};
+use crate::checkpoint::{Checkpoint, LossWindow, RunDirectory, TrainerState};
+use crate::config::TrainConfig;
+use crate::error::{Result, TrainError};
+use crate::evaluate::{Perplexity, evaluate};
+use crate::language_model::{BiLanguageModel, CarriedState, SoftmaxMode};
+use crate::metrics::{MetricsLog, MetricsRecord, read_metrics};
+use crate::optimizer::{build_optimizer, clip_global_norm};
+use crate::run::{RunInfo, model_for};
+use crate::softmax::SampledCandidates;
+use crate::vocabulary::Vocabulary;
+
+/// How to run the training (data, length, checkpoints); the model and optimisation settings are
+/// in [`TrainConfig`].
+#[derive(Debug, Clone)]
+pub struct TrainOptions {
+    /// The run directory (created; must not hold checkpoints unless `resume`).
+    pub run_dir: PathBuf,
+    /// Training files.
+    pub train_files: Vec<PathBuf>,
+    /// Validation file (perplexity at every checkpoint).
+    pub valid_file: Option<PathBuf>,
+    /// Stop after this many optimizer steps in total (resumed steps included).
+    pub steps: u64,
+    /// Checkpoint every N steps (and at the end).
+    pub checkpoint_every: u64,
+    /// Checkpoints kept.
+    pub keep_checkpoints: usize,
+    /// A metrics line every N steps.
+    pub log_every: u64,
+    /// Seed of initialisation, data order, dropout and sampling.
+    pub seed: u64,
+    /// Continue from the newest checkpoint of `run_dir`.
+    pub resume: bool,
+    /// Start from pretrained weights (options.json, weights.hdf5); the softmax is new.
+    pub init_from: Option<(PathBuf, PathBuf)>,
+}
+
+/// Forces the lazy initialisation of every parameter.
+struct Materialize;
+
+impl burn::module::ModuleVisitor for Materialize {
+    fn visit_float<const D: usize>(
+        &mut self,
+        param: &burn::module::Param<burn::tensor::Tensor<D>>,
+    ) {
+        let _ = param.val();
+    }
+}
+
+/// Progress of one step, for progress bars.
+#[derive(Debug, Clone)]
+pub struct StepReport {
+    /// Steps done.
+    pub step: u64,
+    /// Steps the run will do in total.
+    pub total: u64,
+    /// Joint loss of this step.
+    pub loss: f64,
+    /// Forward perplexity of this step.
+    pub forward_perplexity: f64,
+    /// Backward perplexity of this step.
+    pub backward_perplexity: f64,
+    /// Targets of this step (both directions).
+    pub tokens: u64,
+}
+
+/// Receives the events of a run (progress bars, logs). Every method has an empty default.
+pub trait TrainObserver {
+    /// Training starts at `first_step` of `total`.
+    fn started(&mut self, _first_step: u64, _total: u64, _n_parameters: usize) {}
+    /// A step finished.
+    fn step(&mut self, _report: &StepReport) {}
+    /// A metrics line was written.
+    fn record(&mut self, _record: &MetricsRecord) {}
+    /// Validation is running.
+    fn validating(&mut self) {}
+    /// A checkpoint was written.
+    fn checkpoint(&mut self, _checkpoint: &Checkpoint) {}
+}
+
+impl TrainObserver for () {}
+
+/// What a finished run reports.
+#[derive(Debug, Clone)]
+pub struct TrainSummary {
+    /// Steps done in total.
+    pub steps: u64,
+    /// The final checkpoint.
+    pub checkpoint: Option<Checkpoint>,
+    /// Validation perplexity at the end.
+    pub valid: Option<Perplexity>,
+    /// Model size.
+    pub n_parameters: usize,
+}
+
+fn run_error(run: &RunDirectory, message: impl Into<String>) -> TrainError {
+    TrainError::RunDirectory {
+        path: run.path.clone(),
+        message: message.into(),
+    }
+}
+
+/// What [`optimizer_step`] needs besides the model, optimizer, batch and state.
+#[derive(Debug, Clone, Copy)]
+pub struct StepSettings<'a> {
+    /// Softmax, clipping, learning rate and schedule.
+    pub config: &'a TrainConfig,
+    /// Vocabulary size.
+    pub n_vocab: usize,
+    /// Run seed (dropout masks and negatives are drawn from (seed, step)).
+    pub seed: u64,
+    /// 0-based step.
+    pub step: u64,
+    /// The autodiff device.
+    pub device: &'a Device,
+}
+
+/// The losses of one optimizer step (host values).
+#[derive(Debug, Clone, Copy)]
+pub struct StepLosses {
+    /// Joint loss (NaN or infinite: the update was not applied).
+    pub loss: f64,
+    /// Summed forward NLL and its target count.
+    pub forward_nll: f64,
+    /// Forward targets.
+    pub n_forward: u64,
+    /// Summed backward NLL.
+    pub backward_nll: f64,
+    /// Backward targets.
+    pub n_backward: u64,
+    /// Global gradient norm before clipping.
+    pub grad_norm: f64,
+    /// Learning rate used.
+    pub lr: f64,
+}
+
+/// One optimizer step on a batch: the joint loss (dropout masks and sampled negatives drawn from
+/// (seed, step)), gradients, global-norm clipping, the update, and the carried LSTM state moved
+/// on (detached). When the loss is not finite the model and state are returned unchanged.
+pub fn optimizer_step(
+    model: BiLanguageModel,
+    optimizer: &mut ModuleOptimizer,
+    batch: &LmBatch,
+    state: &mut Option<CarriedState>,
+    settings: StepSettings,
+) -> (BiLanguageModel, StepLosses) {
+    let StepSettings {
+        config,
+        n_vocab,
+        seed,
+        step,
+        device,
+    } = settings;
+    let candidates = config.uses_sampled_softmax(n_vocab).then(|| {
+        let mut rng = ChaCha8Rng::seed_from_u64(mix_seed(&[seed, step, 0x5A3]));
+        SampledCandidates::draw(config.negatives, n_vocab, &mut rng)
+    });
+    let mode = candidates
+        .as_ref()
+        .map_or(SoftmaxMode::Full, SoftmaxMode::Sampled);
+    let out = model.loss(
+        batch,
+        state.clone(),
+        mode,
+        Some(mix_seed(&[seed, step, 0xD80])),
+        device,
+    );
+    let lr = config.optimizer.lr() * config.lr_schedule.factor(step);
+    let mut losses = StepLosses {
+        loss: f64::from(out.loss.loss.clone().into_scalar::<f32>()),
+        forward_nll: 0.0,
+        n_forward: out.loss.n_forward as u64,
+        backward_nll: 0.0,
+        n_backward: out.loss.n_backward as u64,
+        grad_norm: 0.0,
+        lr,
+    };
+    if !losses.loss.is_finite() {
+        return (model, losses);
+    }
+    losses.forward_nll = f64::from(out.loss.forward_nll.clone().into_scalar::<f32>());
+    losses.backward_nll = f64::from(out.loss.backward_nll.clone().into_scalar::<f32>());
+    let mut grads = GradientsParams::from_grads(out.loss.loss.backward(), &model);
+    losses.grad_norm = match config.clip_norm {
+        Some(max) => clip_global_norm(&model, &mut grads, max),
+        None => crate::optimizer::global_norm(&model, &grads),
+    };
+    *state = out.state.map(CarriedState::detach);
+    (optimizer.step(lr, model, grads), losses)
+}
+
+/// Prepares the run directory: writes config, vocabulary and run info for a new run, checks them
+/// for a resumed one. Returns the checkpoint to resume from.
+fn prepare_run(
+    run: &RunDirectory,
+    config: &TrainConfig,
+    vocab: &Vocabulary,
+    info: &RunInfo,
+    resume: bool,
+) -> Result<Option<Checkpoint>> {
+    if resume && run.config_file().is_file() {
+        if TrainConfig::from_file(run.config_file())? != *config {
+            return Err(run_error(
+                run,
+                "--resume with a config that differs from the run's config.json",
+            ));
+        }
+        if Vocabulary::from_file(run.vocab_file())? != *vocab {
+            return Err(run_error(
+                run,
+                "--resume with a vocabulary that differs from the run's vocab.txt",
+            ));
+        }
+        if RunInfo::from_file(&run.run_file())? != *info {
+            return Err(run_error(
+                run,
+                "--resume with other data, seed or --init-from than the run's run.json",
+            ));
+        }
+        run.remove_partial_checkpoints()?;
+        return run.latest_checkpoint();
+    }
+    if run.latest_checkpoint()?.is_some() {
+        return Err(run_error(
+            run,
+            "already holds checkpoints: pass --resume to continue it, or choose another --out",
+        ));
+    }
+    std::fs::create_dir_all(&run.path).map_err(crate::error::io_error(&run.path))?;
+    config.to_file(run.config_file())?;
+    vocab.to_file(run.vocab_file())?;
+    info.to_file(&run.run_file())?;
+    Ok(None)
+}
+
+fn initial_model(
+    config: &TrainConfig,
+    vocab: &Vocabulary,
+    init_from: Option<&(PathBuf, PathBuf)>,
+    device: &Device,
+) -> Result<BiLanguageModel> {
+    let Some((options_file, weights_file)) = init_from else {
+        return Ok(model_for(config, vocab, device));
+    };
+    let options = elmo_model::BiLmOptions::from_file(options_file)?;
+    if options != config.model {
+        return Err(TrainError::InvalidConfig(format!(
+            "--init-from {}: its architecture differs from the config's `model`",
+            options_file.display()
+        )));
+    }
+    let bilm = elmo_model::weights::load_bilm(options_file, weights_file, device)?;
+    Ok(crate::language_model::BiLanguageModelConfig {
+        options,
+        n_vocab: vocab.len(),
+        dropout: config.dropout,
+    }
+    .with_bilm(bilm, device))
+}
+
+/// Trains (or continues training) a biLM. `device` is the plain device; gradients are taken on
+/// its autodiff counterpart.
+pub fn train(
+    config: &TrainConfig,
+    vocab: Vocabulary,
+    options: &TrainOptions,
+    device: &Device,
+    observer: &mut dyn TrainObserver,
+) -> Result<TrainSummary> {
+    config.validate()?;
+    if vocab.is_empty() {
+        return Err(TrainError::InvalidConfig(
+            "the vocabulary has no token besides <S>, </S>, <UNK>".into(),
+        ));
+    }
+    if options.checkpoint_every == 0 || options.log_every == 0 {
+        return Err(TrainError::InvalidConfig(
+            "--checkpoint-every and --log-every must be positive".into(),
+        ));
+    }
+    let run = RunDirectory::new(&options.run_dir);
+    let info = RunInfo {
+        train: options.train_files.clone(),
+        valid: options.valid_file.clone(),
+        seed: options.seed,
+        init_from: options.init_from.clone(),
+    };
+    let resume_from = prepare_run(&run, config, &vocab, &info, options.resume)?;
+
+    let train_device = device.clone().autodiff();
+    let mut model = {
+        // Initialisation draws from the backend's RNG, which is global: hold it while seeding
+        // and drawing so that concurrent runs in one process cannot interleave.
+        static BACKEND_RNG: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _guard = BACKEND_RNG
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        train_device.seed(mix_seed(&[options.seed, 0x1417]));
+        let model = initial_model(config, &vocab, options.init_from.as_ref(), &train_device)?;
+        // Parameters are initialised lazily: draw them now, under the lock, in a fixed order.
+        model.visit(&mut Materialize);
+        model
+    };
+    let mut optimizer = build_optimizer(&config.optimizer);
+    let vocab = Arc::new(vocab);
+    let shape = BatchShape {
+        n_rows: config.batch_size,
+        n_steps: config.unroll_steps,
+        stateful: config.stateful,
+        max_sentence_tokens: config.max_sentence_tokens,
+    };
+    let mut batcher = Batcher::new(
+        options.train_files.clone(),
+        config.tokenize,
+        vocab.clone(),
+        shape,
+        Some(options.seed),
+    );
+    let lstm = &config.model.lstm;
+    let mut state: Option<CarriedState> = None;
+    let mut trainer = TrainerState {
+        step: 0,
+        tokens: 0,
+        batcher: batcher.state(),
+        window: LossWindow::default(),
+        has_lstm_state: false,
+        elapsed_seconds: 0.0,
+    };
+    let mut last_checkpoint = None;
+    let mut metrics = match &resume_from {
+        Some(checkpoint) => {
+            model = model
+                .try_load_file(checkpoint.model_file())
+                .map_err(|source| TrainError::Record {
+                    path: checkpoint.model_file(),
+                    source,
+                })?;
+            optimizer = optimizer
+                .load(checkpoint.optimizer_file())
+                .map_err(|source| TrainError::Record {
+                    path: checkpoint.optimizer_file(),
+                    source,
+                })?;
+            trainer = checkpoint.trainer_state()?;
+            batcher.restore(trainer.batcher.clone())?;
+            if trainer.has_lstm_state {
+                state = Some(checkpoint.lstm_state(
+                    lstm.n_layers,
+                    config.batch_size,
+                    lstm.dim,
+                    lstm.projection_dim,
+                    &train_device,
+                )?);
+            }
+            last_checkpoint = Some(checkpoint.clone());
+            MetricsLog::resume(run.metrics_file(), trainer.step)?
+        }
+        None => MetricsLog::create(run.metrics_file())?,
+    };
+
+    let n_parameters = model.n_parameters();
+    observer.started(trainer.step, options.steps, n_parameters);
+    let mut window_start = Instant::now();
+    let mut window_tokens = 0u64;
+    let mut valid = None;
+    let run_start = Instant::now();
+    let elapsed_before = trainer.elapsed_seconds;
+
+    while trainer.step < options.steps {
+        let batch = batcher.next_batch()?.ok_or_else(|| {
+            TrainError::Corpus("the training stream ended (it should loop forever)".into())
+        })?;
+        let step = trainer.step;
+        let (next_model, out) = optimizer_step(
+            model,
+            &mut optimizer,
+            &batch,
+            &mut state,
+            StepSettings {
+                config,
+                n_vocab: vocab.len(),
+                seed: options.seed,
+                step,
+                device: &train_device,
+            },
+        );
+        model = next_model;
+        if !out.loss.is_finite() {
+            return Err(TrainError::NonFiniteLoss {
+                step: step + 1,
+                loss: out.loss,
+                last_checkpoint: last_checkpoint
+                    .as_ref()
+                    .map_or("none yet".into(), |c: &Checkpoint| {
+                        c.dir.display().to_string()
+                    }),
+            });
+        }
+        let (loss_value, forward_nll, backward_nll, grad_norm, lr) = (
+            out.loss,
+            out.forward_nll,
+            out.backward_nll,
+            out.grad_norm,
+            out.lr,
+        );
+        let (n_f, n_b) = (out.n_forward, out.n_backward);
+        trainer.step += 1;
+        trainer.tokens += n_f + n_b;
+        window_tokens += n_f + n_b;
+        let w = &mut trainer.window;
+        w.steps += 1;
+        w.loss += loss_value;
+        w.forward_nll += forward_nll;
+        w.forward_targets += n_f;
+        w.backward_nll += backward_nll;
+        w.backward_targets += n_b;
+        w.grad_norm += grad_norm;
+        observer.step(&StepReport {
+            step: trainer.step,
+            total: options.steps,
+            loss: loss_value,
+            forward_perplexity: (forward_nll / n_f.max(1) as f64).exp(),
+            backward_perplexity: (backward_nll / n_b.max(1) as f64).exp(),
+            tokens: n_f + n_b,
+        });
+
+        let last = trainer.step == options.steps;
+        if trainer.step.is_multiple_of(options.log_every) || last {
+            let w = std::mem::take(&mut trainer.window);
+            let seconds = window_start.elapsed().as_secs_f64().max(1e-9);
+            let record = MetricsRecord::Train {
+                step: trainer.step,
+                loss: w.loss / w.steps as f64,
+                forward_perplexity: (w.forward_nll / w.forward_targets.max(1) as f64).exp(),
+                backward_perplexity: (w.backward_nll / w.backward_targets.max(1) as f64).exp(),
+                lr,
+                grad_norm: w.grad_norm / w.steps as f64,
+                tokens: trainer.tokens,
+                tokens_per_second: window_tokens as f64 / seconds,
+            };
+            metrics.append(&record)?;
+            observer.record(&record);
+            window_start = Instant::now();
+            window_tokens = 0;
+        }
+        if trainer.step.is_multiple_of(options.checkpoint_every) || last {
+            if let Some(valid_file) = &options.valid_file {
+                observer.validating();
+                let p = evaluate(
+                    &model.valid(),
+                    vec![valid_file.clone()],
+                    config.tokenize,
+                    vocab.clone(),
+                    shape,
+                    device,
+                    |_| {},
+                )?;
+                let record = MetricsRecord::Valid {
+                    step: trainer.step,
+                    forward_perplexity: p.forward,
+                    backward_perplexity: p.backward,
+                    perplexity: p.average,
+                };
+                metrics.append(&record)?;
+                observer.record(&record);
+                valid = Some(p);
+            }
+            trainer.batcher = batcher.state();
+            trainer.has_lstm_state = state.is_some();
+            trainer.elapsed_seconds = elapsed_before + run_start.elapsed().as_secs_f64();
+            let checkpoint = run.save_checkpoint(
+                |path| {
+                    model
+                        .clone()
+                        .save_file(path)
+                        .map_err(|source| TrainError::Record {
+                            path: path.to_path_buf(),
+                            source,
+                        })
+                },
+                |path| {
+                    optimizer.save(path).map_err(|source| TrainError::Record {
+                        path: path.to_path_buf(),
+                        source,
+                    })
+                },
+                state.as_ref(),
+                &trainer,
+                options.keep_checkpoints,
+            )?;
+            observer.checkpoint(&checkpoint);
+            last_checkpoint = Some(checkpoint);
+            // Redrawn at every checkpoint so the curves follow a long run.
+            crate::plot::plot_curves(&read_metrics(run.metrics_file())?, &run.curves_file())?;
+        }
+    }
+    Ok(TrainSummary {
+        steps: trainer.step,
+        checkpoint: last_checkpoint,
+        valid,
+        n_parameters,
+    })
+}

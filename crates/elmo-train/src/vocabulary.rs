@@ -1,0 +1,251 @@
+//! The output vocabulary of the language model (bilm-tf's `vocab.txt`): one token per line,
+//! `<S>`, `</S>`, `<UNK>` first, then the corpus tokens from most to least frequent.
+//!
+//! Inputs are always characters; the vocabulary only indexes the softmax.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+
+use crate::corpus::read_lines;
+use crate::error::{Result, TrainError, io_error};
+
+/// Beginning of sentence.
+pub const BOS: &str = "<S>";
+/// End of sentence.
+pub const EOS: &str = "</S>";
+/// Unknown token.
+pub const UNK: &str = "<UNK>";
+
+/// Options of [`Vocabulary::build`].
+#[derive(Debug, Clone, Copy)]
+pub struct VocabularyOptions {
+    /// Keep tokens seen at least this often.
+    pub min_count: u64,
+    /// Keep at most this many entries in total (the three special tokens included).
+    pub max_size: Option<usize>,
+}
+
+impl Default for VocabularyOptions {
+    fn default() -> Self {
+        Self {
+            min_count: 1,
+            max_size: None,
+        }
+    }
+}
+
+/// Token ↔ id mapping; ids 0, 1, 2 are `<S>`, `</S>`, `<UNK>`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Vocabulary {
+    tokens: Vec<String>,
+    index: HashMap<String, u32>,
+}
+
+impl Vocabulary {
+    /// Id of `<S>`.
+    pub const BOS_ID: u32 = 0;
+    /// Id of `</S>`.
+    pub const EOS_ID: u32 = 1;
+    /// Id of `<UNK>`.
+    pub const UNK_ID: u32 = 2;
+
+    /// A vocabulary from tokens given most frequent first (special tokens are added in front).
+    pub fn from_tokens<I: IntoIterator<Item = String>>(tokens: I) -> Self {
+        let mut vocab = Self {
+            tokens: Vec::new(),
+            index: HashMap::new(),
+        };
+        for token in [BOS, EOS, UNK].map(String::from).into_iter().chain(tokens) {
+            if !vocab.index.contains_key(&token) {
+                vocab.index.insert(token.clone(), vocab.tokens.len() as u32);
+                vocab.tokens.push(token);
+            }
+        }
+        vocab
+    }
+
+    /// Builds a vocabulary from token counts: frequency-sorted (ties by token), `min_count` and
+    /// `max_size` applied.
+    pub fn from_counts(counts: HashMap<String, u64>, options: VocabularyOptions) -> Self {
+        let mut entries: Vec<(String, u64)> = counts
+            .into_iter()
+            .filter(|(token, count)| {
+                *count >= options.min_count && ![BOS, EOS, UNK].contains(&token.as_str())
+            })
+            .collect();
+        entries.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        if let Some(max) = options.max_size {
+            entries.truncate(max.saturating_sub(3));
+        }
+        Self::from_tokens(entries.into_iter().map(|(token, _)| token))
+    }
+
+    /// Counts the tokens of corpus files (one sentence per line) and builds the vocabulary.
+    pub fn build(
+        files: &[std::path::PathBuf],
+        tokenize: bool,
+        options: VocabularyOptions,
+        mut on_line: impl FnMut(u64),
+    ) -> Result<Self> {
+        let mut counts: HashMap<String, u64> = HashMap::new();
+        for file in files {
+            read_lines(file, |_, line| {
+                let tokens = crate::corpus::split_line(line, tokenize);
+                for token in tokens {
+                    *counts.entry(token).or_insert(0) += 1;
+                }
+                on_line(line.len() as u64 + 1);
+                Ok(())
+            })?;
+        }
+        Ok(Self::from_counts(counts, options))
+    }
+
+    /// Reads a vocabulary file (one token per line). The special tokens are added in front when
+    /// the file lacks them (bilm-tf files list them); duplicates and empty lines are errors.
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        let file = std::fs::File::open(path).map_err(io_error(path))?;
+        let mut tokens = Vec::new();
+        let mut seen = HashMap::new();
+        for (number, line) in BufReader::new(file).split(b'\n').enumerate() {
+            let line = line.map_err(io_error(path))?;
+            let text = std::str::from_utf8(&line).map_err(|source| TrainError::InvalidUtf8 {
+                path: path.to_path_buf(),
+                line: number + 1,
+                source,
+            })?;
+            // bilm-tf vocabularies may carry a count after the token: keep the first column.
+            let token = text.trim_end_matches('\r').split('\t').next().unwrap_or("");
+            let vocab_error = |message: String| TrainError::Vocabulary {
+                path: path.to_path_buf(),
+                line: number + 1,
+                message,
+            };
+            if token.is_empty() || token.chars().any(char::is_whitespace) {
+                return Err(vocab_error(
+                    "empty token or token with whitespace (one token per line)".into(),
+                ));
+            }
+            if let Some(first) = seen.insert(token.to_string(), number + 1) {
+                return Err(vocab_error(format!(
+                    "duplicate token `{token}` (first on line {first})"
+                )));
+            }
+            tokens.push(token.to_string());
+        }
+        if tokens.is_empty() {
+            return Err(TrainError::Vocabulary {
+                path: path.to_path_buf(),
+                line: 0,
+                message: "the file is empty".into(),
+            });
+        }
+        let specials_first = tokens.len() >= 3 && tokens[..3] == [BOS, EOS, UNK];
+        if !specials_first && tokens.iter().any(|t| [BOS, EOS, UNK].contains(&t.as_str())) {
+            return Err(TrainError::Vocabulary {
+                path: path.to_path_buf(),
+                line: 0,
+                message: format!("`{BOS}`, `{EOS}`, `{UNK}` must be the first three lines"),
+            });
+        }
+        Ok(Self::from_tokens(tokens))
+    }
+
+    /// Writes one token per line (atomically: a temporary file renamed into place).
+    pub fn to_file(&self, path: impl AsRef<Path>) -> Result<()> {
+        let mut text = String::new();
+        for token in &self.tokens {
+            text.push_str(token);
+            text.push('\n');
+        }
+        crate::checkpoint::write_atomic(path.as_ref(), text.as_bytes())
+    }
+
+    /// Number of entries (the softmax size).
+    pub fn len(&self) -> usize {
+        self.tokens.len()
+    }
+
+    /// Whether only the special tokens are present.
+    pub fn is_empty(&self) -> bool {
+        self.tokens.len() <= 3
+    }
+
+    /// Id of a token, `<UNK>` when absent.
+    pub fn id(&self, token: &str) -> u32 {
+        self.index.get(token).copied().unwrap_or(Self::UNK_ID)
+    }
+
+    /// The token of an id.
+    pub fn token(&self, id: u32) -> Option<&str> {
+        self.tokens.get(id as usize).map(String::as_str)
+    }
+
+    /// All tokens in id order.
+    pub fn tokens(&self) -> &[String] {
+        &self.tokens
+    }
+}
+
+/// Writes `vocab` to any writer (one token per line).
+pub fn write_vocabulary(vocab: &Vocabulary, out: &mut impl Write) -> std::io::Result<()> {
+    for token in vocab.tokens() {
+        writeln!(out, "{token}")?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_sorted_with_specials_first() {
+        let counts: HashMap<String, u64> = [("b", 3), ("a", 3), ("c", 5), ("rare", 1), ("<S>", 9)]
+            .into_iter()
+            .map(|(t, c)| (t.to_string(), c))
+            .collect();
+        let vocab = Vocabulary::from_counts(
+            counts.clone(),
+            VocabularyOptions {
+                min_count: 2,
+                max_size: None,
+            },
+        );
+        assert_eq!(vocab.tokens(), ["<S>", "</S>", "<UNK>", "c", "a", "b"]);
+        assert_eq!(vocab.id("rare"), Vocabulary::UNK_ID);
+        assert_eq!(vocab.id("a"), 4);
+        let capped = Vocabulary::from_counts(
+            counts,
+            VocabularyOptions {
+                min_count: 1,
+                max_size: Some(4),
+            },
+        );
+        assert_eq!(capped.tokens(), ["<S>", "</S>", "<UNK>", "c"]);
+    }
+
+    #[test]
+    fn file_round_trip_and_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("vocab.txt");
+        let vocab = Vocabulary::from_tokens(["the".to_string(), "cat".to_string()]);
+        vocab.to_file(&path).unwrap();
+        assert_eq!(Vocabulary::from_file(&path).unwrap(), vocab);
+
+        std::fs::write(&path, "<S>\n</S>\n<UNK>\nthe\nthe\n").unwrap();
+        let err = Vocabulary::from_file(&path).unwrap_err().to_string();
+        assert!(err.contains(":5:") && err.contains("duplicate"), "{err}");
+        std::fs::write(&path, "the\n\ncat\n").unwrap();
+        let err = Vocabulary::from_file(&path).unwrap_err().to_string();
+        assert!(err.contains(":2:"), "{err}");
+        std::fs::write(&path, b"the\n\xff\n").unwrap();
+        let err = Vocabulary::from_file(&path).unwrap_err().to_string();
+        assert!(err.contains(":2:") && err.contains("UTF-8"), "{err}");
+        // Without the special tokens they are added in front.
+        std::fs::write(&path, "the\ncat\n").unwrap();
+        assert_eq!(Vocabulary::from_file(&path).unwrap(), vocab);
+    }
+}
