@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
 use elmo_train::checkpoint::{Checkpoint, RunDirectory};
-use elmo_train::config::{OptimizerConfig, TrainConfig};
+use elmo_train::config::{LrSchedule, OptimizerConfig, TrainConfig};
 use elmo_train::corpus::expand_patterns;
 use elmo_train::metrics::MetricsRecord;
 use elmo_train::trainer::StepReport;
@@ -96,6 +96,10 @@ pub struct TrainArgs {
     /// Learning rate (overrides the preset).
     #[arg(long)]
     pub lr: Option<f64>,
+    /// Linear warm-up over N steps, then linear decay to zero at --steps (default: a constant
+    /// rate, as bilm-tf).
+    #[arg(long, value_name = "N")]
+    pub warmup_steps: Option<u64>,
     /// No progress bar.
     #[arg(long, short)]
     pub quiet: bool,
@@ -133,6 +137,12 @@ impl TrainArgs {
         }
         if self.tokenize {
             config.tokenize = true;
+        }
+        if let Some(warmup_steps) = self.warmup_steps {
+            config.lr_schedule = LrSchedule::Linear {
+                warmup_steps,
+                total_steps: self.steps,
+            };
         }
         let lr = self.lr.unwrap_or(config.optimizer.lr());
         config.optimizer = match (self.optimizer, &config.optimizer) {

@@ -4,7 +4,7 @@
 //! Inputs are always characters; the vocabulary only indexes the softmax.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::path::Path;
 
 use crate::corpus::read_lines;
@@ -187,14 +187,6 @@ impl Vocabulary {
     pub fn tokens(&self) -> &[String] {
         &self.tokens
     }
-}
-
-/// Writes `vocab` to any writer (one token per line).
-pub fn write_vocabulary(vocab: &Vocabulary, out: &mut impl Write) -> std::io::Result<()> {
-    for token in vocab.tokens() {
-        writeln!(out, "{token}")?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]
