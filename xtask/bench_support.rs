@@ -1,5 +1,5 @@
 //! Helpers shared by the benchmark programs (`bench_embed`, `bench_train`), included with
-//! `#[path]`: the backend of a name, and the process's peak resident memory.
+//! `#[path]`: flag values, the backend of a name, and the process's peak resident memory.
 
 use burn::tensor::{Device, DeviceKind};
 
@@ -22,4 +22,13 @@ pub fn peak_rss_mib() -> f64 {
         .find_map(|l| l.strip_prefix("VmHWM:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
         .map_or(f64::NAN, |kb| kb / 1024.0)
+}
+
+/// The value after `flag` in `args`, or `default`.
+pub fn flag_value(args: &[String], flag: &str, default: &str) -> String {
+    args.iter()
+        .position(|a| a == flag)
+        .and_then(|i| args.get(i + 1))
+        .cloned()
+        .unwrap_or_else(|| default.to_string())
 }

@@ -15,7 +15,7 @@ use elmo_model::{BiLmConfig, CharIdBatch};
 
 #[path = "../../../xtask/bench_support.rs"]
 mod bench_support;
-use bench_support::{device, peak_rss_mib};
+use bench_support::{device, flag_value, peak_rss_mib};
 
 /// The published shapes (`elmo train`'s presets).
 fn options(shape: &str) -> BiLmOptions {
@@ -124,13 +124,7 @@ fn breakdown(bilm: &elmo_model::BiLm, data: &[CharIdBatch], device: &Device) {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let get = |flag: &str, default: &str| -> String {
-        args.iter()
-            .position(|a| a == flag)
-            .and_then(|i| args.get(i + 1))
-            .cloned()
-            .unwrap_or_else(|| default.to_string())
-    };
+    let get = |flag: &str, default: &str| flag_value(&args, flag, default);
     let batches: usize = get("--batches", "3").parse().expect("--batches N");
     let batch_size: usize = get("--batch-size", "64").parse().expect("--batch-size N");
     let text = get("--text", "zipf");

@@ -22,7 +22,7 @@ use rand::{Rng, SeedableRng};
 
 #[path = "../../../xtask/bench_support.rs"]
 mod bench_support;
-use bench_support::{device, peak_rss_mib};
+use bench_support::{device, flag_value, peak_rss_mib};
 
 /// A Zipfian corpus over `w0 … w{V-4}` (sentences of 10-30 words).
 fn write_corpus(path: &std::path::Path, n_vocab: usize, n_sentences: usize) {
@@ -118,13 +118,7 @@ fn field(line: &str, key: &str) -> String {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let get = |flag: &str, default: &str| -> String {
-        args.iter()
-            .position(|a| a == flag)
-            .and_then(|i| args.get(i + 1))
-            .cloned()
-            .unwrap_or_else(|| default.to_string())
-    };
+    let get = |flag: &str, default: &str| flag_value(&args, flag, default);
     let number = |flag: &str, default: &str| -> usize {
         get(flag, default)
             .parse()
