@@ -197,6 +197,19 @@ fn vocab_train_resume_eval_export_embed() {
         .fold(0.0f32, f32::max);
     assert!(diff < 1e-5, "run and export embed differently: {diff}");
 
+    let empty = d.join("empty.txt");
+    std::fs::write(&empty, "\n\n").expect("write");
+    let out = elmo(&[
+        "eval",
+        "--quiet",
+        "--model",
+        path(&run),
+        "--data",
+        path(&empty),
+    ]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no sentence to evaluate on"));
+
     let svg = d.join("curves.svg");
     ok(&["plot", "--model", path(&run), "--out", path(&svg)]);
     assert!(std::fs::read_to_string(&svg).expect("svg").contains("<svg"));

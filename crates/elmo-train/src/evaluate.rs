@@ -48,6 +48,11 @@ pub fn evaluate(
     device: &Device,
     mut on_batch: impl FnMut(u64),
 ) -> Result<Perplexity> {
+    let names = files
+        .iter()
+        .map(|f| f.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
     let mut batcher = Batcher::new(files, tokenize, vocab, shape, None);
     let mut state: Option<CarriedState> = None;
     let (mut nll_f, mut nll_b, mut n_f, mut n_b) = (0.0f64, 0.0f64, 0u64, 0u64);
@@ -59,6 +64,11 @@ pub fn evaluate(
         n_f += step.loss.n_forward as u64;
         n_b += step.loss.n_backward as u64;
         on_batch((step.loss.n_forward + step.loss.n_backward) as u64);
+    }
+    if n_f == 0 {
+        return Err(crate::error::TrainError::Corpus(format!(
+            "{names}: no sentence to evaluate on"
+        )));
     }
     let per_target = |nll: f64, n: u64| nll / n.max(1) as f64;
     let (f, b) = (per_target(nll_f, n_f), per_target(nll_b, n_b));
