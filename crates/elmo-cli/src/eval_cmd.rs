@@ -39,9 +39,7 @@ pub fn run(args: &EvalArgs) -> Result<()> {
     let config = &run.config;
     let shape = BatchShape {
         n_rows: args.batch_size.unwrap_or(config.batch_size),
-        n_steps: config.unroll_steps,
-        stateful: config.stateful,
-        max_sentence_tokens: config.max_sentence_tokens,
+        ..config.batch_shape()
     };
     let bar = crate::progress::bar(
         0,

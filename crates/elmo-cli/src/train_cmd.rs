@@ -144,34 +144,25 @@ impl TrainArgs {
                 total_steps: self.steps,
             };
         }
+        // --optimizer switches the kind, --lr the rate; anything not given keeps the preset's.
         let lr = self.lr.unwrap_or(config.optimizer.lr());
-        config.optimizer = match (self.optimizer, &config.optimizer) {
-            (Some(OptimizerKind::Adam), _) | (None, OptimizerConfig::Adam { .. }) => {
-                OptimizerConfig::Adam { lr }
-            }
-            (
-                Some(OptimizerKind::Adagrad),
-                OptimizerConfig::Adagrad {
-                    initial_accumulator,
-                    ..
-                },
-            )
-            | (
-                None,
-                OptimizerConfig::Adagrad {
-                    initial_accumulator,
-                    ..
-                },
-            ) => OptimizerConfig::Adagrad {
+        let adam = match self.optimizer {
+            Some(kind) => kind == OptimizerKind::Adam,
+            None => matches!(config.optimizer, OptimizerConfig::Adam { .. }),
+        };
+        config.optimizer = match config.optimizer {
+            _ if adam => OptimizerConfig::Adam { lr },
+            OptimizerConfig::Adagrad {
+                initial_accumulator,
+                ..
+            } => OptimizerConfig::Adagrad {
                 lr,
-                initial_accumulator: *initial_accumulator,
+                initial_accumulator,
             },
-            (Some(OptimizerKind::Adagrad), OptimizerConfig::Adam { .. }) => {
-                OptimizerConfig::Adagrad {
-                    lr,
-                    initial_accumulator: 1.0,
-                }
-            }
+            OptimizerConfig::Adam { .. } => OptimizerConfig::Adagrad {
+                lr,
+                initial_accumulator: 1.0,
+            },
         };
         config.validate()?;
         Ok(config)

@@ -115,17 +115,13 @@ impl BiLmState {
 
     /// A state detached from any autodiff graph (for the next batch of truncated BPTT).
     pub fn detach(self) -> Self {
-        let d = |s: LstmState| LstmState {
-            hidden: s.hidden.detach(),
-            memory: s.memory.detach(),
-        };
         Self {
             layers: self
                 .layers
                 .into_iter()
                 .map(|l| DirectionalState {
-                    forward: d(l.forward),
-                    backward: d(l.backward),
+                    forward: l.forward.detach(),
+                    backward: l.backward.detach(),
                 })
                 .collect(),
         }

@@ -61,6 +61,16 @@ pub struct LstmState {
     pub memory: Tensor<2>,
 }
 
+impl LstmState {
+    /// The same state cut from any autodiff graph (truncated backpropagation through time).
+    pub fn detach(self) -> Self {
+        Self {
+            hidden: self.hidden.detach(),
+            memory: self.memory.detach(),
+        }
+    }
+}
+
 /// Output of [`LstmWithProjection::forward`].
 #[derive(Debug, Clone)]
 pub struct LstmOutput {

@@ -12,7 +12,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Instant;
 
-use elmo_train::batcher::{BatchShape, Batcher};
+use elmo_train::batcher::Batcher;
 use elmo_train::language_model::CarriedState;
 use elmo_train::optimizer::build_optimizer;
 use elmo_train::run::model_for;
@@ -66,12 +66,7 @@ fn child(backend: &str, s: &Settings) {
     train_device.seed(0);
     let mut model = model_for(&config, &vocab, &train_device);
     let mut optimizer = build_optimizer(&config.optimizer);
-    let shape = BatchShape {
-        n_rows: config.batch_size,
-        n_steps: config.unroll_steps,
-        stateful: true,
-        max_sentence_tokens: config.max_sentence_tokens,
-    };
+    let shape = config.batch_shape();
     let mut batcher = Batcher::new(vec![corpus], false, Arc::new(vocab.clone()), shape, Some(1));
     let mut state: Option<CarriedState> = None;
     let mut targets = 0usize;

@@ -225,24 +225,6 @@ pub enum LmBatch {
     },
 }
 
-impl LmBatch {
-    /// Number of targets over both directions.
-    pub fn n_targets(&self) -> usize {
-        match self {
-            Self::Packed {
-                forward_targets,
-                backward_targets,
-                ..
-            }
-            | Self::Sentences {
-                forward_targets,
-                backward_targets,
-                ..
-            } => forward_targets.count() + backward_targets.count(),
-        }
-    }
-}
-
 /// bilm-tf's packing of one stream into `B × T` batches.
 pub struct PackedBatcher {
     stream: SentenceStream,

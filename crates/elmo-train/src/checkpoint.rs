@@ -69,6 +69,19 @@ pub struct LossWindow {
     pub grad_norm: f64,
 }
 
+impl LossWindow {
+    /// Adds one step.
+    pub fn add(&mut self, losses: &crate::trainer::StepLosses) {
+        self.steps += 1;
+        self.loss += losses.loss;
+        self.forward_nll += losses.forward_nll;
+        self.forward_targets += losses.n_forward;
+        self.backward_nll += losses.backward_nll;
+        self.backward_targets += losses.n_backward;
+        self.grad_norm += losses.grad_norm;
+    }
+}
+
 /// The trainer's own state in a checkpoint.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TrainerState {

@@ -8,6 +8,7 @@ use elmo_model::options::{
 };
 use serde::{Deserialize, Serialize};
 
+use crate::batcher::BatchShape;
 use crate::error::{Result, TrainError, io_error};
 
 /// Everything that defines a training run except the data paths.
@@ -287,6 +288,16 @@ impl TrainConfig {
             return bad("negatives must be positive");
         }
         Ok(())
+    }
+
+    /// How this config batches text (training, and evaluation of its runs).
+    pub fn batch_shape(&self) -> BatchShape {
+        BatchShape {
+            n_rows: self.batch_size,
+            n_steps: self.unroll_steps,
+            stateful: self.stateful,
+            max_sentence_tokens: self.max_sentence_tokens,
+        }
     }
 
     /// Whether a vocabulary of `n_vocab` entries is trained with the sampled softmax.

@@ -37,6 +37,11 @@ impl std::fmt::Display for Perplexity {
     }
 }
 
+/// `exp(nll / n)`: the perplexity of a summed NLL over `n` targets (1 when there are none).
+pub fn perplexity(nll: f64, n: u64) -> f64 {
+    (nll / n.max(1) as f64).exp()
+}
+
 /// Evaluates `model` (on a device without autodiff: no dropout) over `files`.
 /// `on_batch(targets)` is called after every batch (progress).
 pub fn evaluate(
@@ -70,8 +75,7 @@ pub fn evaluate(
             "{names}: no sentence to evaluate on"
         )));
     }
-    let per_target = |nll: f64, n: u64| nll / n.max(1) as f64;
-    let (f, b) = (per_target(nll_f, n_f), per_target(nll_b, n_b));
+    let (f, b) = (nll_f / n_f.max(1) as f64, nll_b / n_b.max(1) as f64);
     Ok(Perplexity {
         forward: f.exp(),
         backward: b.exp(),

@@ -116,35 +116,10 @@ pub struct CarriedState {
 impl CarriedState {
     /// Cuts the gradient at the batch boundary.
     pub fn detach(self) -> Self {
-        let detach = |states: Vec<LstmState>| {
-            states
-                .into_iter()
-                .map(|s| LstmState {
-                    hidden: s.hidden.detach(),
-                    memory: s.memory.detach(),
-                })
-                .collect()
-        };
+        let detach = |states: Vec<LstmState>| states.into_iter().map(LstmState::detach).collect();
         Self {
             forward: detach(self.forward),
             backward: detach(self.backward),
-        }
-    }
-
-    /// Moves the state to another device (e.g. between the training and evaluation devices).
-    pub fn to_device(self, device: &Device) -> Self {
-        let move_all = |states: Vec<LstmState>| {
-            states
-                .into_iter()
-                .map(|s| LstmState {
-                    hidden: s.hidden.to_device(device),
-                    memory: s.memory.to_device(device),
-                })
-                .collect()
-        };
-        Self {
-            forward: move_all(self.forward),
-            backward: move_all(self.backward),
         }
     }
 }
@@ -254,13 +229,7 @@ impl BiLanguageModel {
         let positions = Tensor::<1, Int>::from_data(TensorData::new(positions, [n]), &device);
         let hidden = top.reshape([batch * n_steps, d]).select(0, positions);
         match softmax {
-            SoftmaxMode::Full => {
-                let ids = Tensor::<1, Int>::from_data(
-                    TensorData::new(ids.iter().map(|&i| i64::from(i)).collect::<Vec<_>>(), [n]),
-                    &device,
-                );
-                self.softmax.full_nll(hidden, ids)
-            }
+            SoftmaxMode::Full => self.softmax.full_nll(hidden, &ids),
             SoftmaxMode::Sampled(candidates) => self.softmax.sampled_nll(hidden, &ids, candidates),
         }
     }

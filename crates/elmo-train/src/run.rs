@@ -96,12 +96,16 @@ impl TrainedRun {
     }
 }
 
-/// A freshly initialised model of the config's shape for a vocabulary.
-pub fn model_for(config: &TrainConfig, vocab: &Vocabulary, device: &Device) -> BiLanguageModel {
+/// The model configuration of a training config and vocabulary.
+pub fn model_config(config: &TrainConfig, vocab: &Vocabulary) -> BiLanguageModelConfig {
     BiLanguageModelConfig {
         options: config.model.clone(),
         n_vocab: vocab.len(),
         dropout: config.dropout,
     }
-    .init(device)
+}
+
+/// A freshly initialised model of the config's shape for a vocabulary.
+pub fn model_for(config: &TrainConfig, vocab: &Vocabulary, device: &Device) -> BiLanguageModel {
+    model_config(config, vocab).init(device)
 }

@@ -39,6 +39,12 @@ pub struct Softmax {
     pub bias: Param<Tensor<1>>,
 }
 
+/// Uploads vocabulary ids.
+fn ids_tensor(ids: &[u32], device: &Device) -> Tensor<1, Int> {
+    let values: Vec<i64> = ids.iter().map(|&i| i64::from(i)).collect();
+    Tensor::from_data(TensorData::new(values, [ids.len()]), device)
+}
+
 /// Most logits materialised at once by the full softmax (bounds memory for large vocabularies).
 const FULL_SOFTMAX_CHUNK: usize = 1 << 24;
 
@@ -101,9 +107,10 @@ impl Softmax {
     /// Sum of `−log p(target)` over the rows, with the full vocabulary.
     ///
     /// # Shapes
-    /// - hidden: `[N, P]`; targets: `[N]`
-    pub fn full_nll(&self, hidden: Tensor<2>, targets: Tensor<1, Int>) -> Tensor<1> {
+    /// - hidden: `[N, P]`; targets: `N` ids
+    pub fn full_nll(&self, hidden: Tensor<2>, targets: &[u32]) -> Tensor<1> {
         let [n, _] = hidden.dims();
+        let targets = ids_tensor(targets, &hidden.device());
         let n_vocab = self.weight.shape().dims::<2>()[0];
         let rows_per_chunk = (FULL_SOFTMAX_CHUNK / n_vocab.max(1)).max(1);
         let weight_t = self.weight.val().transpose();
@@ -149,15 +156,6 @@ impl Softmax {
         let device = hidden.device();
         let [n, _] = hidden.dims();
         let n_sampled = candidates.ids.len();
-        let to_int = |ids: &[u32]| {
-            Tensor::<1, Int>::from_data(
-                TensorData::new(
-                    ids.iter().map(|&i| i64::from(i)).collect::<Vec<_>>(),
-                    [ids.len()],
-                ),
-                &device,
-            )
-        };
         let correction = |ids: &[u32]| {
             let values: Vec<f32> = ids
                 .iter()
@@ -165,8 +163,8 @@ impl Softmax {
                 .collect();
             Tensor::<1>::from_data(TensorData::new(values, [ids.len()]), &device)
         };
-        let sampled_ids = to_int(&candidates.ids);
-        let target_ids = to_int(targets);
+        let sampled_ids = ids_tensor(&candidates.ids, &device);
+        let target_ids = ids_tensor(targets, &device);
 
         let weight = self.weight.val();
         let bias = self.bias.val();
@@ -221,8 +219,7 @@ mod tests {
         .init(&device);
         let hidden = Tensor::<2>::random([3, 4], burn::tensor::Distribution::Default, &device);
         let targets = [1u32, 4, 0];
-        let ids = Tensor::<1, Int>::from_data(TensorData::new(vec![1i64, 4, 0], [3]), &device);
-        let full: f32 = softmax.full_nll(hidden.clone(), ids).into_scalar();
+        let full: f32 = softmax.full_nll(hidden.clone(), &targets).into_scalar();
         // n_tries huge → every expected count is 1 → log correction 0.
         let candidates = SampledCandidates {
             ids: (0..6).collect(),

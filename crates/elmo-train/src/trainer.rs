@@ -17,15 +17,15 @@ use burn::tensor::Device;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-use crate::batcher::{BatchShape, Batcher, LmBatch, mix_seed};
+use crate::batcher::{Batcher, LmBatch, mix_seed};
 use crate::checkpoint::{Checkpoint, LossWindow, RunDirectory, TrainerState};
 use crate::config::TrainConfig;
 use crate::error::{Result, TrainError};
-use crate::evaluate::{Perplexity, evaluate};
+use crate::evaluate::{Perplexity, evaluate, perplexity};
 use crate::language_model::{BiLanguageModel, CarriedState, SoftmaxMode};
 use crate::metrics::{MetricsLog, MetricsRecord, read_metrics};
 use crate::optimizer::{build_optimizer, clip_global_norm};
-use crate::run::{RunInfo, model_for};
+use crate::run::{RunInfo, model_config, model_for};
 use crate::softmax::SampledCandidates;
 use crate::vocabulary::Vocabulary;
 
@@ -269,13 +269,10 @@ fn initial_model(
             options_file.display()
         )));
     }
-    let bilm = elmo_model::weights::load_bilm(options_file, weights_file, device)?;
-    Ok(crate::language_model::BiLanguageModelConfig {
-        options,
-        n_vocab: vocab.len(),
-        dropout: config.dropout,
-    }
-    .with_bilm(bilm, device))
+    let mut weights = elmo_model::weights::WeightFile::open(weights_file)?;
+    let bilm = elmo_model::weights::load_bilm_from(&options, &mut weights, device)?;
+    weights.finish()?;
+    Ok(model_config(config, vocab).with_bilm(bilm, device))
 }
 
 /// Trains (or continues training) a biLM. `device` is the plain device; gradients are taken on
@@ -323,12 +320,7 @@ pub fn train(
     };
     let mut optimizer = build_optimizer(&config.optimizer);
     let vocab = Arc::new(vocab);
-    let shape = BatchShape {
-        n_rows: config.batch_size,
-        n_steps: config.unroll_steps,
-        stateful: config.stateful,
-        max_sentence_tokens: config.max_sentence_tokens,
-    };
+    let shape = config.batch_shape();
     let mut batcher = Batcher::new(
         options.train_files.clone(),
         config.tokenize,
@@ -416,32 +408,18 @@ pub fn train(
                     }),
             });
         }
-        let (loss_value, forward_nll, backward_nll, grad_norm, lr) = (
-            out.loss,
-            out.forward_nll,
-            out.backward_nll,
-            out.grad_norm,
-            out.lr,
-        );
-        let (n_f, n_b) = (out.n_forward, out.n_backward);
+        let n_targets = out.n_forward + out.n_backward;
         trainer.step += 1;
-        trainer.tokens += n_f + n_b;
-        window_tokens += n_f + n_b;
-        let w = &mut trainer.window;
-        w.steps += 1;
-        w.loss += loss_value;
-        w.forward_nll += forward_nll;
-        w.forward_targets += n_f;
-        w.backward_nll += backward_nll;
-        w.backward_targets += n_b;
-        w.grad_norm += grad_norm;
+        trainer.tokens += n_targets;
+        window_tokens += n_targets;
+        trainer.window.add(&out);
         observer.step(&StepReport {
             step: trainer.step,
             total: options.steps,
-            loss: loss_value,
-            forward_perplexity: (forward_nll / n_f.max(1) as f64).exp(),
-            backward_perplexity: (backward_nll / n_b.max(1) as f64).exp(),
-            tokens: n_f + n_b,
+            loss: out.loss,
+            forward_perplexity: perplexity(out.forward_nll, out.n_forward),
+            backward_perplexity: perplexity(out.backward_nll, out.n_backward),
+            tokens: n_targets,
         });
 
         let last = trainer.step == options.steps;
@@ -451,9 +429,9 @@ pub fn train(
             let record = MetricsRecord::Train {
                 step: trainer.step,
                 loss: w.loss / w.steps as f64,
-                forward_perplexity: (w.forward_nll / w.forward_targets.max(1) as f64).exp(),
-                backward_perplexity: (w.backward_nll / w.backward_targets.max(1) as f64).exp(),
-                lr,
+                forward_perplexity: perplexity(w.forward_nll, w.forward_targets),
+                backward_perplexity: perplexity(w.backward_nll, w.backward_targets),
+                lr: out.lr,
                 grad_norm: w.grad_norm / w.steps as f64,
                 tokens: trainer.tokens,
                 tokens_per_second: window_tokens as f64 / seconds,
