@@ -10,6 +10,7 @@ mod input;
 mod model_source;
 mod plot_cmd;
 mod progress;
+mod task_cmd;
 mod train_cmd;
 mod vocab_cmd;
 
@@ -25,7 +26,8 @@ use clap::{Parser, Subcommand};
                   elmo vocab --out vocab.txt train.txt\n  \
                   elmo train --preset small --train train.txt --vocab vocab.txt --out runs/small\n  \
                   elmo eval --model runs/small --data test.txt\n  \
-                  elmo export --model runs/small --out exported/"
+                  elmo export --model runs/small --out exported/\n  \
+                  elmo task train --task tag --train pos.conll --dev dev.conll --out tasks/pos --model exported/"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -46,6 +48,8 @@ enum Command {
     Export(export_cmd::ExportArgs),
     /// Draw the perplexity curves of a run (SVG).
     Plot(plot_cmd::PlotArgs),
+    /// Downstream tasks on frozen ELMo: train, evaluate and apply taggers and classifiers.
+    Task(task_cmd::TaskArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -57,6 +61,7 @@ fn main() -> std::process::ExitCode {
         Command::Eval(args) => eval_cmd::run(args),
         Command::Export(args) => export_cmd::run(args),
         Command::Plot(args) => plot_cmd::run(args),
+        Command::Task(args) => task_cmd::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

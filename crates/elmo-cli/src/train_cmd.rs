@@ -83,6 +83,10 @@ pub struct TrainArgs {
     /// One sentence per row from a zero state, instead of bilm-tf's stateful packing.
     #[arg(long)]
     pub sentences: bool,
+    /// Stateful mode: probability that a row's carried LSTM state is zeroed before a batch
+    /// (overrides the preset's 0.05; 0 = bilm-tf, never reset).
+    #[arg(long, value_name = "P")]
+    pub state_reset: Option<f64>,
     /// Dropout (overrides the preset).
     #[arg(long)]
     pub dropout: Option<f64>,
@@ -131,6 +135,9 @@ impl TrainArgs {
         }
         if let Some(v) = self.dropout {
             config.dropout = v;
+        }
+        if let Some(v) = self.state_reset {
+            config.state_reset = v;
         }
         if let Some(v) = self.negatives {
             config.negatives = v;

@@ -87,11 +87,7 @@ impl BiLmConfig {
 pub const ENCODER_CHUNK_TOKENS: usize = 1024;
 
 /// `[B, T]` mask from lengths, `true` for real positions.
-pub(crate) fn mask_from_lengths(
-    lengths: &[usize],
-    n_tokens: usize,
-    device: &Device,
-) -> Tensor<2, Bool> {
+pub fn mask_from_lengths(lengths: &[usize], n_tokens: usize, device: &Device) -> Tensor<2, Bool> {
     let values: Vec<bool> = lengths
         .iter()
         .flat_map(|&l| (0..n_tokens).map(move |t| t < l))

@@ -23,6 +23,7 @@ pub mod char_ids;
 pub mod elmo;
 pub mod error;
 pub mod export;
+pub mod gradients;
 pub mod highway;
 pub mod lstm_projection;
 pub mod options;

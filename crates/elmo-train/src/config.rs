@@ -27,6 +27,12 @@ pub struct TrainConfig {
     /// batch from a zero state.
     #[serde(default = "defaults::yes")]
     pub stateful: bool,
+    /// Stateful mode: probability that a row's carried LSTM state is zeroed before a batch. bilm-tf
+    /// never resets, and a model trained so (seen with Adam) can come to depend on slowly drifting
+    /// cells that only the carried state holds: from a zero state, as evaluation and `elmo embed`
+    /// start, it is then useless. Occasional resets keep it usable from a zero state.
+    #[serde(default = "defaults::state_reset")]
+    pub state_reset: f64,
     /// In the sentence mode, longer sentences are cut into pieces of this many tokens.
     #[serde(default = "defaults::max_sentence_tokens")]
     pub max_sentence_tokens: usize,
@@ -137,6 +143,9 @@ mod defaults {
     pub fn max_sentence_tokens() -> usize {
         200
     }
+    pub fn state_reset() -> f64 {
+        0.05
+    }
     pub fn dropout() -> f64 {
         0.1
     }
@@ -197,6 +206,7 @@ impl TrainConfig {
             batch_size: defaults::batch_size(),
             unroll_steps: defaults::unroll_steps(),
             stateful: true,
+            state_reset: defaults::state_reset(),
             max_sentence_tokens: defaults::max_sentence_tokens(),
             dropout: defaults::dropout(),
             negatives: defaults::negatives(),
@@ -269,6 +279,9 @@ impl TrainConfig {
         }
         if !(0.0..1.0).contains(&self.dropout) {
             return bad("dropout must be in [0, 1)");
+        }
+        if !(0.0..=1.0).contains(&self.state_reset) {
+            return bad("state_reset must be in [0, 1]");
         }
         if self.optimizer.lr() <= 0.0 || !self.optimizer.lr().is_finite() {
             return bad("the learning rate must be positive");

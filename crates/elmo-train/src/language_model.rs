@@ -122,6 +122,33 @@ impl CarriedState {
             backward: detach(self.backward),
         }
     }
+
+    /// The same state with the rows where `reset[row]` is true set to zero (both stacks, every
+    /// layer).
+    pub fn reset_rows(self, reset: &[bool]) -> Self {
+        if !reset.contains(&true) {
+            return self;
+        }
+        let zero_rows = |states: Vec<LstmState>| -> Vec<LstmState> {
+            states
+                .into_iter()
+                .map(|state| {
+                    let device = state.hidden.device();
+                    let keep: Vec<f32> = reset.iter().map(|&r| if r { 0.0 } else { 1.0 }).collect();
+                    let keep =
+                        Tensor::<2>::from_data(TensorData::new(keep, [reset.len(), 1]), &device);
+                    LstmState {
+                        hidden: state.hidden * keep.clone(),
+                        memory: state.memory * keep,
+                    }
+                })
+                .collect()
+        };
+        Self {
+            forward: zero_rows(self.forward),
+            backward: zero_rows(self.backward),
+        }
+    }
 }
 
 /// Which softmax the loss uses.
@@ -367,4 +394,36 @@ struct StackRun<'a> {
     go_forward: bool,
     initial: Option<Vec<LstmState>>,
     dropout: DropoutMasks,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reset_rows_zeroes_only_the_chosen_rows_of_every_layer() {
+        let device = Device::flex();
+        let layer = |v: f32| LstmState {
+            hidden: Tensor::full([3, 2], v, &device),
+            memory: Tensor::full([3, 4], v + 1.0, &device),
+        };
+        let state = CarriedState {
+            forward: vec![layer(1.0), layer(2.0)],
+            backward: vec![layer(3.0)],
+        };
+        let reset = state.reset_rows(&[false, true, false]);
+        for (l, v) in reset
+            .forward
+            .iter()
+            .chain(&reset.backward)
+            .zip([1.0f32, 2.0, 3.0])
+        {
+            let hidden = l.hidden.to_data().try_to_vec::<f32>().unwrap();
+            let memory = l.memory.to_data().try_to_vec::<f32>().unwrap();
+            assert_eq!(hidden, [v, v, 0.0, 0.0, v, v]);
+            assert_eq!(&memory[..4], [v + 1.0; 4]);
+            assert_eq!(&memory[4..8], [0.0; 4]);
+            assert_eq!(&memory[8..], [v + 1.0; 4]);
+        }
+    }
 }

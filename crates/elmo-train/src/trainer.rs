@@ -14,7 +14,7 @@ use std::time::Instant;
 use burn::module::Module;
 use burn::optim::{GradientsParams, ModuleOptimizer};
 use burn::tensor::Device;
-use rand::SeedableRng;
+use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::batcher::{Batcher, LmBatch, mix_seed};
@@ -178,9 +178,17 @@ pub fn optimizer_step(
     let mode = candidates
         .as_ref()
         .map_or(SoftmaxMode::Full, SoftmaxMode::Sampled);
+    let start = state.clone().map(|carried| {
+        let mut rng = ChaCha8Rng::seed_from_u64(mix_seed(&[seed, step, 0x5E7]));
+        let n_rows = carried.forward.first().map_or(0, |s| s.hidden.dims()[0]);
+        let reset: Vec<bool> = (0..n_rows)
+            .map(|_| rng.random::<f64>() < config.state_reset)
+            .collect();
+        carried.reset_rows(&reset)
+    });
     let out = model.loss(
         batch,
-        state.clone(),
+        start,
         mode,
         Some(mix_seed(&[seed, step, 0xD80])),
         device,

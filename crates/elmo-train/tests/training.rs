@@ -4,9 +4,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use burn::module::{Module, ModuleVisitor, Param};
+use burn::module::Module;
 use burn::optim::GradientsParams;
-use burn::tensor::{Device, Tensor};
+use burn::tensor::Device;
 use elmo_train::batcher::{BatchShape, Batcher, LmBatch};
 use elmo_train::config::{OptimizerConfig, TrainConfig};
 use elmo_train::language_model::SoftmaxMode;
@@ -51,38 +51,7 @@ fn options(run_dir: &Path, corpus: &Path, steps: u64) -> TrainOptions {
     }
 }
 
-/// Which parameters got a non-zero gradient, by the module path of their owner.
-struct NonZero<'a> {
-    grads: &'a GradientsParams,
-    found: Vec<(String, bool)>,
-    path: Vec<String>,
-}
-
-impl ModuleVisitor for NonZero<'_> {
-    fn enter_module(&mut self, name: &str, _container_type: &str) {
-        self.path.push(name.to_string());
-    }
-    fn exit_module(&mut self, _name: &str, _container_type: &str) {
-        self.path.pop();
-    }
-    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
-        let nonzero = self
-            .grads
-            .get::<D>(param.id)
-            .is_some_and(|g| g.abs().sum().into_scalar::<f32>() > 0.0);
-        self.found.push((self.path.join("."), nonzero));
-    }
-}
-
-fn gradient_map<M: Module>(model: &M, grads: &GradientsParams) -> Vec<(String, bool)> {
-    let mut visitor = NonZero {
-        grads,
-        found: Vec::new(),
-        path: Vec::new(),
-    };
-    model.visit(&mut visitor);
-    visitor.found
-}
+use elmo_model::gradients::nonzero_gradients as gradient_map;
 
 fn first_batch(corpus: &Path, vocab: &Vocabulary, stateful: bool) -> LmBatch {
     let shape = BatchShape {

@@ -2,24 +2,12 @@
 //! library's, empty lines, layer selections, statelessness, and clear errors that leave no output.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use burn::tensor::Device;
 use elmo_model::options::BiLmOptions;
 use elmo_model::weights::{WeightFile, load_bilm_from};
 
-fn fixture(rel: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../fixtures")
-        .join(rel)
-}
-
-fn elmo(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_elmo"))
-        .args(args)
-        .output()
-        .expect("run elmo")
-}
+use crate::common::{elmo, fixture};
 
 fn embed(dir: &Path, input: &str, extra: &[&str]) -> (PathBuf, std::process::Output) {
     let input_path = dir.join("input.txt");

@@ -3,28 +3,8 @@
 //! run directory and its export, `elmo plot`, and clear errors.
 
 use std::path::Path;
-use std::process::Command;
 
-fn elmo(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_elmo"))
-        .args(args)
-        .output()
-        .expect("run elmo")
-}
-
-fn ok(args: &[&str]) -> String {
-    let out = elmo(args);
-    assert!(
-        out.status.success(),
-        "elmo {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn path(p: &Path) -> &str {
-    p.to_str().expect("utf-8 path")
-}
+use crate::common::{elmo, ok, path};
 
 const CORPUS: &str = "The cat sat on the mat.\nA dog ran in the park!\n\nThe bird sang a song.\n";
 

@@ -1,0 +1,456 @@
+//! `elmo task train|eval|predict`: downstream task models on frozen ELMo (crates/elmo-tasks).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use burn::tensor::Device;
+use elmo_tasks::encoder::{ElmoSettings, SentenceEncoderConfig};
+use elmo_tasks::index::Index;
+use elmo_tasks::train::{EpochReport, headline};
+use elmo_tasks::{
+    BiLmFeatures, DataFormat, ElmoPlace, ElmoSource, Example, MixKind, Target, TaskDirectory,
+    TaskKind, TaskModelConfig, TaskObserver, TaskSpec, TaskTrainOptions,
+};
+use indicatif::ProgressBar;
+
+use crate::backend::Backend;
+use crate::model_source::ModelArgs;
+
+/// `elmo task ...`.
+#[derive(Debug, clap::Args)]
+pub struct TaskArgs {
+    #[command(subcommand)]
+    command: TaskCommand,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum TaskCommand {
+    /// Train a tagger, classifier or pair classifier on frozen ELMo (or without, the baseline).
+    Train(Box<TaskTrainArgs>),
+    /// Score a trained task model on labelled data: prints `accuracy X` (and `span-f1 Y` for
+    /// BIO/BIOES tags).
+    Eval(TaskEvalArgs),
+    /// Label data with a trained task model (tags as CoNLL columns, labels one per line).
+    Predict(TaskPredictArgs),
+}
+
+/// Arguments of `elmo task train`.
+#[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Formats: tag = CoNLL columns (token<TAB>tag, blank line between \
+    sentences, `#` lines ignored); classify = TSV with a header (--text-column, \
+    --label-column); pair = TSV with text_a, text_b, label.\n\nExample:\n  elmo task train \
+    --task tag --train pos.train.conll --dev pos.dev.conll --out tasks/pos --model runs/lm"
+)]
+pub struct TaskTrainArgs {
+    /// The kind of task (fixes the file format and the head).
+    #[arg(long, value_enum)]
+    task: TaskKind,
+    /// Training data.
+    #[arg(long, value_name = "FILE")]
+    train: PathBuf,
+    /// Development data (model selection and early stopping).
+    #[arg(long, value_name = "FILE")]
+    dev: PathBuf,
+    /// Task directory to write (task.json, model.bpk, best.json, metrics.jsonl).
+    #[arg(long, value_name = "DIR")]
+    out: PathBuf,
+    /// The biLM (--options/--weights, or --model DIR); the embedded demo biLM without them.
+    #[command(flatten)]
+    elmo: ModelArgs,
+    /// Train the baseline: the same head without ELMo.
+    #[arg(long, conflicts_with_all = ["options", "weights", "model"])]
+    no_elmo: bool,
+    /// Which biLM layers the task's scalar mix uses.
+    #[arg(long, value_enum, default_value_t = MixKind::All)]
+    mix: MixKind,
+    /// Where ELMo is concatenated: the task RNN's input, output, or both (separate mixes).
+    #[arg(long, value_enum, default_value_t = ElmoPlace::Input)]
+    elmo_at: ElmoPlace,
+    /// Dropout on ELMo.
+    #[arg(long, default_value_t = 0.5)]
+    elmo_dropout: f64,
+    /// λ of the λ‖s‖² penalty on the mix weights.
+    #[arg(long, default_value_t = 0.0)]
+    lambda: f64,
+    /// Seed of initialisation, data order and dropout.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Most epochs.
+    #[arg(long, default_value_t = 20)]
+    epochs: usize,
+    /// Stop after this many epochs without a better dev score.
+    #[arg(long, default_value_t = 3)]
+    patience: usize,
+    /// Examples per batch.
+    #[arg(long, default_value_t = 32)]
+    batch_size: usize,
+    /// Adam learning rate.
+    #[arg(long, default_value_t = 0.001)]
+    lr: f64,
+    /// Task word embedding width.
+    #[arg(long, default_value_t = 100)]
+    d_word: usize,
+    /// Task BiLSTM width per direction.
+    #[arg(long, default_value_t = 128)]
+    d_hidden: usize,
+    /// Dropout in the task model.
+    #[arg(long, default_value_t = 0.3)]
+    dropout: f64,
+    /// Task words seen fewer times are unknown.
+    #[arg(long, default_value_t = 1)]
+    min_count: usize,
+    /// Most task words.
+    #[arg(long, default_value_t = 50_000)]
+    max_words: usize,
+    /// TSV column with the text.
+    #[arg(long, default_value = "text")]
+    text_column: String,
+    /// TSV column with the label.
+    #[arg(long, default_value = "label")]
+    label_column: String,
+    /// Split TSV text with the built-in tokenizer (otherwise on whitespace).
+    #[arg(long)]
+    tokenize: bool,
+    /// Longer sentences are cut (tagging) or truncated.
+    #[arg(long, default_value_t = 200)]
+    max_tokens: usize,
+    /// Compute backend.
+    #[arg(long, value_enum, default_value_t = Backend::Flex)]
+    backend: Backend,
+    /// No progress bars.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+/// Arguments of `elmo task eval`.
+#[derive(Debug, clap::Args)]
+pub struct TaskEvalArgs {
+    /// A task directory (`elmo task train --out`).
+    #[arg(long, value_name = "DIR")]
+    model: PathBuf,
+    /// Labelled data in the task's format.
+    #[arg(long, value_name = "FILE")]
+    data: PathBuf,
+    /// Also print per-type span scores and the most frequent confusions.
+    #[arg(long)]
+    details: bool,
+    /// Compute backend.
+    #[arg(long, value_enum, default_value_t = Backend::Flex)]
+    backend: Backend,
+    /// No progress bars.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+/// Arguments of `elmo task predict`.
+#[derive(Debug, clap::Args)]
+pub struct TaskPredictArgs {
+    /// A task directory (`elmo task train --out`).
+    #[arg(long, value_name = "DIR")]
+    model: PathBuf,
+    /// Data in the task's format (the gold labels are ignored).
+    #[arg(long, value_name = "FILE")]
+    data: PathBuf,
+    /// Output file (standard output without).
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+    /// Compute backend.
+    #[arg(long, value_enum, default_value_t = Backend::Flex)]
+    backend: Backend,
+    /// No progress bars.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+/// Runs `elmo task ...`.
+pub fn run(args: &TaskArgs) -> Result<()> {
+    match &args.command {
+        TaskCommand::Train(a) => train(a),
+        TaskCommand::Eval(a) => eval(a),
+        TaskCommand::Predict(a) => predict(a),
+    }
+}
+
+fn read(format: &DataFormat, path: &Path, what: &str) -> Result<Vec<Example>> {
+    if !path.is_file() {
+        bail!("{}: no such {what} file", path.display());
+    }
+    Ok(format.read(path)?)
+}
+
+/// The biLM layers of every sentence of `sets`, with a progress bar.
+fn features(
+    elmo: &ElmoSource,
+    sets: &[&[Example]],
+    device: &Device,
+    quiet: bool,
+) -> Result<BiLmFeatures> {
+    let loaded = model_args(elmo).load(device)?;
+    let sentences: Vec<&[String]> = sets
+        .iter()
+        .flat_map(|set| set.iter())
+        .flat_map(|e| std::iter::once(e.tokens.as_slice()).chain(e.second.as_deref()))
+        .collect();
+    let bar = crate::progress::bar(
+        sentences.len() as u64,
+        quiet,
+        "biLM {bar:30} {pos}/{len} sentences ({per_sec}, ETA {eta})",
+    );
+    let mut cache = BiLmFeatures::new(&loaded.bilm);
+    cache.add(&loaded.bilm, sentences, device, |n| bar.inc(n as u64))?;
+    bar.finish_and_clear();
+    if !quiet {
+        eprintln!(
+            "biLM features of {} sentences from {} ({:.0} MiB)",
+            cache.len(),
+            loaded.description,
+            cache.n_bytes() as f64 / (1 << 20) as f64
+        );
+    }
+    Ok(cache)
+}
+
+fn model_args(source: &ElmoSource) -> ModelArgs {
+    let (options, weights, model) = match source {
+        ElmoSource::Files { options, weights } => {
+            (Some(options.clone()), Some(weights.clone()), None)
+        }
+        ElmoSource::Directory(dir) => (None, None, Some(dir.clone())),
+        ElmoSource::Demo => (None, None, None),
+    };
+    ModelArgs {
+        options,
+        weights,
+        model,
+    }
+}
+
+fn absolute(path: &Path) -> PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
+struct Bars {
+    bar: ProgressBar,
+    quiet: bool,
+    loss: f64,
+    seen: usize,
+}
+
+impl TaskObserver for Bars {
+    fn epoch_started(&mut self, epoch: usize, n_batches: usize) {
+        self.bar = crate::progress::bar(
+            n_batches as u64,
+            self.quiet,
+            "epoch {prefix} {bar:30} {pos}/{len} batches, {msg} ({per_sec}, ETA {eta})",
+        );
+        self.bar.set_prefix(epoch.to_string());
+        (self.loss, self.seen) = (0.0, 0);
+    }
+    fn batch_done(&mut self, loss: f64, _n_examples: usize) {
+        self.loss += loss;
+        self.seen += 1;
+        self.bar
+            .set_message(format!("loss {:.4}", self.loss / self.seen as f64));
+        self.bar.inc(1);
+    }
+    fn epoch_done(&mut self, report: &EpochReport) {
+        self.bar.finish_and_clear();
+        if !self.quiet {
+            let f1 = report
+                .dev_span_f1
+                .map_or(String::new(), |f| format!(" span-f1 {f:.2}"));
+            eprintln!(
+                "epoch {}: loss {:.4}, dev accuracy {:.2}{f1}{}",
+                report.epoch,
+                report.loss,
+                report.dev_accuracy,
+                if report.best { " (best)" } else { "" }
+            );
+        }
+    }
+}
+
+fn train(args: &TaskTrainArgs) -> Result<()> {
+    let device = args.backend.device();
+    let format = DataFormat {
+        kind: args.task,
+        text_column: args.text_column.clone(),
+        label_column: args.label_column.clone(),
+        tokenize: args.tokenize,
+        max_tokens: args.max_tokens,
+    };
+    let train = read(&format, &args.train, "training")?;
+    let dev = read(&format, &args.dev, "dev")?;
+    let words = Index::words(
+        train
+            .iter()
+            .flat_map(|e| e.tokens.iter().chain(e.second.iter().flatten()))
+            .map(String::as_str),
+        args.min_count,
+        args.max_words,
+    );
+    let labels = Index::labels(train.iter().flat_map(|e| match &e.target {
+        Target::Tags(tags) => tags.iter().map(String::as_str).collect::<Vec<_>>(),
+        Target::Label(label) => vec![label.as_str()],
+    }));
+    if labels.len() < 2 {
+        bail!("{}: fewer than two distinct labels", args.train.display());
+    }
+    let elmo =
+        (!args.no_elmo).then(
+            || match (&args.elmo.options, &args.elmo.weights, &args.elmo.model) {
+                (Some(o), Some(w), _) => ElmoSource::Files {
+                    options: absolute(o),
+                    weights: absolute(w),
+                },
+                (_, _, Some(dir)) => ElmoSource::Directory(absolute(dir)),
+                _ => ElmoSource::Demo,
+            },
+        );
+    if elmo == Some(ElmoSource::Demo) && !args.quiet {
+        eprintln!("note: no --options/--weights or --model: using the small embedded demo biLM");
+    }
+    let cache = match &elmo {
+        Some(source) => Some(features(source, &[&train, &dev], &device, args.quiet)?),
+        None => None,
+    };
+    let spec = TaskSpec {
+        model: TaskModelConfig {
+            kind: args.task,
+            encoder: SentenceEncoderConfig {
+                n_words: words.len(),
+                d_word: args.d_word,
+                d_hidden: args.d_hidden,
+                dropout: args.dropout,
+                elmo: cache.as_ref().map(|c| ElmoSettings {
+                    n_layers: c.n_layers,
+                    d_layer: c.d_layer,
+                    mix: args.mix,
+                    place: args.elmo_at,
+                    dropout: args.elmo_dropout,
+                }),
+            },
+            n_labels: labels.len(),
+        },
+        format,
+        words,
+        labels,
+        elmo,
+    };
+    let options = TaskTrainOptions {
+        epochs: args.epochs,
+        patience: args.patience,
+        batch_size: args.batch_size,
+        lr: args.lr,
+        lambda: args.lambda,
+        seed: args.seed,
+    };
+    let mut bars = Bars {
+        bar: ProgressBar::hidden(),
+        quiet: args.quiet,
+        loss: 0.0,
+        seen: 0,
+    };
+    let dir = TaskDirectory::new(&args.out);
+    let best = elmo_tasks::train_task(
+        &spec,
+        &train,
+        &dev,
+        cache.as_ref(),
+        &options,
+        &dir,
+        &device,
+        &mut bars,
+    )?;
+    let f1 = best
+        .span_f1
+        .map_or(String::new(), |f| format!(" span-f1 {f:.2}"));
+    println!(
+        "best epoch {}: dev accuracy {:.2}{f1}; model in {}",
+        best.epoch,
+        best.accuracy,
+        args.out.display()
+    );
+    if let Some(weights) = &best.mix_weights {
+        let shown: Vec<String> = weights.iter().map(|w| format!("{w:.3}")).collect();
+        println!("ELMo layer weights softmax(s): [{}]", shown.join(", "));
+    }
+    Ok(())
+}
+
+/// The spec, model and (with ELMo) features of a task directory for `data`.
+fn open(
+    dir: &Path,
+    data: &Path,
+    device: &Device,
+    quiet: bool,
+) -> Result<(
+    TaskSpec,
+    elmo_tasks::TaskModel,
+    Vec<Example>,
+    Option<BiLmFeatures>,
+)> {
+    let task = TaskDirectory::new(dir);
+    let spec = task.spec()?;
+    let model = task
+        .load_model(&spec, device)
+        .with_context(|| format!("{}: no trained model yet?", dir.display()))?;
+    let examples = read(&spec.format, data, "data")?;
+    let cache = match &spec.elmo {
+        Some(source) => Some(features(source, &[&examples], device, quiet)?),
+        None => None,
+    };
+    Ok((spec, model, examples, cache))
+}
+
+fn eval(args: &TaskEvalArgs) -> Result<()> {
+    let device = args.backend.device();
+    let (spec, model, examples, cache) = open(&args.model, &args.data, &device, args.quiet)?;
+    let scores = elmo_tasks::evaluate(&model, &spec, &examples, cache.as_ref(), &device);
+    println!("{scores}");
+    if args.details {
+        for (kind, s) in &scores.per_type {
+            println!(
+                "  {kind}: precision {:.2} recall {:.2} f1 {:.2} ({} gold)",
+                s.precision(),
+                s.recall(),
+                s.f1(),
+                s.gold
+            );
+        }
+        for (gold, predicted, n) in &scores.confusions {
+            println!("  {gold} -> {predicted}: {n}");
+        }
+    }
+    let _ = headline(&scores);
+    Ok(())
+}
+
+fn predict(args: &TaskPredictArgs) -> Result<()> {
+    let device = args.backend.device();
+    let (spec, model, examples, cache) = open(&args.model, &args.data, &device, args.quiet)?;
+    let predictions = elmo_tasks::predict(&model, &spec, &examples, cache.as_ref(), &device);
+    let mut out: Box<dyn Write> = match &args.out {
+        Some(path) => Box::new(std::io::BufWriter::new(
+            std::fs::File::create(path).with_context(|| format!("{}", path.display()))?,
+        )),
+        None => Box::new(std::io::stdout().lock()),
+    };
+    for (example, predicted) in examples.iter().zip(&predictions) {
+        match spec.format.kind {
+            TaskKind::Tag => {
+                for (token, tag) in example.tokens.iter().zip(predicted) {
+                    writeln!(out, "{token}\t{tag}")?;
+                }
+                writeln!(out)?;
+            }
+            TaskKind::Classify | TaskKind::Pair => {
+                writeln!(out, "{}", predicted.first().map_or("", String::as_str))?;
+            }
+        }
+    }
+    out.flush()?;
+    Ok(())
+}

@@ -1,0 +1,222 @@
+//! End-to-end tests of `elmo task train|eval|predict` (the real binary) on tiny data with the
+//! embedded demo biLM and without ELMo: eval's exact output line (`accuracy X span-f1 Y`),
+//! predictions in the input's layout, and clear errors naming file and line.
+
+use crate::common::{fails, ok, path};
+
+const NER: &str = "# a comment line\nAlice\tB-PER\nmet\tO\nBob\tB-PER\nSmith\tI-PER\n\n\
+                   Paris\tB-LOC\nis\tO\nbig\tO\n\nwe\tO\nsaw\tO\nRome\tB-LOC\n";
+
+#[test]
+fn tag_train_eval_predict_and_errors() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let data = d.join("ner.conll");
+    std::fs::write(&data, NER).expect("write data");
+    let out = d.join("ner-task");
+    let train = |extra: &[&str]| {
+        let mut args = vec![
+            "task",
+            "train",
+            "--quiet",
+            "--task",
+            "tag",
+            "--train",
+            path(&data),
+            "--dev",
+            path(&data),
+            "--out",
+            path(&out),
+            "--epochs",
+            "2",
+            "--d-word",
+            "8",
+            "--d-hidden",
+            "8",
+        ];
+        args.extend_from_slice(extra);
+        ok(&args)
+    };
+    let report = train(&["--mix", "top", "--elmo-at", "both"]);
+    assert!(report.starts_with("best epoch "), "{report}");
+    let line = ok(&[
+        "task",
+        "eval",
+        "--quiet",
+        "--model",
+        path(&out),
+        "--data",
+        path(&data),
+    ]);
+    let words: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(words.len(), 4, "{line}");
+    assert_eq!((words[0], words[2]), ("accuracy", "span-f1"), "{line}");
+    for value in [words[1], words[3]] {
+        let v: f64 = value.parse().expect("a number");
+        assert!((0.0..=100.0).contains(&v), "{line}");
+    }
+    let predicted = ok(&[
+        "task",
+        "predict",
+        "--quiet",
+        "--model",
+        path(&out),
+        "--data",
+        path(&data),
+    ]);
+    let tokens: Vec<&str> = predicted
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(|l| l.split('\t').next().unwrap_or(""))
+        .collect();
+    assert_eq!(
+        tokens,
+        [
+            "Alice", "met", "Bob", "Smith", "Paris", "is", "big", "we", "saw", "Rome"
+        ]
+    );
+
+    // The baseline writes a task without ELMo.
+    let base = d.join("base");
+    ok(&[
+        "task",
+        "train",
+        "--quiet",
+        "--task",
+        "tag",
+        "--train",
+        path(&data),
+        "--dev",
+        path(&data),
+        "--out",
+        path(&base),
+        "--epochs",
+        "1",
+        "--no-elmo",
+    ]);
+    let spec = std::fs::read_to_string(base.join("task.json")).expect("task.json");
+    assert!(spec.contains("\"elmo\": null"), "{spec}");
+
+    // Errors name the file and line.
+    let bad = d.join("bad.conll");
+    std::fs::write(&bad, "Alice\tB-PER\nlonely\n").expect("write");
+    let error = fails(&[
+        "task",
+        "train",
+        "--quiet",
+        "--task",
+        "tag",
+        "--train",
+        path(&bad),
+        "--dev",
+        path(&data),
+        "--out",
+        path(&d.join("x")),
+        "--no-elmo",
+    ]);
+    assert!(error.contains("bad.conll:2"), "{error}");
+    let error = fails(&[
+        "task",
+        "eval",
+        "--quiet",
+        "--model",
+        path(d),
+        "--data",
+        path(&data),
+    ]);
+    assert!(error.contains("not a task directory"), "{error}");
+}
+
+#[test]
+fn classify_tsv_columns_and_pairs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let data = d.join("sentiment.tsv");
+    std::fs::write(
+        &data,
+        "id\tstars\tsentence\n1\tpos\tA good film.\n2\tneg\tA bad film!\n3\tpos\tReally good.\n",
+    )
+    .expect("write");
+    let out = d.join("sentiment-task");
+    let common = [
+        "task",
+        "train",
+        "--quiet",
+        "--task",
+        "classify",
+        "--train",
+        path(&data),
+        "--dev",
+        path(&data),
+        "--out",
+        path(&out),
+        "--epochs",
+        "1",
+        "--tokenize",
+    ];
+    let error = fails(&common);
+    assert!(
+        error.contains("no column `text`") && error.contains("sentiment.tsv:1"),
+        "{error}"
+    );
+    let mut args = common.to_vec();
+    args.extend_from_slice(&["--text-column", "sentence", "--label-column", "stars"]);
+    ok(&args);
+    let line = ok(&[
+        "task",
+        "eval",
+        "--quiet",
+        "--model",
+        path(&out),
+        "--data",
+        path(&data),
+    ]);
+    assert!(
+        line.starts_with("accuracy ") && !line.contains("span-f1"),
+        "{line}"
+    );
+    let labels = ok(&[
+        "task",
+        "predict",
+        "--quiet",
+        "--model",
+        path(&out),
+        "--data",
+        path(&data),
+    ]);
+    assert_eq!(labels.lines().count(), 3);
+    assert!(labels.lines().all(|l| l == "pos" || l == "neg"), "{labels}");
+
+    let pairs = d.join("pairs.tsv");
+    std::fs::write(
+        &pairs,
+        "text_a\ttext_b\tlabel\na b\ta b\tsame\na b\tc d\tdifferent\n",
+    )
+    .expect("write");
+    let pair_out = d.join("pair-task");
+    ok(&[
+        "task",
+        "train",
+        "--quiet",
+        "--task",
+        "pair",
+        "--train",
+        path(&pairs),
+        "--dev",
+        path(&pairs),
+        "--out",
+        path(&pair_out),
+        "--epochs",
+        "1",
+    ]);
+    let line = ok(&[
+        "task",
+        "eval",
+        "--quiet",
+        "--model",
+        path(&pair_out),
+        "--data",
+        path(&pairs),
+    ]);
+    assert!(line.starts_with("accuracy "), "{line}");
+}

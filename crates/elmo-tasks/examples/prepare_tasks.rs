@@ -1,0 +1,148 @@
+//! Builds the task splits of docs/tasks.md from the shared data (decompressed): Brown POS with
+//! coarse tags, WNUT-16 NER, RT sentiment (label5 and label2) and a next-sentence pair task from
+//! the LM corpora. Every split is a seeded shuffle, so the command reproduces the files exactly.
+//!
+//! `cargo run --release -p elmo-tasks --example prepare_tasks -- DATA_DIR OUT_DIR [N_POS_TRAIN]`
+//! where DATA_DIR holds `brown.conll`, `wnut16.conll`, `rt_snippets.tsv` and a `lm/` folder of
+//! text files (one sentence per line).
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use elmo_tasks::brown_tags::coarse_tag;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+type Sentence = Vec<(String, String)>;
+
+fn read_conll(path: &Path) -> Vec<Sentence> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut sentences = vec![Vec::new()];
+    for line in text.lines() {
+        if line.starts_with('#') {
+            continue;
+        }
+        match line.split_once('\t') {
+            Some((token, tag)) => sentences
+                .last_mut()
+                .unwrap()
+                .push((token.into(), tag.into())),
+            None if !sentences.last().unwrap().is_empty() => sentences.push(Vec::new()),
+            None => {}
+        }
+    }
+    sentences.retain(|s| !s.is_empty());
+    sentences
+}
+
+fn write_conll(path: &Path, sentences: &[Sentence], map: impl Fn(&str) -> String) {
+    let mut out = String::new();
+    for sentence in sentences {
+        for (token, tag) in sentence {
+            let _ = writeln!(out, "{token}\t{}", map(tag));
+        }
+        out.push('\n');
+    }
+    std::fs::write(path, out).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+}
+
+/// Shuffled, then `train`, `dev`, `test` sizes from the front.
+fn split<T: Clone>(mut items: Vec<T>, sizes: [usize; 3], rng: &mut ChaCha8Rng) -> [Vec<T>; 3] {
+    items.shuffle(rng);
+    let mut start = 0;
+    sizes.map(|n| {
+        let end = (start + n).min(items.len());
+        let part = items[start..end].to_vec();
+        start = end;
+        part
+    })
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let (data, out) = match (args.get(1), args.get(2)) {
+        (Some(d), Some(o)) => (Path::new(d).to_path_buf(), Path::new(o).to_path_buf()),
+        _ => {
+            eprintln!("usage: prepare_tasks DATA_DIR OUT_DIR [N_POS_TRAIN]");
+            std::process::exit(2);
+        }
+    };
+    let n_pos: usize = args.get(3).and_then(|n| n.parse().ok()).unwrap_or(5000);
+    std::fs::create_dir_all(&out).expect("create OUT_DIR");
+    let mut rng = ChaCha8Rng::seed_from_u64(2018);
+    let names = ["train", "dev", "test"];
+
+    let brown = read_conll(&data.join("brown.conll"));
+    let parts = split(brown, [n_pos, 1000, 2000], &mut rng);
+    for (name, part) in names.iter().zip(&parts) {
+        write_conll(&out.join(format!("pos.{name}.conll")), part, |t| {
+            coarse_tag(t).into()
+        });
+    }
+
+    let wnut = read_conll(&data.join("wnut16.conll"));
+    let n = wnut.len();
+    let parts = split(wnut, [n * 7 / 10, n * 15 / 100, n], &mut rng);
+    for (name, part) in names.iter().zip(&parts) {
+        write_conll(&out.join(format!("ner.{name}.conll")), part, |t| t.into());
+    }
+
+    let rt = std::fs::read_to_string(data.join("rt_snippets.tsv")).expect("rt_snippets.tsv");
+    let mut lines = rt.lines();
+    let header = lines.next().unwrap_or_default().to_string();
+    let rows: Vec<String> = lines
+        .filter(|l| !l.trim().is_empty())
+        .map(String::from)
+        .collect();
+    let n = rows.len();
+    let parts = split(rows, [n * 7 / 10, n * 15 / 100, n], &mut rng);
+    for (name, part) in names.iter().zip(&parts) {
+        let text = std::iter::once(header.clone())
+            .chain(part.iter().cloned())
+            .collect::<Vec<_>>();
+        std::fs::write(
+            out.join(format!("sentiment.{name}.tsv")),
+            text.join("\n") + "\n",
+        )
+        .expect("write sentiment");
+    }
+
+    // Next-sentence pairs: consecutive lines of one file (label `next`) or a line and a random
+    // other line of the same file (`random`), balanced; lines of 5 to 40 tokens.
+    let mut files: Vec<_> = std::fs::read_dir(data.join("lm"))
+        .expect("DATA_DIR/lm")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect();
+    files.sort();
+    let mut pairs = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        let ok = |l: &str| (5..=40).contains(&l.split_whitespace().count()) && !l.contains('\t');
+        for i in 0..lines.len().saturating_sub(1) {
+            if !(ok(lines[i]) && ok(lines[i + 1]) && rng.random_bool(0.1)) {
+                continue;
+            }
+            let (b, label) = if rng.random_bool(0.5) {
+                (lines[i + 1], "next")
+            } else {
+                let j = rng.random_range(0..lines.len());
+                if j == i + 1 || !ok(lines[j]) {
+                    continue;
+                }
+                (lines[j], "random")
+            };
+            pairs.push(format!("{}\t{b}\t{label}", lines[i]));
+        }
+    }
+    let parts = split(pairs, [4000, 1000, 1000], &mut rng);
+    for (name, part) in names.iter().zip(&parts) {
+        let text = std::iter::once("text_a\ttext_b\tlabel".to_string())
+            .chain(part.iter().cloned())
+            .collect::<Vec<_>>();
+        std::fs::write(out.join(format!("pair.{name}.tsv")), text.join("\n") + "\n")
+            .expect("write pairs");
+    }
+    eprintln!("task splits written to {}", out.display());
+}

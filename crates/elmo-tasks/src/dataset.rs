@@ -1,0 +1,124 @@
+//! Task examples read from the task's file format: tagging (CoNLL columns), classification (TSV
+//! `text`, `label`) and sentence pairs (TSV `text_a`, `text_b`, `label`).
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::conll::read_conll;
+use crate::error::{Result, TaskError};
+use crate::tsv::read_tsv;
+
+/// The kind of task, which fixes the file format and the head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum TaskKind {
+    /// Sequence tagging (POS, NER): BiLSTM + CRF.
+    Tag,
+    /// Sentence classification (sentiment): BiLSTM + max/mean pooling.
+    Classify,
+    /// Sentence-pair classification: ESIM-like alignment.
+    Pair,
+}
+
+/// What an example is labelled with.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Target {
+    /// One tag per token of `tokens`.
+    Tags(Vec<String>),
+    /// One label for the example.
+    Label(String),
+}
+
+/// One example: one token sequence (tagging, classification) or two (pairs).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Example {
+    /// The (first) sentence.
+    pub tokens: Vec<String>,
+    /// The second sentence of a pair.
+    pub second: Option<Vec<String>>,
+    /// The gold target.
+    pub target: Target,
+}
+
+/// How to read a data file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DataFormat {
+    /// Task kind.
+    pub kind: TaskKind,
+    /// TSV text column (classification; pairs use `<text>_a` and `<text>_b` unless the column
+    /// is `text`, i.e. `text_a`, `text_b`).
+    pub text_column: String,
+    /// TSV label column.
+    pub label_column: String,
+    /// Split TSV text with the built-in tokenizer (otherwise on whitespace).
+    pub tokenize: bool,
+    /// Longer sentences are cut (tagging) or truncated (classification, pairs).
+    pub max_tokens: usize,
+}
+
+impl DataFormat {
+    /// Reads every example of `path`. Empty texts are errors naming the line.
+    pub fn read(&self, path: &Path) -> Result<Vec<Example>> {
+        match self.kind {
+            TaskKind::Tag => Ok(read_conll(path, self.max_tokens)?
+                .into_iter()
+                .map(|s| Example {
+                    tokens: s.tokens,
+                    second: None,
+                    target: Target::Tags(s.tags),
+                })
+                .collect()),
+            TaskKind::Classify => {
+                let rows = read_tsv(path, &[&self.text_column, &self.label_column])?;
+                rows.into_iter()
+                    .map(|row| {
+                        Ok(Example {
+                            tokens: self.split(path, row.line, &row.fields[0])?,
+                            second: None,
+                            target: Target::Label(row.fields[1].clone()),
+                        })
+                    })
+                    .collect()
+            }
+            TaskKind::Pair => {
+                let (a, b) = if self.text_column == "text" {
+                    ("text_a".to_string(), "text_b".to_string())
+                } else {
+                    (
+                        format!("{}_a", self.text_column),
+                        format!("{}_b", self.text_column),
+                    )
+                };
+                let rows = read_tsv(path, &[&a, &b, &self.label_column])?;
+                rows.into_iter()
+                    .map(|row| {
+                        Ok(Example {
+                            tokens: self.split(path, row.line, &row.fields[0])?,
+                            second: Some(self.split(path, row.line, &row.fields[1])?),
+                            target: Target::Label(row.fields[2].clone()),
+                        })
+                    })
+                    .collect()
+            }
+        }
+    }
+
+    /// Tokens of a text field from line `line` of the file.
+    fn split(&self, path: &Path, line: usize, text: &str) -> Result<Vec<String>> {
+        let mut tokens = if self.tokenize {
+            elmo_train::tokenizer::tokenize(text)
+        } else {
+            text.split_whitespace().map(str::to_string).collect()
+        };
+        if tokens.is_empty() {
+            return Err(TaskError::Data {
+                path: path.to_path_buf(),
+                line,
+                message: "empty text".into(),
+            });
+        }
+        tokens.truncate(self.max_tokens.max(1));
+        Ok(tokens)
+    }
+}

@@ -1,0 +1,73 @@
+//! The error type of `elmo-tasks`: every failure names the file, line, column or option it is about.
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong while reading task data, training or running a task model.
+#[derive(Debug, thiserror::Error)]
+pub enum TaskError {
+    /// A file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A line of a data file is malformed (or not UTF-8).
+    #[error("{path}:{line}: {message}")]
+    Data {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line number (0: the whole file).
+        line: usize,
+        /// What is wrong.
+        message: String,
+    },
+    /// A JSON file (task config) could not be parsed or written.
+    #[error("{path}: {source}")]
+    Json {
+        /// The file.
+        path: PathBuf,
+        /// The serde error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A setting cannot be used.
+    #[error("invalid task configuration: {0}")]
+    InvalidConfig(String),
+    /// A model record could not be saved or loaded.
+    #[error("{path}: {source}")]
+    Record {
+        /// The record file.
+        path: PathBuf,
+        /// The burn recorder error.
+        #[source]
+        source: burn::store::RecordError,
+    },
+    /// The loss became NaN or infinite.
+    #[error("non-finite loss at epoch {epoch}, batch {batch}; the best checkpoint is intact")]
+    NonFinite {
+        /// 1-based epoch.
+        epoch: usize,
+        /// 0-based batch of the epoch.
+        batch: usize,
+    },
+    /// The biLM failed.
+    #[error(transparent)]
+    Model(#[from] elmo_model::ElmoError),
+    /// Writing a file atomically failed.
+    #[error(transparent)]
+    Train(#[from] elmo_train::TrainError),
+}
+
+/// `Result` with [`TaskError`].
+pub type Result<T> = std::result::Result<T, TaskError>;
+
+/// Maps an I/O error to [`TaskError::Io`] for `path`.
+pub fn io_error(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> TaskError + '_ {
+    move |source| TaskError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}

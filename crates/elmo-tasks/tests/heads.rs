@@ -1,0 +1,295 @@
+//! Task heads end to end on small configs: the cached biLM layers mixed equal ELMo's own output;
+//! every trainable parameter of every head gets a gradient (fixed mixes none); the heads learn
+//! small synthetic tasks; the best model saved in the task directory predicts the same after
+//! loading.
+
+use std::path::PathBuf;
+
+use burn::optim::GradientsParams;
+use burn::tensor::{Device, Tolerance};
+use elmo_model::gradients::nonzero_gradients;
+use elmo_model::options::BiLmOptions;
+use elmo_model::weights::{WeightFile, load_bilm_from};
+use elmo_model::{BiLm, ElmoConfig};
+use elmo_tasks::batch::{GoldIds, TaskBatch};
+use elmo_tasks::elmo_mix::ElmoMixerConfig;
+use elmo_tasks::encoder::{ElmoSettings, SentenceEncoderConfig};
+use elmo_tasks::index::Index;
+use elmo_tasks::{
+    BiLmFeatures, DataFormat, ElmoPlace, Example, MixKind, Target, TaskDirectory, TaskKind,
+    TaskModelConfig, TaskSpec, TaskTrainOptions, evaluate, predict, train_task,
+};
+
+fn fixture_bilm(device: &Device) -> BiLm {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/allennlp");
+    let options = BiLmOptions::from_file(dir.join("options.json")).unwrap();
+    let mut weights = WeightFile::open(dir.join("lm_weights.hdf5")).unwrap();
+    let bilm = load_bilm_from(&options, &mut weights, device).unwrap();
+    weights.finish().unwrap();
+    bilm
+}
+
+fn words(text: &str) -> Vec<String> {
+    text.split_whitespace().map(String::from).collect()
+}
+
+fn features_of(bilm: &BiLm, examples: &[Example], device: &Device) -> BiLmFeatures {
+    let mut features = BiLmFeatures::new(bilm);
+    features
+        .add(
+            bilm,
+            examples
+                .iter()
+                .flat_map(|e| std::iter::once(e.tokens.as_slice()).chain(e.second.as_deref())),
+            device,
+            |_| {},
+        )
+        .unwrap();
+    features
+}
+
+#[test]
+fn cached_layers_mixed_equal_elmo_output() {
+    let device = Device::flex();
+    let bilm = fixture_bilm(&device);
+    let sentences = [words("The cat sat on the mat ."), words("Dogs bark")];
+    let mut features = BiLmFeatures::new(&bilm);
+    features
+        .add(&bilm, sentences.iter().map(Vec::as_slice), &device, |_| {})
+        .unwrap();
+    assert_eq!((features.len(), features.n_layers), (2, 3));
+    let refs: Vec<&[String]> = sentences.iter().map(Vec::as_slice).collect();
+    let layers = features.batch(&refs, &device);
+    let elmo = ElmoConfig {
+        n_outputs: 1,
+        dropout: 0.0,
+        do_layer_norm: false,
+        keep_sentence_boundaries: false,
+        scalar_mix_parameters: Some(vec![0.3, -0.2, 0.5]),
+        bilm_requires_grad: false,
+    }
+    .init_with(bilm, &device);
+    let expected = elmo.forward_sentences(&sentences, &device);
+    let mut mixer = ElmoMixerConfig {
+        n_layers: 3,
+        kind: MixKind::All,
+        dropout: 0.0,
+    }
+    .init(&device);
+    mixer.mix = elmo.scalar_mixes[0].clone();
+    let mixed = mixer.forward(&layers, &expected.mask);
+    mixed.into_data().assert_approx_eq::<f32>(
+        &expected.representations[0].clone().into_data(),
+        Tolerance::absolute(1e-6),
+    );
+}
+
+fn tag_examples() -> Vec<Example> {
+    // Tag: CAP for capitalised words, NUM for numbers, W otherwise.
+    let texts = [
+        "Alice met 3 friends in Paris",
+        "the 2 dogs saw Bob",
+        "Rome has 7 hills",
+        "we ate 12 apples with Carol",
+        "London and Berlin are cities",
+        "9 cats chased 4 mice",
+    ];
+    texts
+        .iter()
+        .map(|t| {
+            let tokens = words(t);
+            let tags = tokens
+                .iter()
+                .map(|w| {
+                    if w.chars().all(|c| c.is_ascii_digit()) {
+                        "NUM"
+                    } else if w.chars().next().is_some_and(char::is_uppercase) {
+                        "CAP"
+                    } else {
+                        "W"
+                    }
+                    .to_string()
+                })
+                .collect();
+            Example {
+                tokens,
+                second: None,
+                target: Target::Tags(tags),
+            }
+        })
+        .collect()
+}
+
+fn class_examples() -> Vec<Example> {
+    [
+        ("a good film", "pos"),
+        ("good acting and a fine plot", "pos"),
+        ("really good", "pos"),
+        ("a bad film", "neg"),
+        ("bad acting and a dull plot", "neg"),
+        ("really bad", "neg"),
+    ]
+    .iter()
+    .map(|(t, l)| Example {
+        tokens: words(t),
+        second: None,
+        target: Target::Label((*l).into()),
+    })
+    .collect()
+}
+
+fn pair_examples() -> Vec<Example> {
+    let sentences = ["a b c", "d e", "f g h i", "b a", "c c d", "e f g"];
+    let mut examples = Vec::new();
+    for (i, a) in sentences.iter().enumerate() {
+        for (j, b) in sentences.iter().enumerate().take(4) {
+            examples.push(Example {
+                tokens: words(a),
+                second: Some(words(b)),
+                target: Target::Label(if i == j { "same" } else { "different" }.into()),
+            });
+        }
+    }
+    examples
+}
+
+fn spec_for(kind: TaskKind, examples: &[Example], elmo: Option<ElmoSettings>) -> TaskSpec {
+    let words = Index::words(
+        examples
+            .iter()
+            .flat_map(|e| e.tokens.iter().chain(e.second.iter().flatten()))
+            .map(String::as_str),
+        1,
+        1000,
+    );
+    let labels = Index::labels(examples.iter().flat_map(|e| match &e.target {
+        Target::Tags(t) => t.iter().map(String::as_str).collect::<Vec<_>>(),
+        Target::Label(l) => vec![l.as_str()],
+    }));
+    TaskSpec {
+        model: TaskModelConfig {
+            kind,
+            encoder: SentenceEncoderConfig {
+                n_words: words.len(),
+                d_word: 8,
+                d_hidden: 8,
+                dropout: 0.0,
+                elmo,
+            },
+            n_labels: labels.len(),
+        },
+        format: DataFormat {
+            kind,
+            text_column: "text".into(),
+            label_column: "label".into(),
+            tokenize: false,
+            max_tokens: 100,
+        },
+        words,
+        labels,
+        elmo: None,
+    }
+}
+
+fn all_tasks() -> [(TaskKind, Vec<Example>); 3] {
+    [
+        (TaskKind::Tag, tag_examples()),
+        (TaskKind::Classify, class_examples()),
+        (TaskKind::Pair, pair_examples()),
+    ]
+}
+
+/// Every parameter of each head gets a gradient, ELMo's mixes at both places included; the
+/// fixed `top` mix gets none. (The biLM itself is not part of a task model: its layers come
+/// from the cache as constants.)
+#[test]
+fn every_trainable_parameter_gets_a_gradient() {
+    let device = Device::flex();
+    let train_device = device.clone().autodiff();
+    let bilm = fixture_bilm(&device);
+    for (kind, examples) in all_tasks() {
+        let features = features_of(&bilm, &examples, &device);
+        for mix in [MixKind::All, MixKind::Top] {
+            let settings = ElmoSettings {
+                n_layers: features.n_layers,
+                d_layer: features.d_layer,
+                mix,
+                place: ElmoPlace::Both,
+                dropout: 0.5,
+            };
+            let spec = spec_for(kind, &examples, Some(settings));
+            let model = spec.model.init(&train_device);
+            let chosen: Vec<&Example> = examples.iter().collect();
+            let batch = TaskBatch::new(&chosen, &spec.words, Some(&features), &train_device);
+            let gold = GoldIds::new(&chosen, &spec.labels).unwrap();
+            let loss = model.loss(&batch, &gold, 0.1);
+            let grads = GradientsParams::from_grads(loss.backward(), &model);
+            let found = nonzero_gradients(&model, &grads);
+            assert!(found.iter().any(|(p, _)| p.contains("input_mix")));
+            for (path, nonzero) in found {
+                let fixed_mix = mix == MixKind::Top && path.contains("_mix");
+                assert_eq!(nonzero, !fixed_mix, "{kind:?} {mix:?}: {path}");
+            }
+        }
+    }
+}
+
+/// Each head learns its small task; the best model reloaded from the task directory scores and
+/// predicts exactly as the trained one did.
+#[test]
+fn heads_learn_small_tasks_and_reload() {
+    let device = Device::flex();
+    let bilm = fixture_bilm(&device);
+    for (kind, examples) in all_tasks() {
+        let features = features_of(&bilm, &examples, &device);
+        let settings = ElmoSettings {
+            n_layers: features.n_layers,
+            d_layer: features.d_layer,
+            mix: MixKind::All,
+            place: ElmoPlace::Input,
+            dropout: 0.0,
+        };
+        let spec = spec_for(kind, &examples, Some(settings));
+        let dir = tempfile::tempdir().unwrap();
+        let task = TaskDirectory::new(dir.path().join("task"));
+        let options = TaskTrainOptions {
+            epochs: 80,
+            patience: 80,
+            batch_size: 4,
+            lr: 0.02,
+            lambda: 0.0,
+            seed: 3,
+        };
+        let best = train_task(
+            &spec,
+            &examples,
+            &examples,
+            Some(&features),
+            &options,
+            &task,
+            &device,
+            &mut (),
+        )
+        .unwrap();
+        assert_eq!(
+            best.accuracy, 100.0,
+            "{kind:?} learns its training set: {best:?}"
+        );
+        let loaded_spec = task.spec().unwrap();
+        assert_eq!(loaded_spec, spec);
+        let model = task.load_model(&loaded_spec, &device).unwrap();
+        let scores = evaluate(&model, &loaded_spec, &examples, Some(&features), &device);
+        assert_eq!(scores.accuracy, best.accuracy, "{kind:?}");
+        let predicted = predict(&model, &loaded_spec, &examples, Some(&features), &device);
+        let gold: Vec<Vec<String>> = examples
+            .iter()
+            .map(|e| match &e.target {
+                Target::Tags(t) => t.clone(),
+                Target::Label(l) => vec![l.clone()],
+            })
+            .collect();
+        assert_eq!(predicted, gold, "{kind:?}");
+        let lines = std::fs::read_to_string(task.metrics_file()).unwrap();
+        assert!(lines.lines().count() >= best.epoch);
+    }
+}
