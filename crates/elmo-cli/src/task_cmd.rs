@@ -198,14 +198,17 @@ fn features(
         quiet,
         "biLM {bar:30} {pos}/{len} sentences ({per_sec}, ETA {eta})",
     );
+    let start = std::time::Instant::now();
     let mut cache = BiLmFeatures::new(&loaded.bilm);
     cache.add(&loaded.bilm, sentences, device, |n| bar.inc(n as u64))?;
     bar.finish_and_clear();
     if !quiet {
         eprintln!(
-            "biLM features of {} sentences from {} ({:.0} MiB)",
+            "biLM features of {} sentences from {} in {:.1} s ({:.0} MiB), computed once for \
+             all epochs",
             cache.len(),
             loaded.description,
+            start.elapsed().as_secs_f64(),
             cache.n_bytes() as f64 / (1 << 20) as f64
         );
     }
@@ -262,10 +265,11 @@ impl TaskObserver for Bars {
                 .dev_span_f1
                 .map_or(String::new(), |f| format!(" span-f1 {f:.2}"));
             eprintln!(
-                "epoch {}: loss {:.4}, dev accuracy {:.2}{f1}{}",
+                "epoch {}: loss {:.4}, dev accuracy {:.2}{f1} ({:.1} s){}",
                 report.epoch,
                 report.loss,
                 report.dev_accuracy,
+                report.seconds,
                 if report.best { " (best)" } else { "" }
             );
         }

@@ -55,10 +55,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let bilm = load(&model, &device)?;
     let text =
         std::fs::read_to_string(&corpus).map_err(|e| format!("{}: {e}", corpus.display()))?;
+    let mut seen = std::collections::HashSet::new();
     let sentences: Vec<Vec<String>> = text
         .lines()
         .map(|l| l.split_whitespace().map(String::from).collect::<Vec<_>>())
         .filter(|s| s.iter().any(|t| t.eq_ignore_ascii_case(word)) && s.len() <= 100)
+        .filter(|s| seen.insert(s.clone()))
         .collect();
     if sentences.len() < 2 {
         return Err(format!(

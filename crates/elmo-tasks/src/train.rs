@@ -62,6 +62,8 @@ pub struct EpochReport {
     pub dev_span_f1: Option<f64>,
     /// Whether this epoch is the new best.
     pub best: bool,
+    /// Wall time of the epoch (training and dev evaluation), seconds.
+    pub seconds: f64,
 }
 
 /// The score early stopping maximises: span F1 where there is one, else accuracy.
@@ -148,6 +150,7 @@ pub fn train_task(
     let mut best: Option<BestEpoch> = None;
     let mut since_best = 0;
     for epoch in 1..=options.epochs {
+        let started = std::time::Instant::now();
         let batches = length_batches(train, options.batch_size, Some(&mut rng));
         observer.epoch_started(epoch, batches.len());
         let (mut loss_sum, mut n_batches) = (0.0, 0usize);
@@ -182,6 +185,7 @@ pub fn train_task(
             dev_accuracy: scores.accuracy,
             dev_span_f1: scores.span_f1,
             best: improved,
+            seconds: started.elapsed().as_secs_f64(),
         };
         let line = serde_json::to_string(&report).map_err(|source| TaskError::Json {
             path: metrics_path.clone(),
