@@ -7,10 +7,10 @@ use anyhow::{Context, Result, bail};
 use burn::tensor::Device;
 use elmo_tasks::encoder::{ElmoSettings, SentenceEncoderConfig};
 use elmo_tasks::index::Index;
-use elmo_tasks::train::{EpochReport, headline};
+use elmo_tasks::train::EpochReport;
 use elmo_tasks::{
-    BiLmFeatures, DataFormat, ElmoPlace, ElmoSource, Example, MixKind, Target, TaskDirectory,
-    TaskKind, TaskModelConfig, TaskObserver, TaskSpec, TaskTrainOptions,
+    BiLmFeatures, DataFormat, ElmoPlace, ElmoSource, Example, MixKind, TaskDirectory, TaskKind,
+    TaskModelConfig, TaskObserver, TaskSpec, TaskTrainOptions,
 };
 use indicatif::ProgressBar;
 
@@ -191,7 +191,7 @@ fn features(
     let sentences: Vec<&[String]> = sets
         .iter()
         .flat_map(|set| set.iter())
-        .flat_map(|e| std::iter::once(e.tokens.as_slice()).chain(e.second.as_deref()))
+        .flat_map(Example::sentences)
         .collect();
     let bar = crate::progress::bar(
         sentences.len() as u64,
@@ -290,15 +290,13 @@ fn train(args: &TaskTrainArgs) -> Result<()> {
     let words = Index::words(
         train
             .iter()
-            .flat_map(|e| e.tokens.iter().chain(e.second.iter().flatten()))
+            .flat_map(Example::sentences)
+            .flatten()
             .map(String::as_str),
         args.min_count,
         args.max_words,
     );
-    let labels = Index::labels(train.iter().flat_map(|e| match &e.target {
-        Target::Tags(tags) => tags.iter().map(String::as_str).collect::<Vec<_>>(),
-        Target::Label(label) => vec![label.as_str()],
-    }));
+    let labels = Index::labels(train.iter().flat_map(Example::labels).map(String::as_str));
     if labels.len() < 2 {
         bail!("{}: fewer than two distinct labels", args.train.display());
     }
@@ -428,7 +426,6 @@ fn eval(args: &TaskEvalArgs) -> Result<()> {
             println!("  {gold} -> {predicted}: {n}");
         }
     }
-    let _ = headline(&scores);
     Ok(())
 }
 

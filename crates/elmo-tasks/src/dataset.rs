@@ -41,6 +41,21 @@ pub struct Example {
     pub target: Target,
 }
 
+impl Example {
+    /// Its sentences: the tokens and, for a pair, the second sentence.
+    pub fn sentences(&self) -> impl Iterator<Item = &[String]> {
+        std::iter::once(self.tokens.as_slice()).chain(self.second.as_deref())
+    }
+
+    /// Its gold labels: the tags, or the one label.
+    pub fn labels(&self) -> &[String] {
+        match &self.target {
+            Target::Tags(tags) => tags,
+            Target::Label(label) => std::slice::from_ref(label),
+        }
+    }
+}
+
 /// How to read a data file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DataFormat {

@@ -58,6 +58,13 @@ pub struct BestEpoch {
     pub mix_weights: Option<Vec<f32>>,
 }
 
+impl BestEpoch {
+    /// The score early stopping compares: span F1 where there is one, else accuracy.
+    pub fn headline(&self) -> f64 {
+        self.span_f1.unwrap_or(self.accuracy)
+    }
+}
+
 /// Paths of a task directory.
 #[derive(Debug, Clone)]
 pub struct TaskDirectory {

@@ -12,7 +12,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
 use crate::batch::{GoldIds, TaskBatch, length_batches};
-use crate::dataset::{Example, Target};
+use crate::dataset::Example;
 use crate::elmo_features::BiLmFeatures;
 use crate::error::{Result, TaskError, io_error};
 use crate::metrics::{Scorer, Scores, is_span_tagging};
@@ -113,10 +113,8 @@ pub fn evaluate(
         .iter()
         .zip(predict(model, spec, examples, features, device))
     {
-        match &example.target {
-            Target::Tags(gold) => scorer.add(gold, &predicted, span_f1),
-            Target::Label(gold) => scorer.add(std::slice::from_ref(gold), &predicted, false),
-        }
+        // `span_f1` is only ever true for tagging, so one call serves tags and labels.
+        scorer.add(example.labels(), &predicted, span_f1);
     }
     scorer.finish(span_f1)
 }
@@ -178,7 +176,7 @@ pub fn train_task(
         let scores = evaluate(&plain, spec, dev, features, device);
         let improved = best
             .as_ref()
-            .is_none_or(|b| headline(&scores) > b.span_f1.unwrap_or(b.accuracy));
+            .is_none_or(|b| headline(&scores) > b.headline());
         let report = EpochReport {
             epoch,
             loss: loss_sum / n_batches.max(1) as f64,

@@ -38,9 +38,7 @@ fn features_of(bilm: &BiLm, examples: &[Example], device: &Device) -> BiLmFeatur
     features
         .add(
             bilm,
-            examples
-                .iter()
-                .flat_map(|e| std::iter::once(e.tokens.as_slice()).chain(e.second.as_deref())),
+            examples.iter().flat_map(Example::sentences),
             device,
             |_| {},
         )
@@ -157,15 +155,18 @@ fn spec_for(kind: TaskKind, examples: &[Example], elmo: Option<ElmoSettings>) ->
     let words = Index::words(
         examples
             .iter()
-            .flat_map(|e| e.tokens.iter().chain(e.second.iter().flatten()))
+            .flat_map(Example::sentences)
+            .flatten()
             .map(String::as_str),
         1,
         1000,
     );
-    let labels = Index::labels(examples.iter().flat_map(|e| match &e.target {
-        Target::Tags(t) => t.iter().map(String::as_str).collect::<Vec<_>>(),
-        Target::Label(l) => vec![l.as_str()],
-    }));
+    let labels = Index::labels(
+        examples
+            .iter()
+            .flat_map(Example::labels)
+            .map(String::as_str),
+    );
     TaskSpec {
         model: TaskModelConfig {
             kind,
@@ -281,13 +282,7 @@ fn heads_learn_small_tasks_and_reload() {
         let scores = evaluate(&model, &loaded_spec, &examples, Some(&features), &device);
         assert_eq!(scores.accuracy, best.accuracy, "{kind:?}");
         let predicted = predict(&model, &loaded_spec, &examples, Some(&features), &device);
-        let gold: Vec<Vec<String>> = examples
-            .iter()
-            .map(|e| match &e.target {
-                Target::Tags(t) => t.clone(),
-                Target::Label(l) => vec![l.clone()],
-            })
-            .collect();
+        let gold: Vec<Vec<String>> = examples.iter().map(|e| e.labels().to_vec()).collect();
         assert_eq!(predicted, gold, "{kind:?}");
         let lines = std::fs::read_to_string(task.metrics_file()).unwrap();
         assert!(lines.lines().count() >= best.epoch);

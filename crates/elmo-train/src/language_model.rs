@@ -129,18 +129,21 @@ impl CarriedState {
         if !reset.contains(&true) {
             return self;
         }
+        let Some(first) = self.forward.first() else {
+            return self;
+        };
+        // One `[B, 1]` mask for every layer of both stacks.
+        let keep: Vec<f32> = reset.iter().map(|&r| if r { 0.0 } else { 1.0 }).collect();
+        let keep = Tensor::<2>::from_data(
+            TensorData::new(keep, [reset.len(), 1]),
+            &first.hidden.device(),
+        );
         let zero_rows = |states: Vec<LstmState>| -> Vec<LstmState> {
             states
                 .into_iter()
-                .map(|state| {
-                    let device = state.hidden.device();
-                    let keep: Vec<f32> = reset.iter().map(|&r| if r { 0.0 } else { 1.0 }).collect();
-                    let keep =
-                        Tensor::<2>::from_data(TensorData::new(keep, [reset.len(), 1]), &device);
-                    LstmState {
-                        hidden: state.hidden * keep.clone(),
-                        memory: state.memory * keep,
-                    }
+                .map(|state| LstmState {
+                    hidden: state.hidden * keep.clone(),
+                    memory: state.memory * keep.clone(),
                 })
                 .collect()
         };
