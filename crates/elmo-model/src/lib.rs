@@ -28,6 +28,7 @@ pub mod highway;
 pub mod lstm_projection;
 pub mod options;
 pub mod scalar_mix;
+pub mod seeded_init;
 pub mod weights;
 
 pub use bilm::{BiLm, BiLmConfig, BiLmOutput};
@@ -39,3 +40,4 @@ pub use error::{ElmoError, Result};
 pub use lstm_projection::{LstmState, LstmWithProjection, LstmWithProjectionConfig};
 pub use options::BiLmOptions;
 pub use scalar_mix::{ScalarMix, ScalarMixConfig};
+pub use seeded_init::seeded_init;

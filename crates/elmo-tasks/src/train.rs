@@ -141,8 +141,9 @@ pub fn train_task(
     let metrics_path = dir.metrics_file();
     let mut metrics = std::fs::File::create(&metrics_path).map_err(io_error(&metrics_path))?;
     let train_device = device.clone().autodiff();
-    train_device.seed(options.seed);
-    let mut model = spec.model.init(&train_device);
+    let mut model = elmo_model::seeded_init(&train_device, options.seed, || {
+        spec.model.init(&train_device)
+    });
     let mut optimizer = AdamConfig::new().init();
     let mut rng = ChaCha8Rng::seed_from_u64(options.seed);
     let mut best: Option<BestEpoch> = None;

@@ -15,7 +15,7 @@ use std::time::Instant;
 use elmo_train::batcher::Batcher;
 use elmo_train::language_model::CarriedState;
 use elmo_train::optimizer::build_optimizer;
-use elmo_train::run::model_for;
+use elmo_train::run::seeded_model;
 use elmo_train::trainer::{StepSettings, optimizer_step};
 use elmo_train::{TrainConfig, Vocabulary};
 use rand::{Rng, SeedableRng};
@@ -63,8 +63,7 @@ fn child(backend: &str, s: &Settings) {
     std::fs::create_dir_all(&dir).expect("temp dir");
     let corpus = dir.join("corpus.txt");
     write_corpus(&corpus, s.vocab_size, 20_000);
-    train_device.seed(0);
-    let mut model = model_for(&config, &vocab, &train_device);
+    let mut model = seeded_model(&config, &vocab, 0, &train_device);
     let mut optimizer = build_optimizer(&config.optimizer);
     let shape = config.batch_shape();
     let mut batcher = Batcher::new(vec![corpus], false, Arc::new(vocab.clone()), shape, Some(1));

@@ -105,7 +105,19 @@ pub fn model_config(config: &TrainConfig, vocab: &Vocabulary) -> BiLanguageModel
     }
 }
 
-/// A freshly initialised model of the config's shape for a vocabulary.
+/// A model of the config's shape for a vocabulary, its parameters left lazy: for loading weights
+/// into. Use [`seeded_model`] for a model to train.
 pub fn model_for(config: &TrainConfig, vocab: &Vocabulary, device: &Device) -> BiLanguageModel {
     model_config(config, vocab).init(device)
+}
+
+/// A freshly initialised model of the config's shape for a vocabulary, its weights drawn
+/// reproducibly from `seed` (see [`elmo_model::seeded_init`]).
+pub fn seeded_model(
+    config: &TrainConfig,
+    vocab: &Vocabulary,
+    seed: u64,
+    device: &Device,
+) -> BiLanguageModel {
+    elmo_model::seeded_init(device, seed, || model_for(config, vocab, device))
 }

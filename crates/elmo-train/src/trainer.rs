@@ -55,18 +55,6 @@ pub struct TrainOptions {
     pub init_from: Option<(PathBuf, PathBuf)>,
 }
 
-/// Forces the lazy initialisation of every parameter.
-struct Materialize;
-
-impl burn::module::ModuleVisitor for Materialize {
-    fn visit_float<const D: usize>(
-        &mut self,
-        param: &burn::module::Param<burn::tensor::Tensor<D>>,
-    ) {
-        let _ = param.val();
-    }
-}
-
 /// Progress of one step, for progress bars.
 #[derive(Debug, Clone)]
 pub struct StepReport {
@@ -261,14 +249,14 @@ fn prepare_run(
     Ok(None)
 }
 
-fn initial_model(
+/// The biLM of `--init-from` (options + weights), checked against the config's architecture.
+fn pretrained_bilm(
     config: &TrainConfig,
-    vocab: &Vocabulary,
     init_from: Option<&(PathBuf, PathBuf)>,
     device: &Device,
-) -> Result<BiLanguageModel> {
+) -> Result<Option<elmo_model::BiLm>> {
     let Some((options_file, weights_file)) = init_from else {
-        return Ok(model_for(config, vocab, device));
+        return Ok(None);
     };
     let options = elmo_model::BiLmOptions::from_file(options_file)?;
     if options != config.model {
@@ -280,7 +268,7 @@ fn initial_model(
     let mut weights = elmo_model::weights::WeightFile::open(weights_file)?;
     let bilm = elmo_model::weights::load_bilm_from(&options, &mut weights, device)?;
     weights.finish()?;
-    Ok(model_config(config, vocab).with_bilm(bilm, device))
+    Ok(Some(bilm))
 }
 
 /// Trains (or continues training) a biLM. `device` is the plain device; gradients are taken on
@@ -313,19 +301,15 @@ pub fn train(
     let resume_from = prepare_run(&run, config, &vocab, &info, options.resume)?;
 
     let train_device = device.clone().autodiff();
-    let mut model = {
-        // Initialisation draws from the backend's RNG, which is global: hold it while seeding
-        // and drawing so that concurrent runs in one process cannot interleave.
-        static BACKEND_RNG: std::sync::Mutex<()> = std::sync::Mutex::new(());
-        let _guard = BACKEND_RNG
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        train_device.seed(mix_seed(&[options.seed, 0x1417]));
-        let model = initial_model(config, &vocab, options.init_from.as_ref(), &train_device)?;
-        // Parameters are initialised lazily: draw them now, under the lock, in a fixed order.
-        model.visit(&mut Materialize);
-        model
-    };
+    let pretrained = pretrained_bilm(config, options.init_from.as_ref(), &train_device)?;
+    // The softmax (and, without --init-from, everything) starts from seeded random weights.
+    let mut model =
+        elmo_model::seeded_init(&train_device, mix_seed(&[options.seed, 0x1417]), || {
+            match pretrained {
+                Some(bilm) => model_config(config, &vocab).with_bilm(bilm, &train_device),
+                None => model_for(config, &vocab, &train_device),
+            }
+        });
     let mut optimizer = build_optimizer(&config.optimizer);
     let vocab = Arc::new(vocab);
     let shape = config.batch_shape();

@@ -11,7 +11,7 @@ use elmo_train::batcher::{BatchShape, Batcher, LmBatch};
 use elmo_train::config::{OptimizerConfig, TrainConfig};
 use elmo_train::language_model::SoftmaxMode;
 use elmo_train::metrics::{MetricsRecord, read_metrics};
-use elmo_train::run::model_for;
+use elmo_train::run::seeded_model;
 use elmo_train::{TrainOptions, TrainedRun, Vocabulary, train};
 
 const CORPUS: &str = "the cat sat on the mat .\n\
@@ -78,7 +78,7 @@ fn tied_softmax_and_encoder_get_gradient_from_both_directions() {
     let corpus = write_corpus(dir.path());
     let vocab = vocab(&corpus);
     let device = Device::flex().autodiff();
-    let model = model_for(&tiny_config(), &vocab, &device);
+    let model = seeded_model(&tiny_config(), &vocab, 1, &device);
     for stateful in [true, false] {
         let batch = first_batch(&corpus, &vocab, stateful);
         let loss = || {
@@ -126,7 +126,7 @@ fn frozen_token_encoder_gets_no_gradient() {
     let corpus = write_corpus(dir.path());
     let vocab = vocab(&corpus);
     let device = Device::flex().autodiff();
-    let mut model = model_for(&tiny_config(), &vocab, &device);
+    let mut model = seeded_model(&tiny_config(), &vocab, 1, &device);
     model.bilm.token_encoder = model.bilm.token_encoder.no_grad();
     let batch = first_batch(&corpus, &vocab, true);
     let out = model
