@@ -52,17 +52,24 @@ mod tests {
             .input_weight
             .val()
             .into_data()
-            .to_vec::<f32>()
+            .try_to_vec::<f32>()
             .unwrap();
         all.extend(
             layer
                 .state_weight
                 .val()
                 .into_data()
-                .to_vec::<f32>()
+                .try_to_vec::<f32>()
                 .unwrap(),
         );
-        all.extend(layer.projection.val().into_data().to_vec::<f32>().unwrap());
+        all.extend(
+            layer
+                .projection
+                .val()
+                .into_data()
+                .try_to_vec::<f32>()
+                .unwrap(),
+        );
         all
     }
 
