@@ -7,7 +7,10 @@ use burn::tensor::{Device, DeviceKind};
 #[allow(deprecated)]
 pub fn device(backend: &str) -> Device {
     match backend {
-        "flex" => Device::flex(),
+        "flex" => {
+            elmo_model::cpu_matmul::pack_small_batch_weights();
+            Device::flex()
+        }
         "ndarray" => Device::ndarray(),
         "wgpu" => Device::wgpu(DeviceKind::DefaultDevice),
         other => panic!("unknown backend {other}"),

@@ -1,5 +1,6 @@
 //! Throughput of burn matmul on the shapes ELMo uses (GFLOP/s), per backend; a diagnostic for
-//! `cargo xtask bench`. `cargo run -p elmo-cli --example bench_matmul -- flex`
+//! `cargo xtask bench`. `cargo run -p elmo-cli --example bench_matmul -- flex [--packed]`
+//! (`--packed`: with `elmo_model::cpu_matmul::pack_small_batch_weights`, as the CLI runs flex).
 use std::time::Instant;
 
 use burn::tensor::{Device, Distribution, Tensor};
@@ -7,6 +8,10 @@ use burn::tensor::{Device, Distribution, Tensor};
 #[allow(deprecated)]
 fn main() {
     let backend = std::env::args().nth(1).unwrap_or_else(|| "flex".into());
+    let packed = std::env::args().any(|a| a == "--packed");
+    if packed {
+        elmo_model::cpu_matmul::pack_small_batch_weights();
+    }
     let device = match backend.as_str() {
         "ndarray" => Device::ndarray(),
         _ => Device::flex(),
@@ -29,7 +34,8 @@ fn main() {
         }
         let s = start.elapsed().as_secs_f64() / reps as f64;
         println!(
-            "{backend} [{m}x{k}]x[{k}x{n}]: {:.1} GFLOP/s ({:.2} ms)",
+            "{backend}{} [{m}x{k}]x[{k}x{n}]: {:.1} GFLOP/s ({:.2} ms)",
+            if packed { " packed" } else { "" },
             2.0 * (m * k * n) as f64 / s / 1e9,
             s * 1e3
         );

@@ -15,11 +15,14 @@ pub enum Backend {
 }
 
 impl Backend {
-    /// The burn device of this backend.
+    /// The burn device of this backend (for flex, with the matmul tuned for ELMo's shapes).
     #[allow(deprecated)]
     pub fn device(self) -> Device {
         match self {
-            Backend::Flex => Device::flex(),
+            Backend::Flex => {
+                elmo_model::cpu_matmul::pack_small_batch_weights();
+                Device::flex()
+            }
             Backend::Ndarray => Device::ndarray(),
             Backend::Wgpu => Device::wgpu(DeviceKind::DefaultDevice),
         }

@@ -20,6 +20,7 @@ pub mod bilm;
 pub mod bilm_state;
 pub mod char_cnn;
 pub mod char_ids;
+pub mod cpu_matmul;
 pub mod elmo;
 pub mod error;
 pub mod export;

@@ -1,6 +1,7 @@
 //! LSTM with a projection layer and clipping (LSTMP; Sak et al. 2014), one direction of one layer of
 //! the ELMo biLM (Peters et al. 2018, §3.1/§3.4). Follows AllenNLP's `LstmCellWithProjection`
-//! (allennlp/modules/lstm_cell_with_projection.py), with the per-row length handling done by masks.
+//! (allennlp/modules/lstm_cell_with_projection.py): rows sorted longest first, each step computing
+//! only the rows still running.
 //!
 //! Per step: `gates = x_t·W_x + h_{t−1}·W_h + b` (one fused `[.., 4C]` matmul, gate order
 //! input, forget, cell, output), `c_t = clip(i·g + f·c_{t−1})`, `h_t = clip((o·tanh c_t)·W_p)`.
@@ -9,7 +10,7 @@
 use burn::module::{Module, Param};
 use burn::nn::Initializer;
 use burn::tensor::activation::{sigmoid, tanh};
-use burn::tensor::{Device, Tensor, TensorData};
+use burn::tensor::{Device, Int, Tensor, TensorData};
 
 /// Time steps whose input projection is computed in one matmul (bounds memory on long inputs).
 pub const PROJECTION_CHUNK_STEPS: usize = 32;
@@ -140,13 +141,60 @@ impl LstmWithProjection {
         initial_state: Option<LstmState>,
     ) -> LstmOutput {
         let device = inputs.device();
+        let batch = inputs.dims()[0];
+        let initial_state = initial_state.unwrap_or_else(|| self.zero_state(batch, &device));
+        // Rows sorted longest first make the rows still running at any step a prefix of the batch,
+        // so a step computes only those (AllenNLP sorts its batches the same way).
+        let mut order: Vec<usize> = (0..batch).collect();
+        order.sort_by_key(|&b| std::cmp::Reverse(lengths[b]));
+        if order.iter().enumerate().all(|(i, &b)| i == b) {
+            return self.forward_sorted(inputs, lengths, go_forward, initial_state);
+        }
+        let rows = |indices: Vec<usize>| {
+            let indices = indices.into_iter().map(|b| b as i64).collect::<Vec<_>>();
+            Tensor::<1, Int>::from_data(TensorData::new(indices, [batch]), &device)
+        };
+        let sort = rows(order.clone());
+        let mut inverse = vec![0; batch];
+        for (position, &b) in order.iter().enumerate() {
+            inverse[b] = position;
+        }
+        let unsort = rows(inverse);
+        let sorted_lengths: Vec<usize> = order.iter().map(|&b| lengths[b]).collect();
+        let out = self.forward_sorted(
+            inputs.select(0, sort.clone()),
+            &sorted_lengths,
+            go_forward,
+            LstmState {
+                hidden: initial_state.hidden.select(0, sort.clone()),
+                memory: initial_state.memory.select(0, sort),
+            },
+        );
+        LstmOutput {
+            outputs: out.outputs.select(0, unsort.clone()),
+            final_state: LstmState {
+                hidden: out.final_state.hidden.select(0, unsort.clone()),
+                memory: out.final_state.memory.select(0, unsort),
+            },
+        }
+    }
+
+    /// [`Self::forward`] for rows sorted longest first.
+    fn forward_sorted(
+        &self,
+        inputs: Tensor<3>,
+        lengths: &[usize],
+        go_forward: bool,
+        initial_state: LstmState,
+    ) -> LstmOutput {
+        let device = inputs.device();
         let [batch, n_steps, d_input] = inputs.dims();
         let d_cell = self.d_cell();
         let gates_width = 4 * d_cell;
         let LstmState {
             hidden: mut h,
             memory: mut c,
-        } = initial_state.unwrap_or_else(|| self.zero_state(batch, &device));
+        } = initial_state;
 
         // Input contribution of many steps at once (one large matmul per chunk of steps; the
         // chunks bound memory for long sequences). The bias joins the state contribution as in
@@ -170,6 +218,12 @@ impl LstmWithProjection {
         let mut outputs: Vec<Tensor<2>> = Vec::with_capacity(n_steps);
         for step in 0..n_steps {
             let t = if go_forward { step } else { n_steps - 1 - step };
+            // Rows `0..n_active` are still running (lengths sorted longest first).
+            let n_active = lengths.iter().take_while(|&&l| l > t).count();
+            if n_active == 0 {
+                outputs.push(Tensor::zeros([batch, self.d_projection()], &device));
+                continue;
+            }
             let wanted = t - t % PROJECTION_CHUNK_STEPS;
             let (chunk_start, chunk) = match projected.take() {
                 Some((start, chunk)) if start == wanted => (start, chunk),
@@ -180,13 +234,22 @@ impl LstmWithProjection {
                 .narrow(1, t - chunk_start, 1)
                 .reshape([batch, gates_width]);
             projected = Some((chunk_start, chunk));
-            let gates = x_t + (h.clone().matmul(state_weight.clone()) + bias.clone());
+            let (x_t, h_active, c_active) = if n_active == batch {
+                (x_t, h.clone(), c.clone())
+            } else {
+                (
+                    x_t.narrow(0, 0, n_active),
+                    h.clone().narrow(0, 0, n_active),
+                    c.clone().narrow(0, 0, n_active),
+                )
+            };
+            let gates = x_t + (h_active.matmul(state_weight.clone()) + bias.clone());
             let activated = sigmoid(gates.clone());
             let input_gate = activated.clone().narrow(1, 0, d_cell);
             let forget_gate = activated.clone().narrow(1, d_cell, d_cell);
             let output_gate = activated.narrow(1, 3 * d_cell, d_cell);
             let cell_input = tanh(gates.narrow(1, 2 * d_cell, d_cell));
-            let mut memory = input_gate * cell_input + forget_gate * c.clone();
+            let mut memory = input_gate * cell_input + forget_gate * c_active;
             if let Some(clip) = self.cell_clip {
                 memory = memory.clamp(-clip, clip);
             }
@@ -194,21 +257,17 @@ impl LstmWithProjection {
             if let Some(clip) = self.projection_clip {
                 hidden = hidden.clamp(-clip, clip);
             }
-            let n_active = lengths.iter().filter(|&&l| l > t).count();
             if n_active == batch {
                 c = memory;
                 h = hidden.clone();
                 outputs.push(hidden);
             } else {
-                let active: Vec<f32> = lengths
-                    .iter()
-                    .map(|&l| f32::from(u8::from(l > t)))
-                    .collect();
-                let keep = Tensor::<2>::from_data(TensorData::new(active, [batch, 1]), &device);
-                let inactive = keep.clone().neg().add_scalar(1.0);
-                c = memory * keep.clone() + c * inactive.clone();
-                h = hidden.clone() * keep.clone() + h * inactive;
-                outputs.push(hidden * keep);
+                // Finished (or not yet started) rows keep their state and output zero.
+                let n_rest = batch - n_active;
+                c = Tensor::cat(vec![memory, c.narrow(0, n_active, n_rest)], 0);
+                h = Tensor::cat(vec![hidden.clone(), h.narrow(0, n_active, n_rest)], 0);
+                let zeros = Tensor::zeros([n_rest, self.d_projection()], &device);
+                outputs.push(Tensor::cat(vec![hidden, zeros], 0));
             }
         }
         if !go_forward {
@@ -225,6 +284,80 @@ impl LstmWithProjection {
                 hidden: h,
                 memory: c,
             },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::tensor::Distribution;
+
+    fn max_abs_diff<const D: usize>(a: Tensor<D>, b: Tensor<D>) -> f32 {
+        (a - b).abs().max().into_scalar()
+    }
+
+    /// Rows of any lengths, in any order, from a given state: each row's outputs and final state
+    /// are those of the row run alone (the sorting and the running-rows prefix are invisible).
+    #[test]
+    fn a_batch_equals_its_rows_run_alone() {
+        let device = Device::flex();
+        let layer = crate::seeded_init(&device, 5, || {
+            LstmWithProjectionConfig {
+                d_input: 3,
+                d_cell: 6,
+                d_projection: 4,
+                cell_clip: Some(3.0),
+                projection_clip: Some(3.0),
+            }
+            .init(&device)
+        });
+        let lengths = [2, 5, 0, 3, 5];
+        let batch = lengths.len();
+        let inputs = Tensor::<3>::random([batch, 5, 3], Distribution::Normal(0.0, 1.0), &device);
+        let start = LstmState {
+            hidden: Tensor::random([batch, 4], Distribution::Normal(0.0, 0.5), &device),
+            memory: Tensor::random([batch, 6], Distribution::Normal(0.0, 0.5), &device),
+        };
+        for go_forward in [true, false] {
+            let all = layer.forward(inputs.clone(), &lengths, go_forward, Some(start.clone()));
+            for (b, &length) in lengths.iter().enumerate() {
+                let row = |t: Tensor<2>| t.narrow(0, b, 1);
+                let outputs = all.outputs.clone().narrow(0, b, 1);
+                if length < 5 {
+                    let padding = outputs.clone().narrow(1, length, 5 - length);
+                    let padding: f32 = padding.abs().sum().into_scalar();
+                    assert_eq!(padding, 0.0, "row {b}");
+                }
+                // A row of length 0 keeps its state.
+                let alone = if length == 0 {
+                    LstmOutput {
+                        outputs: Tensor::zeros([1, 0, 4], &device),
+                        final_state: LstmState {
+                            hidden: row(start.hidden.clone()),
+                            memory: row(start.memory.clone()),
+                        },
+                    }
+                } else {
+                    layer.forward(
+                        inputs.clone().narrow(0, b, 1).narrow(1, 0, length),
+                        &[length],
+                        go_forward,
+                        Some(LstmState {
+                            hidden: row(start.hidden.clone()),
+                            memory: row(start.memory.clone()),
+                        }),
+                    )
+                };
+                if length > 0 {
+                    let real = outputs.narrow(1, 0, length);
+                    assert!(max_abs_diff(real, alone.outputs) < 1e-6, "row {b}");
+                }
+                let final_state = &all.final_state;
+                let h = max_abs_diff(row(final_state.hidden.clone()), alone.final_state.hidden);
+                let c = max_abs_diff(row(final_state.memory.clone()), alone.final_state.memory);
+                assert!(h < 1e-6 && c < 1e-6, "row {b} ({go_forward}): {h} {c}");
+            }
         }
     }
 }

@@ -38,6 +38,8 @@ fn expected_top_layer(k: usize, i: usize) -> (usize, Vec<f32>) {
     reason = "i and k are the fixture's batch and file indices"
 )]
 fn ten_stateful_batches_reproduce_bilm_tf() {
+    // As `elmo embed` runs on flex (parity_tiny.rs covers gemm's default setting).
+    elmo_model::cpu_matmul::pack_small_batch_weights();
     let sentences: Vec<Vec<String>> = serde_json::from_str(
         &std::fs::read_to_string(fixture("allennlp/sentences.json")).expect("sentences"),
     )
