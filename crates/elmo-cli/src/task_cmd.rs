@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use burn::tensor::Device;
-use elmo_tasks::encoder::{ElmoSettings, SentenceEncoderConfig};
+use elmo_tasks::encoder::{CharCnnSettings, ElmoSettings, SentenceEncoderConfig};
 use elmo_tasks::index::Index;
 use elmo_tasks::train::EpochReport;
 use elmo_tasks::{
@@ -92,6 +92,10 @@ pub struct TaskTrainArgs {
     /// Task word embedding width.
     #[arg(long, default_value_t = 100)]
     d_word: usize,
+    /// Join a character CNN to the task's word embedding in x_k (16-wide characters, 25 filters
+    /// of each width 1-5, one highway layer, 50 outputs), trained with the head.
+    #[arg(long)]
+    char_cnn: bool,
     /// Task BiLSTM width per direction.
     #[arg(long, default_value_t = 128)]
     d_hidden: usize,
@@ -333,6 +337,7 @@ fn train(args: &TaskTrainArgs) -> Result<()> {
                     place: args.elmo_at,
                     dropout: args.elmo_dropout,
                 }),
+                chars: args.char_cnn.then(CharCnnSettings::default),
             },
             n_labels: labels.len(),
         },

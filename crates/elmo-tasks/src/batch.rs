@@ -1,11 +1,15 @@
-//! Batches of task examples: word ids, lengths, the frozen biLM's layers and the gold ids.
+//! Batches of task examples: word ids, character ids, lengths, the frozen biLM's layers and the
+//! gold ids.
 
 use burn::tensor::{Device, Int, Tensor, TensorData};
+use elmo_model::CharIdBatch;
+use elmo_model::char_ids::MAX_CHARS_PER_TOKEN;
 
 use crate::dataset::{Example, Target};
 use crate::elmo_features::BiLmFeatures;
 use crate::encoder::SentenceBatch;
 use crate::index::Index;
+use crate::task_dir::TaskSpec;
 
 /// The inputs of a batch: one sentence batch, or two for pairs.
 #[derive(Debug, Clone)]
@@ -19,6 +23,7 @@ pub struct TaskBatch {
 fn sentence_batch(
     sentences: &[&[String]],
     words: &Index,
+    with_chars: bool,
     features: Option<&BiLmFeatures>,
     device: &Device,
 ) -> SentenceBatch {
@@ -34,27 +39,35 @@ fn sentence_batch(
             TensorData::new(ids, [sentences.len(), n_steps]),
             device,
         ),
+        chars: with_chars.then(|| {
+            let chars = CharIdBatch::from_sentences(sentences);
+            let ids = chars.ids.into_iter().map(i64::from).collect::<Vec<_>>();
+            let shape = [chars.n_sentences, chars.n_tokens, MAX_CHARS_PER_TOKEN];
+            Tensor::<3, Int>::from_data(TensorData::new(ids, shape), device)
+        }),
         lengths: sentences.iter().map(|s| s.len()).collect(),
         elmo: features.map(|f| f.batch(sentences, device)),
     }
 }
 
 impl TaskBatch {
-    /// The inputs of `examples`.
+    /// The inputs of `examples` for the model of `spec` (its word index; character ids when it
+    /// has a character CNN).
     pub fn new(
         examples: &[&Example],
-        words: &Index,
+        spec: &TaskSpec,
         features: Option<&BiLmFeatures>,
         device: &Device,
     ) -> Self {
+        let (words, with_chars) = (&spec.words, spec.model.encoder.chars.is_some());
         let first: Vec<&[String]> = examples.iter().map(|e| e.tokens.as_slice()).collect();
         let second: Option<Vec<&[String]>> = examples
             .iter()
             .map(|e| e.second.as_deref())
             .collect::<Option<Vec<_>>>();
         Self {
-            first: sentence_batch(&first, words, features, device),
-            second: second.map(|s| sentence_batch(&s, words, features, device)),
+            first: sentence_batch(&first, words, with_chars, features, device),
+            second: second.map(|s| sentence_batch(&s, words, with_chars, features, device)),
         }
     }
 }

@@ -1,11 +1,13 @@
-//! The shared sentence encoder of every head: the task's own word embedding `x_k`, ELMo joined as
-//! `[x_k; ELMo_k]` at the input and/or `[h_k; ELMo_k]` at the output (Peters et al. 2018, §3.3),
-//! and a masked BiLSTM.
+//! The shared sentence encoder of every head: the task's own token representation `x_k` (a word
+//! embedding, optionally joined by a character CNN), ELMo joined as `[x_k; ELMo_k]` at the input
+//! and/or `[h_k; ELMo_k]` at the output (Peters et al. 2018, §3.3), and a masked BiLSTM.
 
 use burn::module::Module;
 use burn::nn::{Dropout, DropoutConfig, Embedding, EmbeddingConfig};
 use burn::tensor::{Device, Int, Tensor};
 use elmo_model::bilm::mask_from_lengths;
+use elmo_model::char_cnn::{CharCnnEncoder, CharCnnEncoderConfig};
+use elmo_model::options::CnnActivation;
 use serde::{Deserialize, Serialize};
 
 use crate::bilstm::{BiLstmLayer, BiLstmLayerConfig};
@@ -39,6 +41,46 @@ pub struct SentenceEncoderConfig {
     pub dropout: f64,
     /// ELMo, or none (the baseline).
     pub elmo: Option<ElmoSettings>,
+    /// A character CNN joined to the word embedding, or none.
+    #[serde(default)]
+    pub chars: Option<CharCnnSettings>,
+}
+
+/// The task's own character CNN (the token encoder of Kim et al. 2016 at a small size: char
+/// embedding, convolutions, max over positions, ReLU, one highway layer, projection), trained
+/// with the head; its output joins the word embedding in `x_k`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CharCnnSettings {
+    /// Character embedding width.
+    pub d_char: usize,
+    /// `[width, n_filters]` of each convolution.
+    pub filters: Vec<[usize; 2]>,
+    /// Output width.
+    pub d_output: usize,
+}
+
+impl Default for CharCnnSettings {
+    /// 16-wide characters, 25 filters per width 1-5 as in many taggers, 50 outputs.
+    fn default() -> Self {
+        Self {
+            d_char: 16,
+            filters: vec![[1, 25], [2, 25], [3, 25], [4, 25], [5, 25]],
+            d_output: 50,
+        }
+    }
+}
+
+impl CharCnnSettings {
+    fn encoder_config(&self) -> CharCnnEncoderConfig {
+        CharCnnEncoderConfig {
+            n_characters: elmo_model::char_ids::N_CHARACTERS,
+            d_char: self.d_char,
+            filters: self.filters.clone(),
+            n_highway: 1,
+            d_output: self.d_output,
+            activation: CnnActivation::Relu,
+        }
+    }
 }
 
 impl SentenceEncoderConfig {
@@ -57,12 +99,14 @@ impl SentenceEncoderConfig {
         let elmo_input = self.elmo.as_ref().is_some_and(|e| e.place.at_input());
         let elmo_output = self.elmo.as_ref().is_some_and(|e| e.place.at_output());
         let d_elmo = self.elmo.as_ref().map_or(0, |e| e.d_layer);
+        let d_chars = self.chars.as_ref().map_or(0, |c| c.d_output);
         SentenceEncoder {
             words: EmbeddingConfig::new(self.n_words, self.d_word).init(device),
+            chars: self.chars.as_ref().map(|c| c.encoder_config().init(device)),
             input_mix: mixer(elmo_input),
             output_mix: mixer(elmo_output),
             lstm: BiLstmLayerConfig {
-                d_input: self.d_word + if elmo_input { d_elmo } else { 0 },
+                d_input: self.d_word + d_chars + if elmo_input { d_elmo } else { 0 },
                 d_hidden: self.d_hidden,
             }
             .init(device),
@@ -72,22 +116,27 @@ impl SentenceEncoderConfig {
     }
 }
 
-/// Word ids, lengths and (with ELMo) the biLM layers of a batch of sentences.
+/// Word ids, lengths, (with a character CNN) character ids and (with ELMo) the biLM layers of a
+/// batch of sentences.
 #[derive(Debug, Clone)]
 pub struct SentenceBatch {
     /// `[B, T]` word ids (padding 0).
     pub words: Tensor<2, Int>,
+    /// `[B, T, 50]` character ids (`elmo_model::char_ids`; padding tokens all 0).
+    pub chars: Option<Tensor<3, Int>>,
     /// Real tokens per row.
     pub lengths: Vec<usize>,
     /// `L + 1` tensors `[B, T, 2P]` from the frozen biLM.
     pub elmo: Option<Vec<Tensor<3>>>,
 }
 
-/// Word embedding (+ ELMo) → BiLSTM (+ ELMo).
+/// Word embedding (+ char CNN) (+ ELMo) → BiLSTM (+ ELMo).
 #[derive(Module, Debug)]
 pub struct SentenceEncoder {
     /// The task's own word embedding `x_k`.
     pub words: Embedding,
+    /// The task's own character CNN, joined to `x_k`.
+    pub chars: Option<CharCnnEncoder>,
     /// The mix joined at the BiLSTM input.
     pub input_mix: Option<ElmoMixer>,
     /// The mix joined at the BiLSTM output.
@@ -108,7 +157,8 @@ impl SentenceEncoder {
     /// - output: `[B, T, d_output]`, zero at padded positions
     ///
     /// # Panics
-    /// When the model uses ELMo and the batch has no biLM layers (a programming error).
+    /// When the model uses ELMo or characters and the batch lacks the biLM layers or the
+    /// character ids (a programming error).
     pub fn forward(&self, batch: &SentenceBatch) -> Tensor<3> {
         let device = batch.words.device();
         let n_steps = batch.words.dims()[1];
@@ -120,9 +170,15 @@ impl SentenceEncoder {
                 .expect("a model with ELMo needs the biLM layers of its batch");
             mixer.forward(layers, &mask)
         };
-        let mut x = self
-            .dropout
-            .forward(self.words.forward(batch.words.clone()));
+        let mut x = self.words.forward(batch.words.clone());
+        if let Some(chars) = &self.chars {
+            let ids = batch
+                .chars
+                .clone()
+                .expect("a model with a character CNN needs the character ids of its batch");
+            x = Tensor::cat(vec![x, chars.forward(ids)], 2);
+        }
+        let mut x = self.dropout.forward(x);
         if let Some(mixer) = &self.input_mix {
             x = Tensor::cat(vec![x, elmo(mixer)], 2);
         }

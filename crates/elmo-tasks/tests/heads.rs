@@ -13,7 +13,7 @@ use elmo_model::weights::{WeightFile, load_bilm_from};
 use elmo_model::{BiLm, ElmoConfig};
 use elmo_tasks::batch::{GoldIds, TaskBatch};
 use elmo_tasks::elmo_mix::ElmoMixerConfig;
-use elmo_tasks::encoder::{ElmoSettings, SentenceEncoderConfig};
+use elmo_tasks::encoder::{CharCnnSettings, ElmoSettings, SentenceEncoderConfig};
 use elmo_tasks::index::Index;
 use elmo_tasks::{
     BiLmFeatures, DataFormat, ElmoPlace, Example, MixKind, Target, TaskDirectory, TaskKind,
@@ -151,7 +151,21 @@ fn pair_examples() -> Vec<Example> {
     examples
 }
 
-fn spec_for(kind: TaskKind, examples: &[Example], elmo: Option<ElmoSettings>) -> TaskSpec {
+/// A small character CNN.
+fn small_chars() -> CharCnnSettings {
+    CharCnnSettings {
+        d_char: 4,
+        filters: vec![[1, 4], [2, 4]],
+        d_output: 6,
+    }
+}
+
+fn spec_for(
+    kind: TaskKind,
+    examples: &[Example],
+    elmo: Option<ElmoSettings>,
+    chars: Option<CharCnnSettings>,
+) -> TaskSpec {
     let words = Index::words(
         examples
             .iter()
@@ -176,6 +190,7 @@ fn spec_for(kind: TaskKind, examples: &[Example], elmo: Option<ElmoSettings>) ->
                 d_hidden: 8,
                 dropout: 0.0,
                 elmo,
+                chars,
             },
             n_labels: labels.len(),
         },
@@ -200,8 +215,8 @@ fn all_tasks() -> [(TaskKind, Vec<Example>); 3] {
     ]
 }
 
-/// Every parameter of each head gets a gradient, ELMo's mixes at both places included; the
-/// fixed `top` mix gets none. (The biLM itself is not part of a task model: its layers come
+/// Every parameter of each head gets a gradient, ELMo's mixes at both places and the character
+/// CNN included; the fixed `top` mix gets none. (The biLM itself is not part of a task model: its layers come
 /// from the cache as constants.)
 #[test]
 fn every_trainable_parameter_gets_a_gradient() {
@@ -218,15 +233,16 @@ fn every_trainable_parameter_gets_a_gradient() {
                 place: ElmoPlace::Both,
                 dropout: 0.5,
             };
-            let spec = spec_for(kind, &examples, Some(settings));
+            let spec = spec_for(kind, &examples, Some(settings), Some(small_chars()));
             let model = spec.model.init(&train_device);
             let chosen: Vec<&Example> = examples.iter().collect();
-            let batch = TaskBatch::new(&chosen, &spec.words, Some(&features), &train_device);
+            let batch = TaskBatch::new(&chosen, &spec, Some(&features), &train_device);
             let gold = GoldIds::new(&chosen, &spec.labels).unwrap();
             let loss = model.loss(&batch, &gold, 0.1);
             let grads = GradientsParams::from_grads(loss.backward(), &model);
             let found = nonzero_gradients(&model, &grads);
             assert!(found.iter().any(|(p, _)| p.contains("input_mix")));
+            assert!(found.iter().any(|(p, _)| p.contains("chars.convolutions")));
             for (path, nonzero) in found {
                 let fixed_mix = mix == MixKind::Top && path.contains("_mix");
                 assert_eq!(nonzero, !fixed_mix, "{kind:?} {mix:?}: {path}");
@@ -236,7 +252,7 @@ fn every_trainable_parameter_gets_a_gradient() {
 }
 
 /// Each head learns its small task; the best model reloaded from the task directory scores and
-/// predicts exactly as the trained one did.
+/// predicts exactly as the trained one did (the tagger with a character CNN).
 #[test]
 fn heads_learn_small_tasks_and_reload() {
     let device = Device::flex();
@@ -250,7 +266,8 @@ fn heads_learn_small_tasks_and_reload() {
             place: ElmoPlace::Input,
             dropout: 0.0,
         };
-        let spec = spec_for(kind, &examples, Some(settings));
+        let chars = (kind == TaskKind::Tag).then(small_chars);
+        let spec = spec_for(kind, &examples, Some(settings), chars);
         let dir = tempfile::tempdir().unwrap();
         let task = TaskDirectory::new(dir.path().join("task"));
         let options = TaskTrainOptions {

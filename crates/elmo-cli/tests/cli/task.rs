@@ -93,9 +93,21 @@ fn tag_train_eval_predict_and_errors() {
         "--epochs",
         "1",
         "--no-elmo",
+        "--char-cnn",
     ]);
     let spec = std::fs::read_to_string(base.join("task.json")).expect("task.json");
     assert!(spec.contains("\"elmo\": null"), "{spec}");
+    assert!(spec.contains("\"chars\": {"), "{spec}");
+    let out = ok(&[
+        "task",
+        "eval",
+        "--quiet",
+        "--model",
+        path(&base),
+        "--data",
+        path(&data),
+    ]);
+    assert!(out.contains("span-f1"), "{out}");
 
     // Errors name the file and line.
     let bad = d.join("bad.conll");
