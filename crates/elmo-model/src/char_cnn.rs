@@ -2,7 +2,7 @@
 //! 1-D convolutions of several widths, max over positions, activation, highway layers, projection.
 //! Follows AllenNLP's `_ElmoCharacterEncoder` (allennlp/modules/elmo.py).
 
-use burn::module::{Module, Param};
+use burn::module::{Module, Param, ParamId};
 use burn::nn::{Initializer, Linear, LinearConfig};
 use burn::tensor::activation::{relu, tanh};
 use burn::tensor::module::embedding;
@@ -50,16 +50,30 @@ impl CharCnnEncoderConfig {
 
     /// Creates the encoder with random weights; row 0 of the char embedding (padding) is zero.
     pub fn init(&self, device: &Device) -> CharCnnEncoder {
-        let embedding_init = Initializer::Uniform {
-            min: -1.0,
-            max: 1.0,
-        };
-        let table: Tensor<2> = embedding_init
-            .init_with([self.n_characters, self.d_char], None, None, device)
-            .val();
-        let table = table.slice_assign(
-            [0..1, 0..self.d_char],
-            Tensor::zeros([1, self.d_char], device),
+        // Drawn lazily like every other parameter (constructing a model to load weights into
+        // then draws nothing from the backend's global RNG): U(−1, 1), the padding row zero.
+        let (n_characters, d_char) = (self.n_characters, self.d_char);
+        let char_embedding = Param::uninitialized(
+            ParamId::new(),
+            move |device, require_grad| {
+                let table: Tensor<2> = Initializer::Uniform {
+                    min: -1.0,
+                    max: 1.0,
+                }
+                .init_with([n_characters, d_char], None, None, device)
+                .val();
+                let table = table
+                    .slice_assign([0..1, 0..d_char], Tensor::zeros([1, d_char], device))
+                    .detach();
+                if require_grad {
+                    table.require_grad()
+                } else {
+                    table
+                }
+            },
+            device.clone(),
+            true,
+            [n_characters, d_char].into(),
         );
         let convolutions = self
             .filters
@@ -85,7 +99,7 @@ impl CharCnnEncoderConfig {
             .collect();
         let n_filters = self.n_filters();
         CharCnnEncoder {
-            char_embedding: Param::from_tensor(table.detach()),
+            char_embedding,
             convolutions,
             highways: (0..self.n_highway)
                 .map(|_| HighwayConfig { d_model: n_filters }.init(device))

@@ -12,14 +12,19 @@ use burn::tensor::{Device, Tensor};
 /// weights than alone; here both the seeding and every draw happen under one process-wide lock.
 /// Code that draws from the same backend's RNG without this function is not held back by it.
 pub fn seeded_init<M: Module>(device: &Device, seed: u64, make: impl FnOnce() -> M) -> M {
-    static BACKEND_RNG: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _guard = BACKEND_RNG
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _guard = backend_rng_lock();
     device.seed(seed);
     let module = make();
     module.visit(&mut Materialize);
     module
+}
+
+/// The process-wide lock of [`seeded_init`].
+fn backend_rng_lock() -> std::sync::MutexGuard<'static, ()> {
+    static BACKEND_RNG: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    BACKEND_RNG
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Forces the lazy initialisation of every parameter.
@@ -89,5 +94,34 @@ mod tests {
         }
         let other = weights(&seeded_init(&device, 12, || layer(&device)));
         assert_ne!(other, alone);
+    }
+
+    /// Building a biLM (for instance to load weights into) takes nothing from the backend's RNG:
+    /// every random parameter is drawn lazily, so only `seeded_init`'s draws happen under its lock.
+    #[test]
+    fn building_a_bilm_draws_nothing_until_its_parameters_are_used() {
+        let device = Device::flex();
+        let options = crate::BiLmOptions::from_json_str(
+            include_str!("../../../fixtures/allennlp/options.json"),
+            "fixture options",
+        )
+        .unwrap();
+        let draw = || -> Vec<f32> {
+            Tensor::<1>::random([4], burn::tensor::Distribution::Default, &device)
+                .into_data()
+                .try_to_vec::<f32>()
+                .unwrap()
+        };
+        // Seeding and drawing here must not interleave with other tests' `seeded_init`.
+        let _guard = backend_rng_lock();
+        device.seed(3);
+        let expected = draw();
+        device.seed(3);
+        let bilm = crate::BiLmConfig { options }.init(&device);
+        assert_eq!(draw(), expected, "building the biLM drew from the RNG");
+        // Using it draws its parameters.
+        device.seed(3);
+        bilm.visit(&mut Materialize);
+        assert_ne!(draw(), expected);
     }
 }
