@@ -6,7 +6,7 @@ use burn::module::{Module, Param, ParamId};
 use burn::nn::{Initializer, Linear, LinearConfig};
 use burn::tensor::activation::{relu, tanh};
 use burn::tensor::module::embedding;
-use burn::tensor::{Device, Int, Tensor};
+use burn::tensor::{Device, Distribution, Int, Tensor};
 
 use crate::char_ids::MAX_CHARS_PER_TOKEN;
 use crate::highway::{Highway, HighwayConfig};
@@ -56,15 +56,14 @@ impl CharCnnEncoderConfig {
         let char_embedding = Param::uninitialized(
             ParamId::new(),
             move |device, require_grad| {
-                let table: Tensor<2> = Initializer::Uniform {
-                    min: -1.0,
-                    max: 1.0,
-                }
-                .init_with([n_characters, d_char], None, None, device)
-                .val();
-                let table = table
-                    .slice_assign([0..1, 0..d_char], Tensor::zeros([1, d_char], device))
-                    .detach();
+                // Drawn and edited untracked (no autodiff step is left behind), then made a leaf.
+                let table: Tensor<2> = Tensor::random(
+                    [n_characters, d_char],
+                    Distribution::Uniform(-1.0, 1.0),
+                    device,
+                );
+                let table =
+                    table.slice_assign([0..1, 0..d_char], Tensor::zeros([1, d_char], device));
                 if require_grad {
                     table.require_grad()
                 } else {
