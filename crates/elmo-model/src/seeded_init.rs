@@ -53,29 +53,10 @@ mod tests {
     }
 
     fn weights(layer: &LstmWithProjection) -> Vec<f32> {
-        let mut all = layer
-            .input_weight
-            .val()
-            .into_data()
-            .try_to_vec::<f32>()
-            .unwrap();
-        all.extend(
-            layer
-                .state_weight
-                .val()
-                .into_data()
-                .try_to_vec::<f32>()
-                .unwrap(),
-        );
-        all.extend(
-            layer
-                .projection
-                .val()
-                .into_data()
-                .try_to_vec::<f32>()
-                .unwrap(),
-        );
-        all
+        [&layer.input_weight, &layer.state_weight, &layer.projection]
+            .into_iter()
+            .flat_map(|p| p.val().into_data().try_to_vec::<f32>().unwrap())
+            .collect()
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use elmo_model::CharIdBatch;
-use elmo_model::char_ids::MAX_CHARS_PER_TOKEN;
+use elmo_model::bilm::char_ids_tensor;
 
 use crate::dataset::{Example, Target};
 use crate::elmo_features::BiLmFeatures;
@@ -39,12 +39,7 @@ fn sentence_batch(
             TensorData::new(ids, [sentences.len(), n_steps]),
             device,
         ),
-        chars: with_chars.then(|| {
-            let chars = CharIdBatch::from_sentences(sentences);
-            let ids = chars.ids.into_iter().map(i64::from).collect::<Vec<_>>();
-            let shape = [chars.n_sentences, chars.n_tokens, MAX_CHARS_PER_TOKEN];
-            Tensor::<3, Int>::from_data(TensorData::new(ids, shape), device)
-        }),
+        chars: with_chars.then(|| char_ids_tensor(&CharIdBatch::from_sentences(sentences), device)),
         lengths: sentences.iter().map(|s| s.len()).collect(),
         elmo: features.map(|f| f.batch(sentences, device)),
     }

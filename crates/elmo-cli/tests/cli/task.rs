@@ -2,10 +2,25 @@
 //! embedded demo biLM and without ELMo: eval's exact output line (`accuracy X span-f1 Y`),
 //! predictions in the input's layout, and clear errors naming file and line.
 
+use std::path::Path;
+
 use crate::common::{fails, ok, path};
 
 const NER: &str = "# a comment line\nAlice\tB-PER\nmet\tO\nBob\tB-PER\nSmith\tI-PER\n\n\
                    Paris\tB-LOC\nis\tO\nbig\tO\n\nwe\tO\nsaw\tO\nRome\tB-LOC\n";
+
+/// `elmo task eval` or `elmo task predict` of the task directory `model` on `data`.
+fn on_data(command: &str, model: &Path, data: &Path) -> String {
+    ok(&[
+        "task",
+        command,
+        "--quiet",
+        "--model",
+        path(model),
+        "--data",
+        path(data),
+    ])
+}
 
 #[test]
 fn tag_train_eval_predict_and_errors() {
@@ -39,15 +54,7 @@ fn tag_train_eval_predict_and_errors() {
     };
     let report = train(&["--mix", "top", "--elmo-at", "both"]);
     assert!(report.starts_with("best epoch "), "{report}");
-    let line = ok(&[
-        "task",
-        "eval",
-        "--quiet",
-        "--model",
-        path(&out),
-        "--data",
-        path(&data),
-    ]);
+    let line = on_data("eval", &out, &data);
     let words: Vec<&str> = line.split_whitespace().collect();
     assert_eq!(words.len(), 4, "{line}");
     assert_eq!((words[0], words[2]), ("accuracy", "span-f1"), "{line}");
@@ -55,15 +62,7 @@ fn tag_train_eval_predict_and_errors() {
         let v: f64 = value.parse().expect("a number");
         assert!((0.0..=100.0).contains(&v), "{line}");
     }
-    let predicted = ok(&[
-        "task",
-        "predict",
-        "--quiet",
-        "--model",
-        path(&out),
-        "--data",
-        path(&data),
-    ]);
+    let predicted = on_data("predict", &out, &data);
     let tokens: Vec<&str> = predicted
         .lines()
         .filter(|l| !l.is_empty())
@@ -98,16 +97,8 @@ fn tag_train_eval_predict_and_errors() {
     let spec = std::fs::read_to_string(base.join("task.json")).expect("task.json");
     assert!(spec.contains("\"elmo\": null"), "{spec}");
     assert!(spec.contains("\"chars\": {"), "{spec}");
-    let out = ok(&[
-        "task",
-        "eval",
-        "--quiet",
-        "--model",
-        path(&base),
-        "--data",
-        path(&data),
-    ]);
-    assert!(out.contains("span-f1"), "{out}");
+    let line = on_data("eval", &base, &data);
+    assert!(line.contains("span-f1"), "{line}");
 
     // Errors name the file and line.
     let bad = d.join("bad.conll");
@@ -174,28 +165,12 @@ fn classify_tsv_columns_and_pairs() {
     let mut args = common.to_vec();
     args.extend_from_slice(&["--text-column", "sentence", "--label-column", "stars"]);
     ok(&args);
-    let line = ok(&[
-        "task",
-        "eval",
-        "--quiet",
-        "--model",
-        path(&out),
-        "--data",
-        path(&data),
-    ]);
+    let line = on_data("eval", &out, &data);
     assert!(
         line.starts_with("accuracy ") && !line.contains("span-f1"),
         "{line}"
     );
-    let labels = ok(&[
-        "task",
-        "predict",
-        "--quiet",
-        "--model",
-        path(&out),
-        "--data",
-        path(&data),
-    ]);
+    let labels = on_data("predict", &out, &data);
     assert_eq!(labels.lines().count(), 3);
     assert!(labels.lines().all(|l| l == "pos" || l == "neg"), "{labels}");
 
@@ -221,14 +196,6 @@ fn classify_tsv_columns_and_pairs() {
         "--epochs",
         "1",
     ]);
-    let line = ok(&[
-        "task",
-        "eval",
-        "--quiet",
-        "--model",
-        path(&pair_out),
-        "--data",
-        path(&pairs),
-    ]);
+    let line = on_data("eval", &pair_out, &pairs);
     assert!(line.starts_with("accuracy "), "{line}");
 }
