@@ -159,8 +159,8 @@ impl Embedder {
     }
 }
 
-/// Splits `order` into batches of at most `batch_size` rows; in stateless mode (rows sorted by
-/// length) a batch also stops before `rows x longest` would pass `max_positions`.
+/// Splits `order` into batches of at most `batch_size` rows; in stateless mode a batch also stops
+/// before `rows x longest` would pass `max_positions`.
 fn batches<'a, 'b>(
     order: &'a [&'b Sentence],
     batch_size: usize,
@@ -174,10 +174,12 @@ fn batches<'a, 'b>(
     let mut start = 0;
     while start < order.len() {
         let mut end = start + 1;
+        let mut longest = order[start].tokens.len();
         while end < order.len()
             && end - start < batch_size
-            && (end - start + 1) * (order[end].tokens.len() + 2) <= max_positions
+            && (end - start + 1) * (longest.max(order[end].tokens.len()) + 2) <= max_positions
         {
+            longest = longest.max(order[end].tokens.len());
             end += 1;
         }
         out.push(&order[start..end]);
@@ -251,13 +253,14 @@ pub fn run(args: &EmbedArgs) -> Result<()> {
         }
         let mut order: Vec<&Sentence> = chunk.iter().collect();
         if !args.stateful {
-            // Empty lines need no model run; the rest is sorted by length to cut padding.
+            // Empty lines need no model run; the rest is sorted by length to cut padding, longest
+            // first: the order the LSTM computes in, so it need not reorder each batch.
             for sentence in order.iter().filter(|s| s.tokens.is_empty()) {
                 let empty = embedder.empty();
                 writer.add(sentence.index, &sentence.text, &empty.values, &empty.shape)?;
             }
             order.retain(|s| !s.tokens.is_empty());
-            order.sort_by_key(|s| s.tokens.len());
+            order.sort_by_key(|s| std::cmp::Reverse(s.tokens.len()));
         }
         for batch in batches(&order, batch_size, args.max_batch_positions, args.stateful) {
             let embedded = embedder.embed(batch)?;
