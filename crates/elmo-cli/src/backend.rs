@@ -15,6 +15,23 @@ pub enum Backend {
 }
 
 impl Backend {
+    /// Makes this backend burn's default device for the whole process (`BURN_DEVICE`).
+    ///
+    /// Some burn code places tensors on `Device::default()` instead of a device it is given:
+    /// burn-optim loads optimizer state (`elmo train --resume`) there, and without this the
+    /// default is wgpu whenever it is compiled in, so a CPU run would start a GPU or software
+    /// Vulkan driver and move its state through it. Must run before any other thread starts.
+    pub fn pin_as_default(self) {
+        let name = match self {
+            Backend::Flex => "flex",
+            Backend::Ndarray => "ndarray",
+            Backend::Wgpu => "wgpu",
+        };
+        // SAFETY: called at the start of `main`, before the process has spawned any thread, so
+        // nothing reads the environment concurrently.
+        unsafe { std::env::set_var("BURN_DEVICE", name) };
+    }
+
     /// The burn device of this backend (for flex, with the matmul tuned for ELMo's shapes).
     #[allow(deprecated)]
     pub fn device(self) -> Device {

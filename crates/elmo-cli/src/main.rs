@@ -52,8 +52,26 @@ enum Command {
     Task(task_cmd::TaskArgs),
 }
 
+impl Command {
+    /// The backend this command computes on (`--backend`), if it computes.
+    fn backend(&self) -> Option<backend::Backend> {
+        match self {
+            Command::Embed(args) => Some(args.backend),
+            Command::Train(args) => Some(args.backend),
+            Command::Eval(args) => Some(args.backend),
+            Command::Task(args) => Some(args.backend()),
+            // Export reads the run on flex.
+            Command::Export(_) => Some(backend::Backend::Flex),
+            Command::Vocab(_) | Command::Plot(_) => None,
+        }
+    }
+}
+
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    if let Some(backend) = cli.command.backend() {
+        backend.pin_as_default();
+    }
     let result = match &cli.command {
         Command::Embed(args) => embed::run(args),
         Command::Vocab(args) => vocab_cmd::run(args),

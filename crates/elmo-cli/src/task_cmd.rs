@@ -168,6 +168,17 @@ pub struct TaskPredictArgs {
     quiet: bool,
 }
 
+impl TaskArgs {
+    /// The backend of the subcommand (`--backend`).
+    pub fn backend(&self) -> Backend {
+        match &self.command {
+            TaskCommand::Train(a) => a.backend,
+            TaskCommand::Eval(a) => a.backend,
+            TaskCommand::Predict(a) => a.backend,
+        }
+    }
+}
+
 /// Runs `elmo task ...`.
 pub fn run(args: &TaskArgs) -> Result<()> {
     match &args.command {

@@ -273,6 +273,10 @@ fn pretrained_bilm(
 
 /// Trains (or continues training) a biLM. `device` is the plain device; gradients are taken on
 /// its autodiff counterpart.
+///
+/// On resume, burn-optim reads the optimizer state onto burn's *default* device (it takes no
+/// device), and the first step moves it to `device`: an application that trains on another
+/// device than the default should make it the default (`BURN_DEVICE`), as the `elmo` CLI does.
 pub fn train(
     config: &TrainConfig,
     vocab: Vocabulary,
@@ -339,6 +343,7 @@ pub fn train(
                     path: checkpoint.model_file(),
                     source,
                 })?;
+            // Read onto `Device::default()` (see the doc comment), moved to `device` at the next step.
             optimizer = optimizer
                 .load(checkpoint.optimizer_file())
                 .map_err(|source| TrainError::Record {

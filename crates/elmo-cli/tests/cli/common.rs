@@ -5,8 +5,14 @@ use std::process::Command;
 
 /// Runs `elmo ARGS`.
 pub fn elmo(args: &[&str]) -> std::process::Output {
+    elmo_with_env(args, &[])
+}
+
+/// Runs `elmo ARGS` with extra environment variables.
+pub fn elmo_with_env(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_elmo"))
         .args(args)
+        .envs(env.iter().copied())
         .output()
         .expect("run elmo")
 }
