@@ -3,7 +3,9 @@
 //!
 //! Each (shape, backend) runs in its own child process so that its peak RSS (`VmHWM`) is its own.
 //! Options: `--shapes small,original` `--backends flex,ndarray` `--batches N` `--batch-size B`
-//! `--text zipf|uniform` `--threads N` (sets RAYON_NUM_THREADS for the children).
+//! `--text zipf|uniform` `--threads N` (sets RAYON_NUM_THREADS for the children)
+//! `--token-cache-mib M` (the token-embedding cache of `elmo embed`, empty before the warm-up
+//! batch; 0, the default, encodes every batch's words anew).
 //! `ELMO_BENCH_BREAKDOWN=1` also prints the time of the token encoder and of the LSTM stacks.
 
 use std::process::Command;
@@ -11,7 +13,7 @@ use std::time::Instant;
 
 use burn::tensor::Device;
 use elmo_model::options::BiLmOptions;
-use elmo_model::{BiLmConfig, CharIdBatch};
+use elmo_model::{BiLmConfig, BiLmOutput, CharIdBatch, TokenEmbeddingCache};
 
 #[path = "../../../xtask/bench_support.rs"]
 mod bench_support;
@@ -74,22 +76,38 @@ fn sentences(n: usize, seed: u64, text: &str) -> Vec<Vec<String>> {
         .collect()
 }
 
-fn child(shape: &str, backend: &str, batches: usize, batch_size: usize, text: &str) {
+/// What a child measures.
+struct ChildSettings<'a> {
+    batches: usize,
+    batch_size: usize,
+    text: &'a str,
+    token_cache_mib: usize,
+}
+
+fn child(shape: &str, backend: &str, s: &ChildSettings) {
     let device = device(backend);
     device.seed(0);
-    let bilm = BiLmConfig {
-        options: options(shape),
-    }
-    .init(&device);
-    let warmup = CharIdBatch::from_sentences(&sentences(batch_size, 999, text));
-    let _ = bilm.forward_batch(&warmup, &device, None).layers[2].to_data();
-    let data: Vec<CharIdBatch> = (0..batches)
-        .map(|b| CharIdBatch::from_sentences(&sentences(batch_size, b as u64, text)))
+    let options = options(shape);
+    let mut cache =
+        TokenEmbeddingCache::with_memory(s.token_cache_mib << 20, options.lstm.projection_dim);
+    let bilm = BiLmConfig { options }.init(&device);
+    let mut run = |batch: &CharIdBatch| -> BiLmOutput {
+        match cache.as_mut() {
+            Some(cache) => bilm
+                .forward_batch_cached(batch, &device, None, cache)
+                .expect("cached forward"),
+            None => bilm.forward_batch(batch, &device, None),
+        }
+    };
+    let warmup = CharIdBatch::from_sentences(&sentences(s.batch_size, 999, s.text));
+    let _ = run(&warmup).layers[2].to_data();
+    let data: Vec<CharIdBatch> = (0..s.batches)
+        .map(|b| CharIdBatch::from_sentences(&sentences(s.batch_size, b as u64, s.text)))
         .collect();
     let tokens: usize = data.iter().map(CharIdBatch::n_real_tokens).sum();
     let start = Instant::now();
     for batch in &data {
-        let out = bilm.forward_batch(batch, &device, None);
+        let out = run(batch);
         // Read back like `elmo embed` does, so that lazy backends do all the work.
         let _ = burn::tensor::Tensor::stack::<4>(out.layers, 0).into_data();
     }
@@ -97,8 +115,11 @@ fn child(shape: &str, backend: &str, batches: usize, batch_size: usize, text: &s
     if std::env::var("ELMO_BENCH_BREAKDOWN").is_ok() {
         breakdown(&bilm, &data, &device);
     }
+    let hit_rate = cache.as_ref().map_or(0.0, |c| {
+        100.0 * c.hits() as f64 / (c.hits() + c.misses()).max(1) as f64
+    });
     println!(
-        "RESULT shape={shape} backend={backend} tokens={tokens} seconds={seconds:.3} tokens_per_s={:.1} peak_rss_mib={:.0}",
+        "RESULT shape={shape} backend={backend} tokens={tokens} seconds={seconds:.3} tokens_per_s={:.1} peak_rss_mib={:.0} cache_hit_percent={hit_rate:.1}",
         tokens as f64 / seconds,
         peak_rss_mib()
     );
@@ -132,8 +153,17 @@ fn main() {
         matches!(text.as_str(), "zipf" | "uniform"),
         "--text must be zipf or uniform, not {text}"
     );
+    let token_cache_mib: usize = get("--token-cache-mib", "0")
+        .parse()
+        .expect("--token-cache-mib M");
     if let Some(i) = args.iter().position(|a| a == "--child") {
-        child(&args[i + 1], &args[i + 2], batches, batch_size, &text);
+        let settings = ChildSettings {
+            batches,
+            batch_size,
+            text: &text,
+            token_cache_mib,
+        };
+        child(&args[i + 1], &args[i + 2], &settings);
         return;
     }
     let shapes = get("--shapes", "small,original");
@@ -141,10 +171,11 @@ fn main() {
     let threads = get("--threads", "");
     let exe = std::env::current_exe().expect("own path");
     println!(
-        "text: {text}, batch {batch_size} x 15-25 tokens, {batches} batches after one warm-up"
+        "text: {text}, batch {batch_size} x 15-25 tokens, {batches} batches after one warm-up, \
+         token cache {token_cache_mib} MiB"
     );
-    println!("| shape | backend | tokens/s | peak RSS (MiB) |");
-    println!("|---|---|---|---|");
+    println!("| shape | backend | tokens/s | peak RSS (MiB) | token cache hits (%) |");
+    println!("|---|---|---|---|---|");
     for shape in shapes.split(',') {
         for backend in backends.split(',') {
             let mut command = Command::new(&exe);
@@ -156,6 +187,10 @@ fn main() {
                 &batches.to_string(),
                 "--batch-size",
                 &batch_size.to_string(),
+                "--text",
+                &text,
+                "--token-cache-mib",
+                &token_cache_mib.to_string(),
             ]);
             if !threads.is_empty() {
                 command.env("RAYON_NUM_THREADS", &threads);
@@ -171,13 +206,14 @@ fn main() {
                             .to_string()
                     };
                     println!(
-                        "| {shape} | {backend} | {} | {} |",
+                        "| {shape} | {backend} | {} | {} | {} |",
                         field("tokens_per_s"),
-                        field("peak_rss_mib")
+                        field("peak_rss_mib"),
+                        field("cache_hit_percent")
                     );
                 }
                 None => println!(
-                    "| {shape} | {backend} | failed: {} | |",
+                    "| {shape} | {backend} | failed: {} | | |",
                     String::from_utf8_lossy(&output.stderr)
                         .lines()
                         .last()

@@ -7,7 +7,7 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use burn::tensor::{Device, Tensor};
 use clap::ValueEnum;
-use elmo_model::{BiLm, BiLmState, CharIdBatch};
+use elmo_model::{BiLm, BiLmState, CharIdBatch, TokenEmbeddingCache};
 use indicatif::ProgressBar;
 
 use crate::backend::Backend;
@@ -53,6 +53,11 @@ pub struct EmbedArgs {
     /// Refuse lines with more tokens than this (a line's output is held in memory while written).
     #[arg(long, default_value_t = 10_000)]
     pub max_tokens: usize,
+    /// Memory for the embeddings of tokens already seen, in MiB (the char CNN is context-free,
+    /// so a word of an earlier batch is not encoded again; least recently used words are
+    /// dropped when full). 0 encodes every batch's words anew. Outputs are the same either way.
+    #[arg(long, value_name = "MIB", default_value_t = 64)]
+    pub token_cache_mib: usize,
     /// Stateless mode: at most this many padded positions (rows x longest row) per batch, so
     /// that a few very long lines do not make a huge batch. Stateful batches keep their size.
     #[arg(long, default_value_t = 8192)]
@@ -70,6 +75,7 @@ struct Embedder {
     device: Device,
     layers: LayerSelection,
     state: Option<Option<BiLmState>>,
+    cache: Option<TokenEmbeddingCache>,
 }
 
 /// Embeddings of one sentence ready to be written.
@@ -102,9 +108,15 @@ impl Embedder {
     fn embed(&mut self, batch: &[&Sentence]) -> Result<Vec<Embedded>> {
         let tokens: Vec<&[String]> = batch.iter().map(|s| s.tokens.as_slice()).collect();
         let ids = CharIdBatch::from_sentences(&tokens);
-        let out = self
-            .bilm
-            .forward_batch(&ids, &self.device, self.state.as_mut());
+        let out = match self.cache.as_mut() {
+            Some(cache) => {
+                self.bilm
+                    .forward_batch_cached(&ids, &self.device, self.state.as_mut(), cache)?
+            }
+            None => self
+                .bilm
+                .forward_batch(&ids, &self.device, self.state.as_mut()),
+        };
         let n_positions = ids.n_tokens + 2;
         let d = self.d_output();
         // One read-back of all layers: [L + 1, B, T + 2, 2P].
@@ -229,6 +241,10 @@ pub fn run(args: &EmbedArgs) -> Result<()> {
         device,
         layers: args.layers,
         state: args.stateful.then_some(None),
+        cache: TokenEmbeddingCache::with_memory(
+            args.token_cache_mib.saturating_mul(1 << 20),
+            model.options.lstm.projection_dim,
+        ),
     };
     let batch_size = args.batch_size as usize;
     let window = if args.stateful {
@@ -285,6 +301,16 @@ pub fn run(args: &EmbedArgs) -> Result<()> {
             n_tokens as f64 / seconds,
             args.output.display()
         );
+        if let Some(cache) = &embedder.cache {
+            let lookups = (cache.hits() + cache.misses()).max(1);
+            eprintln!(
+                "token cache: {} of {} distinct tokens per batch found ({:.1}%), {} cached",
+                cache.hits(),
+                lookups,
+                100.0 * cache.hits() as f64 / lookups as f64,
+                cache.len()
+            );
+        }
     }
     Ok(())
 }

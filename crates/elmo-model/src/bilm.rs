@@ -14,6 +14,7 @@ use crate::char_ids::{CharIdBatch, MAX_CHARS_PER_TOKEN};
 use crate::error::{ElmoError, Result};
 use crate::lstm_projection::{LstmWithProjection, LstmWithProjectionConfig};
 use crate::options::BiLmOptions;
+use crate::token_cache::TokenEmbeddingCache;
 
 /// Configuration of a [`BiLm`]: the architecture in bilm-tf's `options.json` layout.
 #[derive(Debug, Clone)]
@@ -107,6 +108,54 @@ pub fn char_ids_tensor(batch: &CharIdBatch, device: &Device) -> Tensor<3, Int> {
     )
 }
 
+/// The distinct tokens of a host batch.
+struct DistinctTokens<'a> {
+    /// Char ids of each distinct token, in order of first appearance.
+    tokens: Vec<&'a [u16]>,
+    /// For every position of the batch, the index of its token in `tokens`.
+    positions: Vec<usize>,
+}
+
+impl<'a> DistinctTokens<'a> {
+    fn of(batch: &'a CharIdBatch) -> Self {
+        let mut first_seen: HashMap<&[u16], usize> = HashMap::new();
+        let mut tokens = Vec::new();
+        let positions = batch
+            .ids
+            .chunks_exact(MAX_CHARS_PER_TOKEN)
+            .map(|token| {
+                *first_seen.entry(token).or_insert_with(|| {
+                    tokens.push(token);
+                    tokens.len() - 1
+                })
+            })
+            .collect();
+        Self { tokens, positions }
+    }
+}
+
+/// Encoded distinct tokens: `values` `[n, P]` in encoding order, `row_of[u]` the row of token `u`.
+struct EncodedTokens {
+    values: Tensor<2>,
+    row_of: Vec<usize>,
+}
+
+/// `[B, T, P]` from rows of `values`, one per position of `batch`.
+fn gather_rows(
+    values: Tensor<2>,
+    rows: &[usize],
+    batch: &CharIdBatch,
+    device: &Device,
+) -> Tensor<3> {
+    let d = values.dims()[1];
+    let rows: Vec<i64> = rows.iter().map(|&r| r as i64).collect();
+    let n_positions = rows.len();
+    let rows = Tensor::<1, Int>::from_data(TensorData::new(rows, [n_positions]), device);
+    values
+        .select(0, rows)
+        .reshape([batch.n_sentences, batch.n_tokens, d])
+}
+
 impl BiLm {
     /// Number of LSTM layers per direction (`L`).
     pub fn n_layers(&self) -> usize {
@@ -161,46 +210,101 @@ impl BiLm {
         self.forward_embedded(token_embedding, &with_boundaries.lengths, state)
     }
 
+    /// [`forward_batch`](Self::forward_batch) with the token embeddings taken from (and added
+    /// to) `cache` (inference only: see [`TokenEmbeddingCache`]).
+    pub fn forward_batch_cached(
+        &self,
+        batch: &CharIdBatch,
+        device: &Device,
+        state: Option<&mut Option<BiLmState>>,
+        cache: &mut TokenEmbeddingCache,
+    ) -> Result<BiLmOutput> {
+        let with_boundaries = batch.with_sentence_boundaries();
+        let token_embedding = self.encode_tokens_cached(&with_boundaries, device, cache)?;
+        Ok(self.forward_embedded(token_embedding, &with_boundaries.lengths, state))
+    }
+
     /// Token embeddings of a host batch, encoding each distinct token once (the encoder is
     /// context-free) and gathering the results; all padding positions share one row.
     ///
     /// # Shapes
     /// - output: `[B, T, P]` (padded positions hold the embedding of the all-zero token)
     pub fn encode_tokens(&self, batch: &CharIdBatch, device: &Device) -> Tensor<3> {
-        let n_positions = batch.n_sentences * batch.n_tokens;
-        let mut first_seen: HashMap<&[u16], i64> = HashMap::new();
-        let mut unique_ids: Vec<i64> = Vec::new();
-        let mut extents: Vec<usize> = Vec::new();
-        let mut gather: Vec<i64> = Vec::with_capacity(n_positions);
-        for token in batch.ids.chunks_exact(MAX_CHARS_PER_TOKEN) {
-            let next = first_seen.len() as i64;
-            let index = *first_seen.entry(token).or_insert_with(|| {
-                unique_ids.extend(token.iter().map(|&c| i64::from(c)));
-                extents.push(char_extent(token));
-                next
-            });
-            gather.push(index);
+        let distinct = DistinctTokens::of(batch);
+        let encoded = self.encode_distinct(&distinct.tokens, device);
+        let gather: Vec<usize> = distinct
+            .positions
+            .iter()
+            .map(|&u| encoded.row_of[u])
+            .collect();
+        gather_rows(encoded.values, &gather, batch, device)
+    }
+
+    /// [`encode_tokens`](Self::encode_tokens) that takes the tokens it has seen before from
+    /// `cache` and adds the others to it (inference only: the values carry no gradient).
+    ///
+    /// # Shapes
+    /// - output: `[B, T, P]`, as [`encode_tokens`](Self::encode_tokens)
+    pub fn encode_tokens_cached(
+        &self,
+        batch: &CharIdBatch,
+        device: &Device,
+        cache: &mut TokenEmbeddingCache,
+    ) -> Result<Tensor<3>> {
+        let d = self.token_encoder.projection.weight.dims()[1];
+        if cache.d_embedding() != d {
+            return Err(ElmoError::InvalidInput(format!(
+                "token cache of width {} used with a model of width {d}",
+                cache.d_embedding()
+            )));
         }
-        let n_unique = first_seen.len();
-        // Tokens sorted by extent (characters before the padding): a chunk of similar words only
-        // convolves the windows its longest word needs.
-        let mut order: Vec<usize> = (0..n_unique).collect();
+        let distinct = DistinctTokens::of(batch);
+        let mut values = vec![0.0f32; distinct.tokens.len() * d];
+        let mut missing: Vec<usize> = Vec::new();
+        for (u, token) in distinct.tokens.iter().enumerate() {
+            match cache.get(token) {
+                Some(cached) => values[u * d..(u + 1) * d].copy_from_slice(cached),
+                None => missing.push(u),
+            }
+        }
+        if !missing.is_empty() {
+            let tokens: Vec<&[u16]> = missing.iter().map(|&u| distinct.tokens[u]).collect();
+            let encoded = self.encode_distinct(&tokens, device);
+            let host: Vec<f32> = encoded
+                .values
+                .into_data()
+                .try_into_vec_as::<f32>()
+                .map_err(|e| ElmoError::TensorData(format!("{e:?}")))?;
+            for ((&u, token), &row) in missing.iter().zip(&tokens).zip(&encoded.row_of) {
+                let value = &host[row * d..(row + 1) * d];
+                values[u * d..(u + 1) * d].copy_from_slice(value);
+                cache.insert(token, value)?;
+            }
+        }
+        let unique =
+            Tensor::<2>::from_data(TensorData::new(values, [distinct.tokens.len(), d]), device);
+        Ok(gather_rows(unique, &distinct.positions, batch, device))
+    }
+
+    /// Encodes distinct tokens, sorted by extent (characters before the padding) so that a
+    /// chunk of similar words only convolves the windows its longest word needs.
+    fn encode_distinct(&self, tokens: &[&[u16]], device: &Device) -> EncodedTokens {
+        let extents: Vec<usize> = tokens.iter().map(|token| char_extent(token)).collect();
+        let mut order: Vec<usize> = (0..tokens.len()).collect();
         order.sort_by_key(|&u| extents[u]);
-        let mut sorted_position = vec![0i64; n_unique];
-        for (position, &u) in order.iter().enumerate() {
-            sorted_position[u] = position as i64;
+        let mut row_of = vec![0; tokens.len()];
+        for (row, &u) in order.iter().enumerate() {
+            row_of[u] = row;
         }
         // Chunks bound the memory of the convolutions whatever the batch size.
         let pieces: Vec<Tensor<2>> = order
             .chunks(ENCODER_CHUNK_TOKENS)
             .map(|chunk| {
                 let n = chunk.len();
-                let mut ids = Vec::with_capacity(n * MAX_CHARS_PER_TOKEN);
-                for &u in chunk {
-                    ids.extend_from_slice(
-                        &unique_ids[u * MAX_CHARS_PER_TOKEN..(u + 1) * MAX_CHARS_PER_TOKEN],
-                    );
-                }
+                let ids: Vec<i64> = chunk
+                    .iter()
+                    .flat_map(|&u| tokens[u].iter().map(|&c| i64::from(c)))
+                    .collect();
                 let extent = chunk.iter().map(|&u| extents[u]).max().unwrap_or(0);
                 let ids = Tensor::<3, Int>::from_data(
                     TensorData::new(ids, [n, 1, MAX_CHARS_PER_TOKEN]),
@@ -214,17 +318,10 @@ impl BiLm {
                 encoded.reshape([n, d_output])
             })
             .collect();
-        let unique = Tensor::cat(pieces, 0);
-        let d_output = unique.dims()[1];
-        debug_assert_eq!(unique.dims()[0], n_unique);
-        let gather: Vec<i64> = gather
-            .iter()
-            .map(|&u| sorted_position[u as usize])
-            .collect();
-        let gather = Tensor::<1, Int>::from_data(TensorData::new(gather, [n_positions]), device);
-        unique
-            .select(0, gather)
-            .reshape([batch.n_sentences, batch.n_tokens, d_output])
+        EncodedTokens {
+            values: Tensor::cat(pieces, 0),
+            row_of,
+        }
     }
 
     /// Runs the LSTM stacks over token embeddings that already include the boundary positions.

@@ -30,6 +30,7 @@ pub mod lstm_projection;
 pub mod options;
 pub mod scalar_mix;
 pub mod seeded_init;
+pub mod token_cache;
 pub mod weights;
 
 pub use bilm::{BiLm, BiLmConfig, BiLmOutput};
@@ -42,3 +43,4 @@ pub use lstm_projection::{LstmState, LstmWithProjection, LstmWithProjectionConfi
 pub use options::BiLmOptions;
 pub use scalar_mix::{ScalarMix, ScalarMixConfig};
 pub use seeded_init::seeded_init;
+pub use token_cache::TokenEmbeddingCache;

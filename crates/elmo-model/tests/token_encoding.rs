@@ -1,12 +1,16 @@
 //! `BiLm::encode_tokens` (each distinct token encoded once, in chunks) gives exactly what the
-//! char CNN gives position by position, also past one chunk of distinct tokens.
+//! char CNN gives position by position, also past one chunk of distinct tokens; with a
+//! `TokenEmbeddingCache` (tokens of earlier batches not encoded again) the biLM's outputs are
+//! those without it, whether the cache holds every token or drops some.
 
 mod common;
 
+use std::num::NonZeroUsize;
+
 use burn::tensor::Device;
 use common::*;
-use elmo_model::CharIdBatch;
 use elmo_model::bilm::{ENCODER_CHUNK_TOKENS, char_ids_tensor};
+use elmo_model::{CharIdBatch, TokenEmbeddingCache};
 
 #[test]
 fn deduplicated_chunked_encoding_equals_direct_encoding() {
@@ -35,4 +39,63 @@ fn deduplicated_chunked_encoding_equals_direct_encoding() {
             assert!((x - y).abs() <= 1e-6, "position {}: {x} vs {y}", i / width);
         }
     }
+}
+
+#[test]
+fn cached_token_embeddings_leave_the_outputs_unchanged() {
+    let device = Device::flex();
+    let bilm = tiny_bilm(&device);
+    let d = bilm.token_encoder.projection.weight.dims()[1];
+    // Three batches over 60 words: later batches repeat words of earlier ones.
+    let batches: Vec<CharIdBatch> = (0..3)
+        .map(|b| {
+            let sentences: Vec<Vec<String>> = (0..6)
+                .map(|row| {
+                    (0..(3 + (row + b) % 7))
+                        .map(|t| format!("w{}", (b * 13 + row * 7 + t * 5) % 60))
+                        .collect()
+                })
+                .collect();
+            CharIdBatch::from_sentences(&sentences)
+        })
+        .collect();
+    for capacity in [1000, 7] {
+        let mut cache = TokenEmbeddingCache::new(NonZeroUsize::new(capacity).expect("cap"), d);
+        for batch in batches.iter().chain(&batches) {
+            let plain = bilm.forward_batch(batch, &device, None);
+            let cached = bilm
+                .forward_batch_cached(batch, &device, None, &mut cache)
+                .expect("cached forward");
+            for (layer, (a, b)) in plain.layers.iter().zip(&cached.layers).enumerate() {
+                let (_, a) = values3(a);
+                let (_, b) = values3(b);
+                let diff = a
+                    .iter()
+                    .zip(&b)
+                    .map(|(x, y)| (x - y).abs())
+                    .fold(0.0, f32::max);
+                assert!(diff <= 1e-6, "capacity {capacity}, layer {layer}: {diff}");
+            }
+        }
+        assert!(cache.len() <= capacity);
+        assert!(cache.hits() > 0, "capacity {capacity}: no token was reused");
+    }
+    // The second pass over the batches finds every token in a cache that holds them all.
+    let mut cache = TokenEmbeddingCache::new(NonZeroUsize::new(1000).expect("cap"), d);
+    for batch in &batches {
+        bilm.forward_batch_cached(batch, &device, None, &mut cache)
+            .expect("fill");
+    }
+    let misses = cache.misses();
+    for batch in &batches {
+        bilm.forward_batch_cached(batch, &device, None, &mut cache)
+            .expect("reuse");
+    }
+    assert_eq!(cache.misses(), misses);
+    // A cache of another width is refused, not mixed in.
+    let mut other = TokenEmbeddingCache::new(NonZeroUsize::new(10).expect("cap"), d + 1);
+    assert!(
+        bilm.forward_batch_cached(&batches[0], &device, None, &mut other)
+            .is_err()
+    );
 }

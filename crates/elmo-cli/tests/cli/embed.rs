@@ -1,5 +1,6 @@
 //! End-to-end tests of `elmo embed` (the real binary): AllenNLP's HDF5 layout, values equal to the
-//! library's, empty lines, layer selections, statelessness, and clear errors that leave no output.
+//! library's, empty lines, layer selections, statelessness, the token cache, and clear errors that
+//! leave no output.
 
 use std::path::{Path, PathBuf};
 
@@ -181,6 +182,16 @@ fn stateless_output_does_not_depend_on_batch_size_and_stateful_does() {
             assert!(
                 (x - y).abs() <= 1e-5,
                 "stateless results differ with batch size: {x} vs {y}"
+            );
+        }
+    }
+    // The token cache (on by default; the text repeats its words) changes nothing.
+    let uncached = run("no cache", &["--batch-size", "5", "--token-cache-mib", "0"]);
+    for (a, b) in uncached.iter().zip(&five) {
+        for (x, y) in a.iter().zip(b) {
+            assert!(
+                (x - y).abs() <= 1e-6,
+                "token cache changed a vector: {x} vs {y}"
             );
         }
     }
