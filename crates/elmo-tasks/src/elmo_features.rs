@@ -5,12 +5,16 @@
 use std::collections::HashMap;
 
 use burn::tensor::{Device, Tensor, TensorData};
-use elmo_model::BiLm;
+use elmo_model::{BiLm, CharIdBatch, TokenEmbeddingCache};
 
 use crate::error::Result;
 
 /// Sentences encoded per biLM call.
 const BATCH_SENTENCES: usize = 32;
+
+/// Memory for the token embeddings of words already encoded (the char CNN runs once per word
+/// while it stays in the cache).
+const TOKEN_CACHE_BYTES: usize = 64 << 20;
 
 /// biLM layers (`L + 1` tensors of `[fwd; bwd]`, sentence boundaries removed) per sentence.
 #[derive(Debug, Default)]
@@ -20,6 +24,7 @@ pub struct BiLmFeatures {
     /// Width of each layer (`2P`).
     pub d_layer: usize,
     sentences: HashMap<Vec<String>, Vec<f32>>,
+    tokens: Option<TokenEmbeddingCache>,
 }
 
 impl BiLmFeatures {
@@ -29,7 +34,16 @@ impl BiLmFeatures {
             n_layers: bilm.n_layers() + 1,
             d_layer: 2 * bilm.forward_layers.first().map_or(0, |l| l.d_projection()),
             sentences: HashMap::new(),
+            tokens: TokenEmbeddingCache::with_memory(
+                TOKEN_CACHE_BYTES,
+                bilm.token_encoder.projection.weight.dims()[1],
+            ),
         }
+    }
+
+    /// The token embeddings kept between biLM calls (`None` for a default-built value).
+    pub fn token_cache(&self) -> Option<&TokenEmbeddingCache> {
+        self.tokens.as_ref()
     }
 
     /// Sentences cached.
@@ -48,7 +62,7 @@ impl BiLmFeatures {
     }
 
     /// Runs the biLM (from a zero state, per sentence) over every sentence not cached yet, in
-    /// batches of similar length. `on_batch(n)` is told how many sentences each call encoded.
+    /// batches of similar length, taking the words seen before from the token cache. `on_batch(n)` is told how many sentences each call encoded.
     pub fn add<'a>(
         &mut self,
         bilm: &BiLm,
@@ -61,14 +75,19 @@ impl BiLmFeatures {
             .into_iter()
             .filter(|s| !self.sentences.contains_key(*s) && seen.insert(*s))
             .collect();
-        missing.sort_by_key(|s| s.len());
+        // Longest first: the order in which the LSTM computes a batch.
+        missing.sort_by_key(|s| std::cmp::Reverse(s.len()));
         let (n_layers, d) = (self.n_layers, self.d_layer);
         for chunk in missing.chunks(BATCH_SENTENCES) {
             let rows: Vec<Vec<&str>> = chunk
                 .iter()
                 .map(|s| s.iter().map(String::as_str).collect())
                 .collect();
-            let output = bilm.forward_sentences(&rows, device);
+            let ids = CharIdBatch::from_sentences(&rows);
+            let output = match self.tokens.as_mut() {
+                Some(cache) => bilm.forward_batch_cached(&ids, device, None, cache)?,
+                None => bilm.forward_batch(&ids, device, None),
+            };
             let n_steps = output.layers[0].dims()[1];
             let layers = output
                 .layers

@@ -1,4 +1,5 @@
-//! Task heads end to end on small configs: the cached biLM layers mixed equal ELMo's own output;
+//! Task heads end to end on small configs: the cached biLM layers mixed equal ELMo's own output
+//! (also for words taken from the token cache);
 //! every trainable parameter of every head gets a gradient (fixed mixes none); the heads learn
 //! small synthetic tasks; the best model saved in the task directory predicts the same after
 //! loading.
@@ -50,12 +51,27 @@ fn features_of(bilm: &BiLm, examples: &[Example], device: &Device) -> BiLmFeatur
 fn cached_layers_mixed_equal_elmo_output() {
     let device = Device::flex();
     let bilm = fixture_bilm(&device);
-    let sentences = [words("The cat sat on the mat ."), words("Dogs bark")];
+    let sentences = [
+        words("The cat sat on the mat ."),
+        words("Dogs bark"),
+        words("The dogs sat on a cat ."),
+    ];
     let mut features = BiLmFeatures::new(&bilm);
+    // Two calls: the second encodes its words from the token cache where the first saw them.
+    features
+        .add(
+            &bilm,
+            sentences[..1].iter().map(Vec::as_slice),
+            &device,
+            |_| {},
+        )
+        .unwrap();
     features
         .add(&bilm, sentences.iter().map(Vec::as_slice), &device, |_| {})
         .unwrap();
-    assert_eq!((features.len(), features.n_layers), (2, 3));
+    assert_eq!((features.len(), features.n_layers), (3, 3));
+    let tokens = features.token_cache().expect("token cache");
+    assert!(tokens.hits() >= 5, "{tokens:?}");
     let refs: Vec<&[String]> = sentences.iter().map(Vec::as_slice).collect();
     let layers = features.batch(&refs, &device);
     let elmo = ElmoConfig {
