@@ -304,10 +304,9 @@ pub fn run(args: &EmbedArgs) -> Result<()> {
         if let Some(cache) = &embedder.cache {
             let lookups = (cache.hits() + cache.misses()).max(1);
             eprintln!(
-                "token cache: {} of {} distinct tokens per batch found ({:.1}%), {} cached",
-                cache.hits(),
-                lookups,
+                "token cache: {:.1}% of {} look-ups (one per distinct word of a batch) answered, {} words cached",
                 100.0 * cache.hits() as f64 / lookups as f64,
+                lookups,
                 cache.len()
             );
         }

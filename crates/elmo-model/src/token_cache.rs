@@ -18,7 +18,9 @@ const ENTRY_OVERHEAD_BYTES: usize = 2 * MAX_CHARS_PER_TOKEN + 64;
 
 /// Token char ids (`[u16; 50]`) → token embedding (`[P]`), least recently used dropped first.
 pub struct TokenEmbeddingCache {
+    /// Grows as tokens come (a bounded `LruCache` would reserve its whole capacity up front).
     entries: LruCache<Box<[u16]>, Box<[f32]>>,
+    capacity: NonZeroUsize,
     d_embedding: usize,
     hits: u64,
     misses: u64,
@@ -28,7 +30,7 @@ impl std::fmt::Debug for TokenEmbeddingCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TokenEmbeddingCache")
             .field("len", &self.entries.len())
-            .field("capacity", &self.entries.cap())
+            .field("capacity", &self.capacity)
             .field("d_embedding", &self.d_embedding)
             .field("hits", &self.hits)
             .field("misses", &self.misses)
@@ -40,7 +42,8 @@ impl TokenEmbeddingCache {
     /// A cache of at most `capacity` tokens for embeddings of width `d_embedding`.
     pub fn new(capacity: NonZeroUsize, d_embedding: usize) -> Self {
         Self {
-            entries: LruCache::new(capacity),
+            entries: LruCache::unbounded(),
+            capacity,
             d_embedding,
             hits: 0,
             misses: 0,
@@ -71,7 +74,7 @@ impl TokenEmbeddingCache {
 
     /// Largest number of cached tokens.
     pub fn capacity(&self) -> usize {
-        self.entries.cap().get()
+        self.capacity.get()
     }
 
     /// Look-ups answered from the cache so far.
@@ -111,6 +114,9 @@ impl TokenEmbeddingCache {
             )));
         }
         self.entries.put(char_ids.into(), embedding.into());
+        while self.entries.len() > self.capacity.get() {
+            self.entries.pop_lru();
+        }
         Ok(())
     }
 }
