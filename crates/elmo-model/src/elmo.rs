@@ -14,6 +14,7 @@ use crate::char_ids::CharIdBatch;
 use crate::error::{ElmoError, Result};
 use crate::options::BiLmOptions;
 use crate::scalar_mix::{ScalarMix, ScalarMixConfig};
+use crate::token_cache::TokenEmbeddingCache;
 
 /// Configuration of an [`Elmo`] on top of a biLM.
 #[derive(Debug, Clone)]
@@ -153,6 +154,21 @@ impl Elmo {
     ) -> ElmoOutput {
         let bilm = self.bilm.forward_batch(batch, device, state);
         self.mix(bilm)
+    }
+
+    /// [`forward_batch`](Self::forward_batch) with the token embeddings of words seen before taken
+    /// from `cache` (inference with a frozen biLM only: cached values carry no gradient).
+    pub fn forward_batch_cached(
+        &self,
+        batch: &CharIdBatch,
+        device: &Device,
+        state: Option<&mut Option<BiLmState>>,
+        cache: &mut TokenEmbeddingCache,
+    ) -> Result<ElmoOutput> {
+        let bilm = self
+            .bilm
+            .forward_batch_cached(batch, device, state, cache)?;
+        Ok(self.mix(bilm))
     }
 
     /// Applies the mixes, boundary removal and dropout to a biLM output.

@@ -10,7 +10,7 @@ use std::num::NonZeroUsize;
 use burn::tensor::Device;
 use common::*;
 use elmo_model::bilm::{ENCODER_CHUNK_TOKENS, char_ids_tensor};
-use elmo_model::{CharIdBatch, TokenEmbeddingCache};
+use elmo_model::{CharIdBatch, ElmoConfig, TokenEmbeddingCache};
 
 #[test]
 fn deduplicated_chunked_encoding_equals_direct_encoding() {
@@ -92,6 +92,19 @@ fn cached_token_embeddings_leave_the_outputs_unchanged() {
             .expect("reuse");
     }
     assert_eq!(cache.misses(), misses);
+    // ELMo's mixes over a cached pass equal those over a plain one.
+    let elmo = ElmoConfig {
+        dropout: 0.0,
+        ..ElmoConfig::default()
+    }
+    .init_with(bilm.clone(), &device);
+    let plain = elmo.forward_batch(&batches[2], &device, None);
+    let cached = elmo
+        .forward_batch_cached(&batches[2], &device, None, &mut cache)
+        .expect("cached elmo");
+    let (_, a) = values3(&plain.representations[0]);
+    let (_, b) = values3(&cached.representations[0]);
+    assert!(a.iter().zip(&b).all(|(x, y)| (x - y).abs() <= 1e-6));
     // A cache of another width is refused, not mixed in.
     let mut other = TokenEmbeddingCache::new(NonZeroUsize::new(10).expect("cap"), d + 1);
     assert!(
