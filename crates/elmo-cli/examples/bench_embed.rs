@@ -88,16 +88,14 @@ fn child(shape: &str, backend: &str, s: &ChildSettings) {
     let device = device(backend);
     device.seed(0);
     let options = options(shape);
-    let mut cache =
-        TokenEmbeddingCache::with_memory(s.token_cache_mib << 20, options.lstm.projection_dim);
+    let mut cache = TokenEmbeddingCache::with_memory(
+        s.token_cache_mib.saturating_mul(1 << 20),
+        options.lstm.projection_dim,
+    );
     let bilm = BiLmConfig { options }.init(&device);
     let mut run = |batch: &CharIdBatch| -> BiLmOutput {
-        match cache.as_mut() {
-            Some(cache) => bilm
-                .forward_batch_cached(batch, &device, None, cache)
-                .expect("cached forward"),
-            None => bilm.forward_batch(batch, &device, None),
-        }
+        bilm.forward_batch_cached(batch, &device, None, cache.as_mut())
+            .expect("forward")
     };
     let warmup = CharIdBatch::from_sentences(&sentences(s.batch_size, 999, s.text));
     let _ = run(&warmup).layers[2].to_data();

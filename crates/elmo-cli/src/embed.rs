@@ -108,15 +108,12 @@ impl Embedder {
     fn embed(&mut self, batch: &[&Sentence]) -> Result<Vec<Embedded>> {
         let tokens: Vec<&[String]> = batch.iter().map(|s| s.tokens.as_slice()).collect();
         let ids = CharIdBatch::from_sentences(&tokens);
-        let out = match self.cache.as_mut() {
-            Some(cache) => {
-                self.bilm
-                    .forward_batch_cached(&ids, &self.device, self.state.as_mut(), cache)?
-            }
-            None => self
-                .bilm
-                .forward_batch(&ids, &self.device, self.state.as_mut()),
-        };
+        let out = self.bilm.forward_batch_cached(
+            &ids,
+            &self.device,
+            self.state.as_mut(),
+            self.cache.as_mut(),
+        )?;
         let n_positions = ids.n_tokens + 2;
         let d = self.d_output();
         // One read-back of all layers: [L + 1, B, T + 2, 2P].

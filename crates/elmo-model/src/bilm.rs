@@ -211,16 +211,20 @@ impl BiLm {
     }
 
     /// [`forward_batch`](Self::forward_batch) with the token embeddings taken from (and added
-    /// to) `cache` (inference only: see [`TokenEmbeddingCache`]).
+    /// to) `cache` when there is one (inference only: see [`TokenEmbeddingCache`]); without,
+    /// the same as `forward_batch`.
     pub fn forward_batch_cached(
         &self,
         batch: &CharIdBatch,
         device: &Device,
         state: Option<&mut Option<BiLmState>>,
-        cache: &mut TokenEmbeddingCache,
+        cache: Option<&mut TokenEmbeddingCache>,
     ) -> Result<BiLmOutput> {
         let with_boundaries = batch.with_sentence_boundaries();
-        let token_embedding = self.encode_tokens_cached(&with_boundaries, device, cache)?;
+        let token_embedding = match cache {
+            Some(cache) => self.encode_tokens_cached(&with_boundaries, device, cache)?,
+            None => self.encode_tokens(&with_boundaries, device),
+        };
         Ok(self.forward_embedded(token_embedding, &with_boundaries.lengths, state))
     }
 

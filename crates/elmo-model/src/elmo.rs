@@ -157,13 +157,14 @@ impl Elmo {
     }
 
     /// [`forward_batch`](Self::forward_batch) with the token embeddings of words seen before taken
-    /// from `cache` (inference with a frozen biLM only: cached values carry no gradient).
+    /// from `cache` when there is one (inference with a frozen biLM only: cached values carry no
+    /// gradient).
     pub fn forward_batch_cached(
         &self,
         batch: &CharIdBatch,
         device: &Device,
         state: Option<&mut Option<BiLmState>>,
-        cache: &mut TokenEmbeddingCache,
+        cache: Option<&mut TokenEmbeddingCache>,
     ) -> Result<ElmoOutput> {
         let bilm = self
             .bilm

@@ -64,7 +64,7 @@ fn cached_token_embeddings_leave_the_outputs_unchanged() {
         for batch in batches.iter().chain(&batches) {
             let plain = bilm.forward_batch(batch, &device, None);
             let cached = bilm
-                .forward_batch_cached(batch, &device, None, &mut cache)
+                .forward_batch_cached(batch, &device, None, Some(&mut cache))
                 .expect("cached forward");
             for (layer, (a, b)) in plain.layers.iter().zip(&cached.layers).enumerate() {
                 let (_, a) = values3(a);
@@ -83,12 +83,12 @@ fn cached_token_embeddings_leave_the_outputs_unchanged() {
     // The second pass over the batches finds every token in a cache that holds them all.
     let mut cache = TokenEmbeddingCache::new(NonZeroUsize::new(1000).expect("cap"), d);
     for batch in &batches {
-        bilm.forward_batch_cached(batch, &device, None, &mut cache)
+        bilm.forward_batch_cached(batch, &device, None, Some(&mut cache))
             .expect("fill");
     }
     let misses = cache.misses();
     for batch in &batches {
-        bilm.forward_batch_cached(batch, &device, None, &mut cache)
+        bilm.forward_batch_cached(batch, &device, None, Some(&mut cache))
             .expect("reuse");
     }
     assert_eq!(cache.misses(), misses);
@@ -100,7 +100,7 @@ fn cached_token_embeddings_leave_the_outputs_unchanged() {
     .init_with(bilm.clone(), &device);
     let plain = elmo.forward_batch(&batches[2], &device, None);
     let cached = elmo
-        .forward_batch_cached(&batches[2], &device, None, &mut cache)
+        .forward_batch_cached(&batches[2], &device, None, Some(&mut cache))
         .expect("cached elmo");
     let (_, a) = values3(&plain.representations[0]);
     let (_, b) = values3(&cached.representations[0]);
@@ -108,7 +108,7 @@ fn cached_token_embeddings_leave_the_outputs_unchanged() {
     // A cache of another width is refused, not mixed in.
     let mut other = TokenEmbeddingCache::new(NonZeroUsize::new(10).expect("cap"), d + 1);
     assert!(
-        bilm.forward_batch_cached(&batches[0], &device, None, &mut other)
+        bilm.forward_batch_cached(&batches[0], &device, None, Some(&mut other))
             .is_err()
     );
 }

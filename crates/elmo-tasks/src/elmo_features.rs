@@ -62,7 +62,8 @@ impl BiLmFeatures {
     }
 
     /// Runs the biLM (from a zero state, per sentence) over every sentence not cached yet, in
-    /// batches of similar length, taking the words seen before from the token cache. `on_batch(n)` is told how many sentences each call encoded.
+    /// batches of similar length, taking the words seen before from the token cache.
+    /// `on_batch(n)` is told how many sentences each call encoded.
     pub fn add<'a>(
         &mut self,
         bilm: &BiLm,
@@ -84,10 +85,7 @@ impl BiLmFeatures {
                 .map(|s| s.iter().map(String::as_str).collect())
                 .collect();
             let ids = CharIdBatch::from_sentences(&rows);
-            let output = match self.tokens.as_mut() {
-                Some(cache) => bilm.forward_batch_cached(&ids, device, None, cache)?,
-                None => bilm.forward_batch(&ids, device, None),
-            };
+            let output = bilm.forward_batch_cached(&ids, device, None, self.tokens.as_mut())?;
             let n_steps = output.layers[0].dims()[1];
             let layers = output
                 .layers
