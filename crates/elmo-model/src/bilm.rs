@@ -255,7 +255,7 @@ impl BiLm {
         device: &Device,
         cache: &mut TokenEmbeddingCache,
     ) -> Result<Tensor<3>> {
-        let d = self.token_encoder.projection.weight.dims()[1];
+        let d = self.token_encoder.d_output();
         if cache.d_embedding() != d {
             return Err(ElmoError::InvalidInput(format!(
                 "token cache of width {} used with a model of width {d}",

@@ -221,6 +221,11 @@ pub struct CharCnnOutput {
 }
 
 impl CharCnnEncoder {
+    /// Width of the token embeddings (`P`, the projection's output).
+    pub fn d_output(&self) -> usize {
+        self.projection.weight.dims()[1]
+    }
+
     /// Encodes character ids into token embeddings.
     ///
     /// # Shapes

@@ -59,13 +59,7 @@ fn exported_model_loads_and_gives_the_same_outputs() {
     let a = bilm.forward_sentences(&sentences, &device);
     let b = reloaded.forward_sentences(&sentences, &device);
     for (x, y) in a.layers.iter().zip(&b.layers) {
-        let (_, x) = values3(x);
-        let (_, y) = values3(y);
-        let worst = x
-            .iter()
-            .zip(&y)
-            .map(|(p, q)| (p - q).abs())
-            .fold(0.0f32, f32::max);
+        let worst = max_abs_diff3(x, y);
         assert!(worst <= 1e-6, "round trip changed outputs by {worst}");
     }
 }

@@ -36,7 +36,7 @@ impl BiLmFeatures {
             sentences: HashMap::new(),
             tokens: TokenEmbeddingCache::with_memory(
                 TOKEN_CACHE_BYTES,
-                bilm.token_encoder.projection.weight.dims()[1],
+                bilm.token_encoder.d_output(),
             ),
         }
     }

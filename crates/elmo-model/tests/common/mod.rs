@@ -42,6 +42,17 @@ pub fn values3(t: &Tensor<3>) -> (Vec<usize>, Vec<f32>) {
     (dims, data)
 }
 
+/// Largest absolute difference between two 3-d float tensors of the same shape.
+pub fn max_abs_diff3(a: &Tensor<3>, b: &Tensor<3>) -> f32 {
+    let (shape_a, a) = values3(a);
+    let (shape_b, b) = values3(b);
+    assert_eq!(shape_a, shape_b, "shapes differ");
+    a.iter()
+        .zip(&b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0f32, f32::max)
+}
+
 /// Values of a 2-d bool tensor.
 pub fn bools2(t: &burn::tensor::Tensor<2, burn::tensor::Bool>) -> (Vec<usize>, Vec<bool>) {
     let dims = t.dims().to_vec();
