@@ -175,26 +175,24 @@ fn stateless_output_does_not_depend_on_batch_size_and_stateful_does() {
             .map(|i| dataset(&file, &i.to_string()).1)
             .collect::<Vec<_>>()
     };
+    let assert_same = |a: &[Vec<f32>], b: &[Vec<f32>], tol: f32, what: &str| {
+        for (a, b) in a.iter().zip(b) {
+            for (x, y) in a.iter().zip(b) {
+                assert!((x - y).abs() <= tol, "{what}: {x} vs {y}");
+            }
+        }
+    };
     let one = run("batch 1", &["--batch-size", "1"]);
     let five = run("batch 5", &["--batch-size", "5"]);
-    for (a, b) in one.iter().zip(&five) {
-        for (x, y) in a.iter().zip(b) {
-            assert!(
-                (x - y).abs() <= 1e-5,
-                "stateless results differ with batch size: {x} vs {y}"
-            );
-        }
-    }
+    assert_same(
+        &one,
+        &five,
+        1e-5,
+        "stateless results differ with batch size",
+    );
     // The token cache (on by default; the text repeats its words) changes nothing.
     let uncached = run("no cache", &["--batch-size", "5", "--token-cache-mib", "0"]);
-    for (a, b) in uncached.iter().zip(&five) {
-        for (x, y) in a.iter().zip(b) {
-            assert!(
-                (x - y).abs() <= 1e-6,
-                "token cache changed a vector: {x} vs {y}"
-            );
-        }
-    }
+    assert_same(&uncached, &five, 1e-6, "token cache changed a vector");
     let stateful = run("stateful", &["--batch-size", "4", "--stateful"]);
     // Lines 4.. are read after the state has moved on: their vectors change.
     let differs = stateful[4]
