@@ -84,8 +84,50 @@ fn main() -> std::process::ExitCode {
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("error: {error:#}");
+            eprintln!("error: {}", error_chain(&error));
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+/// The error and its causes, `: `-separated, each said once: our errors keep their cause as
+/// `source()` without repeating it, but some libraries' errors (hdf5-pure's) also print their
+/// source in their own message, which anyhow's `{:#}` would then show twice.
+fn error_chain(error: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in error.chain() {
+        let message = cause.to_string();
+        if !text.ends_with(&message) {
+            if !text.is_empty() {
+                text.push_str(": ");
+            }
+            text.push_str(&message);
+        }
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_chain;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("unexpected EOF")]
+    struct Eof;
+
+    /// Like hdf5-pure's format error: prints its source and returns it too.
+    #[derive(Debug, thiserror::Error)]
+    #[error("format error: {0}")]
+    struct Format(#[source] Eof);
+
+    #[test]
+    fn each_cause_is_said_once() {
+        let error = anyhow::Error::new(Format(Eof)).context("weights.hdf5: not readable");
+        assert_eq!(
+            error_chain(&error),
+            "weights.hdf5: not readable: format error: unexpected EOF"
+        );
+        let error = anyhow::Error::new(Eof).context("a.txt: I/O error");
+        assert_eq!(error_chain(&error), "a.txt: I/O error: unexpected EOF");
     }
 }

@@ -3,10 +3,13 @@
 use std::path::PathBuf;
 
 /// Everything that can go wrong while building, loading or saving an ELMo model.
+///
+/// A message never repeats its source error, which [`std::error::Error::source`] returns: print
+/// the whole chain (anyhow's `{:#}`, or walk `source()`) to see both, once each.
 #[derive(Debug, thiserror::Error)]
 pub enum ElmoError {
     /// A file could not be read or written.
-    #[error("{path}: {source}")]
+    #[error("{path}: I/O error")]
     Io {
         /// The file.
         path: PathBuf,
@@ -15,7 +18,7 @@ pub enum ElmoError {
         source: std::io::Error,
     },
     /// `options.json` is not valid JSON or misses a required field.
-    #[error("{path}: invalid ELMo options: {source}")]
+    #[error("{path}: invalid ELMo options")]
     Options {
         /// The options file.
         path: PathBuf,
@@ -27,7 +30,7 @@ pub enum ElmoError {
     #[error("invalid ELMo options: {0}")]
     InvalidOptions(String),
     /// The weight file is not a readable HDF5 file (wrong format, truncated...).
-    #[error("{path}: not a readable HDF5 weight file: {source}")]
+    #[error("{path}: not a readable HDF5 weight file")]
     Hdf5 {
         /// The weight file.
         path: PathBuf,
@@ -56,7 +59,7 @@ pub enum ElmoError {
         found: Vec<usize>,
     },
     /// A dataset could not be decoded as float32 values.
-    #[error("{path}: dataset `{dataset}` could not be read: {source}")]
+    #[error("{path}: dataset `{dataset}` could not be read")]
     DatasetRead {
         /// The weight file.
         path: PathBuf,
@@ -83,7 +86,7 @@ pub enum ElmoError {
         dataset: String,
     },
     /// The HDF5 writer failed.
-    #[error("{path}: could not write HDF5: {source}")]
+    #[error("{path}: could not write HDF5")]
     Hdf5Write {
         /// The output file.
         path: PathBuf,
@@ -92,7 +95,7 @@ pub enum ElmoError {
         source: hdf5_pure::Error,
     },
     /// Loading or saving burn's own record format failed.
-    #[error("{path}: burn record: {source}")]
+    #[error("{path}: burn record")]
     Record {
         /// The record file.
         path: PathBuf,

@@ -126,12 +126,27 @@ fn truncated_and_foreign_files_are_clear_errors() {
             .map(|_| ())
             .expect_err("must fail");
         assert!(err.to_string().contains(name), "{name}: {err}");
+        assert_chain_says_each_thing_once(&err);
     }
     let missing = dir.path().join("nope.hdf5");
     let err = load_bilm(fixture("tiny/options.json"), &missing, &Device::flex())
         .map(|_| ())
         .expect_err("must fail");
     assert!(matches!(err, ElmoError::Io { .. }), "{err}");
+    assert_chain_says_each_thing_once(&err);
+}
+
+/// The error keeps its cause as `source()` and does not repeat it in its own message, so the
+/// chain the CLI prints (`{:#}`) says each thing once (a truncated file's "EOF" used to appear
+/// three times).
+fn assert_chain_says_each_thing_once(err: &ElmoError) {
+    let source = std::error::Error::source(err).expect("the reader's error is kept as the source");
+    let cause = source.to_string();
+    assert!(!cause.is_empty());
+    assert!(
+        !err.to_string().contains(&cause),
+        "`{err}` repeats its source `{cause}`"
+    );
 }
 
 #[test]

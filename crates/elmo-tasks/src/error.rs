@@ -3,10 +3,13 @@
 use std::path::PathBuf;
 
 /// Everything that can go wrong while reading task data, training or running a task model.
+///
+/// A message never repeats its source error, which [`std::error::Error::source`] returns: print
+/// the whole chain (anyhow's `{:#}`, or walk `source()`) to see both, once each.
 #[derive(Debug, thiserror::Error)]
 pub enum TaskError {
     /// A file could not be read or written.
-    #[error("{path}: {source}")]
+    #[error("{path}: I/O error")]
     Io {
         /// The file.
         path: PathBuf,
@@ -25,7 +28,7 @@ pub enum TaskError {
         message: String,
     },
     /// A JSON file (task config) could not be parsed or written.
-    #[error("{path}: {source}")]
+    #[error("{path}: invalid JSON")]
     Json {
         /// The file.
         path: PathBuf,
@@ -37,7 +40,7 @@ pub enum TaskError {
     #[error("invalid task configuration: {0}")]
     InvalidConfig(String),
     /// A model record could not be saved or loaded.
-    #[error("{path}: {source}")]
+    #[error("{path}: burn record")]
     Record {
         /// The record file.
         path: PathBuf,

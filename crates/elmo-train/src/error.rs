@@ -3,10 +3,13 @@
 use std::path::PathBuf;
 
 /// Everything that can go wrong while reading corpora, building vocabularies or training.
+///
+/// A message never repeats its source error, which [`std::error::Error::source`] returns: print
+/// the whole chain (anyhow's `{:#}`, or walk `source()`) to see both, once each.
 #[derive(Debug, thiserror::Error)]
 pub enum TrainError {
     /// A file could not be read or written.
-    #[error("{path}: {source}")]
+    #[error("{path}: I/O error")]
     Io {
         /// The file.
         path: PathBuf,
@@ -15,7 +18,7 @@ pub enum TrainError {
         source: std::io::Error,
     },
     /// A line of a text file is not valid UTF-8.
-    #[error("{path}:{line}: invalid UTF-8 ({source})")]
+    #[error("{path}:{line}: invalid UTF-8")]
     InvalidUtf8 {
         /// The file.
         path: PathBuf,
@@ -29,7 +32,7 @@ pub enum TrainError {
     #[error("corpus: {0}")]
     Corpus(String),
     /// A glob pattern is malformed.
-    #[error("bad file pattern `{pattern}`: {source}")]
+    #[error("bad file pattern `{pattern}`")]
     Pattern {
         /// The pattern.
         pattern: String,
@@ -48,7 +51,7 @@ pub enum TrainError {
         message: String,
     },
     /// A JSON file (config, trainer state) could not be parsed or written.
-    #[error("{path}: {source}")]
+    #[error("{path}: invalid JSON")]
     Json {
         /// The file.
         path: PathBuf,
@@ -82,7 +85,7 @@ pub enum TrainError {
         message: String,
     },
     /// Loading or saving burn's record format failed.
-    #[error("{path}: burn record: {source}")]
+    #[error("{path}: burn record")]
     Record {
         /// The record file.
         path: PathBuf,

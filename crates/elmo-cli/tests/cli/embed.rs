@@ -268,17 +268,30 @@ fn bad_arguments_are_clear_errors() {
     let stderr = String::from_utf8_lossy(&result.stderr);
     assert!(stderr.contains("nope.txt"), "{stderr}");
 
-    let bad_weights = dir.path().join("bad.hdf5");
-    std::fs::write(&bad_weights, b"not hdf5").expect("write");
-    let result = elmo(&[
-        "embed",
-        "--options",
-        fixture("tiny/options.json").to_str().expect("utf8"),
-        "--weights",
-        bad_weights.to_str().expect("utf8"),
-        input.to_str().expect("utf8"),
-        dir.path().join("o.hdf5").to_str().expect("utf8"),
-    ]);
-    let stderr = String::from_utf8_lossy(&result.stderr);
-    assert!(stderr.contains("bad.hdf5"), "{stderr}");
+    // A foreign file and a truncated one: the error names the file, and says the reader's
+    // cause once (hdf5-pure's errors print their own source too; the CLI drops the repeat).
+    let weights = std::fs::read(fixture("tiny/weights.hdf5")).expect("read");
+    for (name, content) in [
+        ("bad.hdf5", b"not hdf5".to_vec()),
+        ("truncated.hdf5", weights[..3000].to_vec()),
+    ] {
+        let bad_weights = dir.path().join(name);
+        std::fs::write(&bad_weights, content).expect("write");
+        let result = elmo(&[
+            "embed",
+            "--options",
+            fixture("tiny/options.json").to_str().expect("utf8"),
+            "--weights",
+            bad_weights.to_str().expect("utf8"),
+            input.to_str().expect("utf8"),
+            dir.path().join("o.hdf5").to_str().expect("utf8"),
+        ]);
+        let stderr = String::from_utf8_lossy(&result.stderr);
+        assert!(stderr.contains(name), "{stderr}");
+        let cause = stderr.rsplit(": ").next().unwrap_or_default().trim();
+        assert!(
+            !cause.is_empty() && stderr.matches(cause).count() == 1,
+            "{stderr}"
+        );
+    }
 }
