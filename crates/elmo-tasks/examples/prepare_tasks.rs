@@ -1,6 +1,7 @@
 //! Builds the task splits of docs/tasks.md from the shared data (decompressed): Brown POS with
-//! coarse tags, WNUT-16 NER, RT sentiment (label5 and label2) and a next-sentence pair task from
-//! the LM corpora. Every split is a seeded shuffle, so the command reproduces the files exactly.
+//! coarse tags, WNUT-16 NER, RT sentiment (label5 and label2) and two next-sentence pair tasks
+//! from the LM corpora (`pair`: negatives from the same file; `nsp`: BERT's negatives from the
+//! whole corpus). Every split is a seeded shuffle, so the command reproduces the files exactly.
 //!
 //! `cargo run --release -p elmo-tasks --example prepare_tasks -- DATA_DIR OUT_DIR [N_POS_TRAIN]`
 //! where DATA_DIR holds `brown.conll`, `wnut16.conll`, `rt_snippets.tsv` and a `lm/` folder of
@@ -59,6 +60,20 @@ fn split<T: Clone>(mut items: Vec<T>, sizes: [usize; 3], rng: &mut ChaCha8Rng) -
     })
 }
 
+/// Writes `{stem}.{train,dev,test}.tsv` with the `text_a`, `text_b`, `label` header.
+fn write_pairs(out: &Path, stem: &str, parts: [Vec<String>; 3]) {
+    for (name, part) in ["train", "dev", "test"].iter().zip(&parts) {
+        let text = std::iter::once("text_a\ttext_b\tlabel".to_string())
+            .chain(part.iter().cloned())
+            .collect::<Vec<_>>();
+        std::fs::write(
+            out.join(format!("{stem}.{name}.tsv")),
+            text.join("\n") + "\n",
+        )
+        .expect("write pairs");
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let (data, out) = match (args.get(1), args.get(2)) {
@@ -115,11 +130,14 @@ fn main() {
         .filter_map(|e| e.ok().map(|e| e.path()))
         .collect();
     files.sort();
+    let texts: Vec<String> = files
+        .iter()
+        .map(|file| std::fs::read_to_string(file).unwrap_or_default())
+        .collect();
+    let corpus: Vec<Vec<&str>> = texts.iter().map(|t| t.lines().collect()).collect();
+    let ok = |l: &str| (5..=40).contains(&l.split_whitespace().count()) && !l.contains('\t');
     let mut pairs = Vec::new();
-    for file in files {
-        let text = std::fs::read_to_string(&file).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        let ok = |l: &str| (5..=40).contains(&l.split_whitespace().count()) && !l.contains('\t');
+    for lines in &corpus {
         for i in 0..lines.len().saturating_sub(1) {
             if !(ok(lines[i]) && ok(lines[i + 1]) && rng.random_bool(0.1)) {
                 continue;
@@ -136,13 +154,35 @@ fn main() {
             pairs.push(format!("{}\t{b}\t{label}", lines[i]));
         }
     }
-    let parts = split(pairs, [4000, 1000, 1000], &mut rng);
-    for (name, part) in names.iter().zip(&parts) {
-        let text = std::iter::once("text_a\ttext_b\tlabel".to_string())
-            .chain(part.iter().cloned())
-            .collect::<Vec<_>>();
-        std::fs::write(out.join(format!("pair.{name}.tsv")), text.join("\n") + "\n")
-            .expect("write pairs");
+    write_pairs(&out, "pair", split(pairs, [4000, 1000, 1000], &mut rng));
+
+    // BERT's next-sentence recipe (Devlin et al. 2019, §3.1): B is the next line or a random
+    // line of the whole corpus (any file but never the true next line), balanced. Written after
+    // the splits above, so those stay the same files.
+    let pool: Vec<(usize, usize)> = corpus
+        .iter()
+        .enumerate()
+        .flat_map(|(f, lines)| (0..lines.len()).map(move |j| (f, j)))
+        .filter(|&(f, j)| ok(corpus[f][j]))
+        .collect();
+    let mut pairs = Vec::new();
+    for (f, lines) in corpus.iter().enumerate() {
+        for i in 0..lines.len().saturating_sub(1) {
+            if !(ok(lines[i]) && ok(lines[i + 1]) && rng.random_bool(0.1)) {
+                continue;
+            }
+            let (b, label) = if rng.random_bool(0.5) {
+                (lines[i + 1], "next")
+            } else {
+                let (g, j) = pool[rng.random_range(0..pool.len())];
+                if (g, j) == (f, i + 1) {
+                    continue;
+                }
+                (corpus[g][j], "random")
+            };
+            pairs.push(format!("{}\t{b}\t{label}", lines[i]));
+        }
     }
+    write_pairs(&out, "nsp", split(pairs, [4000, 1000, 1000], &mut rng));
     eprintln!("task splits written to {}", out.display());
 }
