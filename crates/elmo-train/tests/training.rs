@@ -7,7 +7,7 @@ use std::sync::Arc;
 use burn::module::Module;
 use burn::optim::GradientsParams;
 use burn::tensor::Device;
-use elmo_train::batcher::{BatchShape, Batcher, LmBatch};
+use elmo_train::batcher::{BatchShape, Batcher, LmBatch, Targets, TokenGrid};
 use elmo_train::config::{OptimizerConfig, TrainConfig};
 use elmo_train::language_model::SoftmaxMode;
 use elmo_train::metrics::{MetricsRecord, read_metrics};
@@ -116,6 +116,106 @@ fn tied_softmax_and_encoder_get_gradient_from_both_directions() {
         let grads = GradientsParams::from_grads(loss().loss.backward(), &model);
         for (path, nonzero) in gradient_map(&model, &grads) {
             assert!(nonzero, "joint loss gave no gradient to {path}");
+        }
+    }
+}
+
+/// No LM reads what it predicts: a direction's loss at one target changes with the last token
+/// that LM has read and not with any token it has not read yet (the target included), in both
+/// batch modes. A leak would make the training perplexity of that direction a lie.
+#[test]
+fn each_lm_reads_only_the_tokens_before_its_target() {
+    let dir = tempfile::tempdir().unwrap();
+    let corpus = write_corpus(dir.path());
+    let vocab = vocab(&corpus);
+    let device = Device::flex();
+    let model = seeded_model(&tiny_config(), &vocab, 1, &device);
+    let words: Vec<String> = "<S> the cat sat on the mat . </S>"
+        .split(' ')
+        .map(String::from)
+        .collect();
+    let n = words.len();
+    let one_target = |cells: usize, cell: usize, word: &str| {
+        let mut targets = Targets {
+            ids: vec![0; cells],
+            weights: vec![0.0; cells],
+        };
+        targets.ids[cell] = vocab.id(word);
+        targets.weights[cell] = 1.0;
+        targets
+    };
+    let nll = |batch: &LmBatch| {
+        let out = model
+            .loss(batch, None, SoftmaxMode::Full, None, &device)
+            .loss;
+        [
+            out.forward_nll.into_scalar::<f32>(),
+            out.backward_nll.into_scalar::<f32>(),
+        ]
+    };
+    // Replaces token `q` of the input by a word of the corpus that is not there.
+    let perturbed = |tokens: &[String], q: usize| {
+        let mut tokens = tokens.to_vec();
+        tokens[q] = "dog".into();
+        tokens
+    };
+    // An unread token may move the last bits (the gemm blocking can follow the number of
+    // distinct tokens), never more than 1e-4; the last token read moves the loss by far more.
+    let check = |what: &str, p: usize, q: usize, unread: bool, before: f32, after: f32| {
+        let moved = (before - after).abs() >= 1e-4;
+        if unread {
+            assert!(
+                !moved,
+                "{what}: the target of cell {p} depends on unread token {q}"
+            );
+        } else if q == p {
+            assert!(
+                moved,
+                "{what}: the target of cell {p} ignores token {q}, just read"
+            );
+        }
+    };
+
+    // Packed: both streams are read left to right; the target of cell p is token p + 1.
+    let inputs = &words[..n - 1];
+    let packed = |tokens: &[String], p: usize| {
+        let grid = TokenGrid {
+            rows: vec![tokens.to_vec()],
+            n_steps: n - 1,
+        };
+        let targets = one_target(n - 1, p, &words[p + 1]);
+        LmBatch::Packed {
+            forward: grid.clone(),
+            backward: grid,
+            forward_targets: targets.clone(),
+            backward_targets: targets,
+        }
+    };
+    for p in 0..n - 1 {
+        let [forward, backward] = nll(&packed(inputs, p));
+        for q in 0..n - 1 {
+            let [f, b] = nll(&packed(&perturbed(inputs, q), p));
+            check("packed forward", p, q, q > p, forward, f);
+            check("packed backward", p, q, q > p, backward, b);
+        }
+    }
+
+    // Sentences: the backward LM reads the row right to left; its target at p is token p − 1.
+    let sentences = |tokens: &[String], p: usize| LmBatch::Sentences {
+        tokens: TokenGrid {
+            rows: vec![tokens.to_vec()],
+            n_steps: n,
+        },
+        lengths: vec![n],
+        forward_targets: one_target(n, p, &words[p + 1]),
+        backward_targets: one_target(n, p, &words[p - 1]),
+    };
+    for p in 1..n - 1 {
+        let [forward, backward] = nll(&sentences(&words, p));
+        for q in 0..n {
+            let [f, b] = nll(&sentences(&perturbed(&words, q), p));
+            check("sentence forward", p, q, q > p, forward, f);
+            check("sentence backward", p, q, q < p, backward, b);
         }
     }
 }
