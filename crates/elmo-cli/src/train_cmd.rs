@@ -87,6 +87,10 @@ pub struct TrainArgs {
     /// (overrides the preset's 0.05; 0 = bilm-tf, never reset).
     #[arg(long, value_name = "P")]
     pub state_reset: Option<f64>,
+    /// Corpus files read at once, their sentences interleaved at random (overrides the
+    /// preset's 16; 1 = bilm-tf, one file after another). Memory: their raw text.
+    #[arg(long, value_name = "N")]
+    pub mixed_shards: Option<usize>,
     /// Dropout (overrides the preset).
     #[arg(long)]
     pub dropout: Option<f64>,
@@ -138,6 +142,9 @@ impl TrainArgs {
         }
         if let Some(v) = self.state_reset {
             config.state_reset = v;
+        }
+        if let Some(v) = self.mixed_shards {
+            config.n_mixed_shards = v;
         }
         if let Some(v) = self.negatives {
             config.negatives = v;

@@ -10,17 +10,20 @@
 //!   the backward LM (reading each row right to left) the previous one.
 //!
 //! Shards (files) and the sentences of a shard are shuffled per epoch from the seed, so a batcher
-//! is a pure function of its seed and position: [`BatcherState`] is all a checkpoint needs.
+//! is a pure function of its seed and position: [`BatcherState`] is all a checkpoint needs. A
+//! stream holds `n_mixed_shards` shards at once (a *group*, in the epoch's shard order) and
+//! interleaves their shuffled sentences at random, so that a corpus of different sources is not
+//! learnt one source after another (bilm-tf's one shard at a time is `n_mixed_shards = 1`).
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use rand::SeedableRng;
 use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::corpus::read_shard;
+use crate::corpus::{read_shard, split_line};
 use crate::error::{Result, TrainError};
 use crate::vocabulary::{BOS, EOS, Vocabulary};
 
@@ -39,14 +42,15 @@ pub fn mix_seed(parts: &[u64]) -> u64 {
 }
 
 /// Where a [`SentenceStream`] is: the next sentence is line `line` (in visiting order) of shard
-/// `shard` (in visiting order) of epoch `epoch`.
+/// group `shard` (in visiting order) of epoch `epoch`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct StreamPosition {
     /// Passes over the corpus completed.
     pub epoch: u64,
-    /// Index into the epoch's shard order.
+    /// Index of the group of shards in the epoch's shard order (the shard itself when the
+    /// stream reads one at a time).
     pub shard: usize,
-    /// Index into the shard's sentence order.
+    /// Index into the group's sentence order.
     pub line: usize,
 }
 
@@ -55,29 +59,38 @@ pub struct SentenceStream {
     files: Arc<Vec<PathBuf>>,
     tokenize: bool,
     reverse: bool,
+    /// Shards held and interleaved at once.
+    n_mixed_shards: usize,
     /// `Some(seed)`: shuffle and loop forever; `None`: one pass in file order.
     shuffle_seed: Option<u64>,
     position: StreamPosition,
-    /// The shard in use: (epoch, shard index, sentences in visiting order).
-    loaded: Option<(u64, usize, Vec<Vec<String>>)>,
+    /// The group in use: (epoch, group index, raw lines in visiting order).
+    loaded: Option<(u64, usize, Vec<String>)>,
 }
 
 impl SentenceStream {
-    /// A stream over `files`; `reverse` gives `</S> wn … w1 <S>`.
+    /// A stream over `files` that holds `n_mixed_shards` of them at once (at least 1);
+    /// `reverse` gives `</S> wn … w1 <S>`.
     pub fn new(
         files: Arc<Vec<PathBuf>>,
         tokenize: bool,
         reverse: bool,
+        n_mixed_shards: usize,
         shuffle_seed: Option<u64>,
     ) -> Self {
         Self {
             files,
             tokenize,
             reverse,
+            n_mixed_shards: n_mixed_shards.max(1),
             shuffle_seed,
             position: StreamPosition::default(),
             loaded: None,
         }
+    }
+
+    fn n_groups(&self) -> usize {
+        self.files.len().div_ceil(self.n_mixed_shards)
     }
 
     /// The current position.
@@ -99,29 +112,46 @@ impl SentenceStream {
         order
     }
 
+    /// Reads the current group: each shard's lines shuffled as when read alone, then
+    /// interleaved at random (each next line from a shard with probability proportional to what
+    /// it has left, which makes the group's order a uniform shuffle of all its lines).
     fn load(&mut self) -> Result<()> {
         let StreamPosition { epoch, shard, .. } = self.position;
         if matches!(&self.loaded, Some((e, s, _)) if *e == epoch && *s == shard) {
             return Ok(());
         }
-        let file = self.shard_order(epoch)[shard];
-        let mut sentences = read_shard(&self.files[file], self.tokenize)?;
-        if let Some(seed) = self.shuffle_seed {
-            let rng_seed = mix_seed(&[seed, epoch, file as u64 + 1]);
-            sentences.shuffle(&mut ChaCha8Rng::seed_from_u64(rng_seed));
+        let order = self.shard_order(epoch);
+        let start = shard * self.n_mixed_shards;
+        let group = &order[start..(start + self.n_mixed_shards).min(order.len())];
+        let mut shards = Vec::with_capacity(group.len());
+        for &file in group {
+            let mut lines = read_shard(&self.files[file])?;
+            if let Some(seed) = self.shuffle_seed {
+                let rng_seed = mix_seed(&[seed, epoch, file as u64 + 1]);
+                lines.shuffle(&mut ChaCha8Rng::seed_from_u64(rng_seed));
+            }
+            shards.push(lines);
         }
-        self.loaded = Some((epoch, shard, sentences));
+        let lines = match self.shuffle_seed {
+            Some(seed) if shards.len() > 1 => {
+                let rng_seed = mix_seed(&[seed, epoch, u64::MAX - shard as u64]);
+                interleave(shards, &mut ChaCha8Rng::seed_from_u64(rng_seed))
+            }
+            _ => shards.concat(),
+        };
+        self.loaded = Some((epoch, shard, lines));
         Ok(())
     }
 
     /// The next sentence with its boundary tokens, `None` at the end of a one-pass stream.
     pub fn next_sentence(&mut self) -> Result<Option<Vec<String>>> {
-        let mut empty_shards = 0;
+        // Groups passed without a sentence: more than all of them means an empty corpus.
+        let mut groups_passed = 0;
         loop {
             if self.shuffle_seed.is_none() && self.position.epoch > 0 {
                 return Ok(None);
             }
-            if self.position.shard >= self.files.len() {
+            if self.position.shard >= self.n_groups() {
                 self.position = StreamPosition {
                     epoch: self.position.epoch + 1,
                     shard: 0,
@@ -130,41 +160,70 @@ impl SentenceStream {
                 continue;
             }
             self.load()?;
-            let sentences = match &self.loaded {
-                Some((_, _, sentences)) => sentences,
-                None => unreachable!("load() fills the shard"),
+            let lines = match &self.loaded {
+                Some((_, _, lines)) => lines,
+                None => unreachable!("load() fills the group"),
             };
-            if let Some(words) = sentences.get(self.position.line) {
+            while let Some(line) = lines.get(self.position.line) {
                 self.position.line += 1;
+                let words = split_line(line, self.tokenize);
+                if words.is_empty() {
+                    continue;
+                }
                 let mut sentence = Vec::with_capacity(words.len() + 2);
                 let (first, last) = if self.reverse { (EOS, BOS) } else { (BOS, EOS) };
                 sentence.push(first.to_string());
                 if self.reverse {
-                    sentence.extend(words.iter().rev().cloned());
+                    sentence.extend(words.into_iter().rev());
                 } else {
-                    sentence.extend(words.iter().cloned());
+                    sentence.extend(words);
                 }
                 sentence.push(last.to_string());
                 return Ok(Some(sentence));
             }
-            if self.position.line == 0 {
-                empty_shards += 1;
-                if empty_shards > self.files.len() {
-                    return Err(TrainError::Corpus(format!(
-                        "no sentence in {} (only blank lines)",
-                        self.files
-                            .iter()
-                            .map(|f| f.display().to_string())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    )));
-                }
+            groups_passed += 1;
+            if groups_passed > self.n_groups() {
+                return Err(TrainError::Corpus(format!(
+                    "no sentence in {} (only blank lines)",
+                    self.files
+                        .iter()
+                        .map(|f| f.display().to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )));
             }
             self.position.shard += 1;
             self.position.line = 0;
             self.loaded = None;
         }
     }
+}
+
+/// Merges `shards` into one sequence: each next item from a shard drawn with probability
+/// proportional to its remaining items (each shard keeps its own order).
+fn interleave(shards: Vec<Vec<String>>, rng: &mut impl Rng) -> Vec<String> {
+    let mut remaining: Vec<usize> = shards.iter().map(Vec::len).collect();
+    let mut total: usize = remaining.iter().sum();
+    let mut iters: Vec<_> = shards.into_iter().map(Vec::into_iter).collect();
+    let mut merged = Vec::with_capacity(total);
+    while total > 0 {
+        let mut pick = rng.random_range(0..total);
+        let shard = remaining
+            .iter()
+            .position(|&n| {
+                if pick < n {
+                    true
+                } else {
+                    pick -= n;
+                    false
+                }
+            })
+            .unwrap_or(0);
+        remaining[shard] -= 1;
+        total -= 1;
+        merged.extend(iters[shard].next());
+    }
+    merged
 }
 
 /// Rows of tokens (strings: the model reads characters).
@@ -458,6 +517,8 @@ pub struct BatchShape {
     pub n_steps: usize,
     /// Stateful (packed) or sentence mode.
     pub stateful: bool,
+    /// Shards each stream holds and interleaves at once (see the module docs).
+    pub n_mixed_shards: usize,
     /// Longest piece in sentence mode.
     pub max_sentence_tokens: usize,
 }
@@ -480,6 +541,7 @@ impl Batcher {
                     files.clone(),
                     tokenize,
                     reverse,
+                    shape.n_mixed_shards,
                     seed_for(u64::from(reverse)),
                 )
             };
@@ -494,7 +556,7 @@ impl Batcher {
             }
         } else {
             Self::Sentences(SentenceBatcher::new(
-                SentenceStream::new(files, tokenize, false, seed_for(0)),
+                SentenceStream::new(files, tokenize, false, shape.n_mixed_shards, seed_for(0)),
                 vocab,
                 shape.n_rows,
                 shape.max_sentence_tokens,
@@ -599,7 +661,7 @@ mod tests {
     fn packing_follows_bilm_tf() {
         let dir = tempfile::tempdir().unwrap();
         let files = Arc::new(corpus(dir.path(), "a b\nc d e\n"));
-        let stream = SentenceStream::new(files, false, false, None);
+        let stream = SentenceStream::new(files, false, false, 1, None);
         let mut batcher = PackedBatcher::new(stream, vocab(), 1, 4);
         let (grid, targets) = batcher.next_batch().unwrap().unwrap();
         // <S> a b </S> <S> c d e </S>: inputs skip </S>, targets skip <S>.
@@ -616,12 +678,12 @@ mod tests {
     fn reversed_stream_and_sentence_mode() {
         let dir = tempfile::tempdir().unwrap();
         let files = Arc::new(corpus(dir.path(), "a b c\n"));
-        let mut stream = SentenceStream::new(files.clone(), false, true, None);
+        let mut stream = SentenceStream::new(files.clone(), false, true, 1, None);
         assert_eq!(
             stream.next_sentence().unwrap().unwrap(),
             vec!["</S>", "c", "b", "a", "<S>"]
         );
-        let stream = SentenceStream::new(files, false, false, None);
+        let stream = SentenceStream::new(files, false, false, 1, None);
         let mut batcher = SentenceBatcher::new(stream, vocab(), 2, 3);
         // <S> a b c </S> cut into [<S> a b], [b c </S>].
         let Some(LmBatch::Sentences {
@@ -649,16 +711,84 @@ mod tests {
         assert_eq!(real(&backward_targets), vec![0, 3, 4, 5]);
     }
 
+    /// Files `s0.txt`, `s1.txt`, ... of `n_lines` lines `s{k}_{i}` each.
+    fn sources(dir: &std::path::Path, n_files: usize, n_lines: usize) -> Arc<Vec<PathBuf>> {
+        let files = (0..n_files)
+            .map(|k| {
+                let path = dir.join(format!("s{k}.txt"));
+                let text: String = (0..n_lines).map(|i| format!("s{k}_{i}\n")).collect();
+                std::fs::write(&path, text).unwrap();
+                path
+            })
+            .collect();
+        Arc::new(files)
+    }
+
+    #[test]
+    fn mixed_shards_interleave_sources_and_cover_each_line_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = sources(dir.path(), 3, 100);
+        // Which file each of the first `n` sentences comes from.
+        let sources_of_first = |n_mixed: usize, n: usize| {
+            let mut stream = SentenceStream::new(files.clone(), false, false, n_mixed, Some(3));
+            let mut counts = [0; 3];
+            for _ in 0..n {
+                let sentence = stream.next_sentence().unwrap().unwrap();
+                counts[usize::from(sentence[1].as_bytes()[1] - b'0')] += 1;
+            }
+            counts
+        };
+        // One file at a time (bilm-tf): the first 30 sentences are all from one source.
+        assert_eq!(
+            sources_of_first(1, 30).iter().filter(|&&c| c > 0).count(),
+            1
+        );
+        // All three mixed: every source is there from the start, ~10 each.
+        let counts = sources_of_first(3, 30);
+        assert!(counts.iter().all(|&c| c >= 3), "{counts:?}");
+        // Groups of 2 and 1: one epoch is every line once; the next is another order.
+        let mut stream = SentenceStream::new(files.clone(), false, false, 2, Some(3));
+        let epoch = |stream: &mut SentenceStream| {
+            (0..300)
+                .map(|_| stream.next_sentence().unwrap().unwrap()[1].clone())
+                .collect::<Vec<_>>()
+        };
+        let first = epoch(&mut stream);
+        let second = epoch(&mut stream);
+        let mut sorted = first.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(sorted.len(), 300);
+        assert_ne!(first, second);
+        // Not shuffled (evaluation): file order, line order, whatever the group size.
+        let mut stream = SentenceStream::new(files, false, false, 2, None);
+        let in_order: Vec<String> = std::iter::from_fn(|| stream.next_sentence().unwrap())
+            .map(|s| s[1].clone())
+            .collect();
+        let expected: Vec<String> = (0..3)
+            .flat_map(|k| (0..100).map(move |i| format!("s{k}_{i}")))
+            .collect();
+        assert_eq!(in_order, expected);
+    }
+
     #[test]
     fn shuffled_stream_is_reproducible_and_restorable() {
         let dir = tempfile::tempdir().unwrap();
         let text: String = (0..50).map(|i| format!("w{i} x{i}\n")).collect();
-        let files = corpus(dir.path(), &text);
+        let one_file = corpus(dir.path(), &text);
+        let three_files = sources(dir.path(), 3, 20).to_vec();
+        for (files, n_mixed_shards) in [(one_file, 1), (three_files.clone(), 1), (three_files, 2)] {
+            restores_exactly(files, n_mixed_shards);
+        }
+    }
+
+    fn restores_exactly(files: Vec<PathBuf>, n_mixed_shards: usize) {
         let shape = BatchShape {
             n_rows: 3,
             n_steps: 4,
             stateful: true,
             max_sentence_tokens: 10,
+            n_mixed_shards,
         };
         let make = || Batcher::new(files.clone(), false, vocab(), shape, Some(7));
         let mut a = make();
@@ -676,6 +806,11 @@ mod tests {
         let LmBatch::Packed { forward, .. } = &first[0] else {
             panic!()
         };
-        assert_ne!(forward.rows[0][..2], ["<S>".to_string(), "w0".to_string()]);
+        let first_line = std::fs::read_to_string(&files[0]).unwrap();
+        let first_word = first_line.split_whitespace().next().unwrap();
+        assert_ne!(
+            forward.rows[0][..2],
+            ["<S>".to_string(), first_word.to_string()]
+        );
     }
 }

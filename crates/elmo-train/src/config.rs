@@ -36,6 +36,13 @@ pub struct TrainConfig {
     /// In the sentence mode, longer sentences are cut into pieces of this many tokens.
     #[serde(default = "defaults::max_sentence_tokens")]
     pub max_sentence_tokens: usize,
+    /// Shards (files) a stream holds at once and interleaves, sentence by sentence, at random.
+    /// bilm-tf reads one shard at a time (`1`), which is right for shards cut from one corpus
+    /// (the 1B Word Benchmark's); a corpus of files from different sources read one file at a
+    /// time trains on one source after another, each direction on another one. Memory: the raw
+    /// text of this many files.
+    #[serde(default = "defaults::n_mixed_shards")]
+    pub n_mixed_shards: usize,
     /// Dropout on every LSTM input and on the top output (bilm-tf: 0.1).
     #[serde(default = "defaults::dropout")]
     pub dropout: f64,
@@ -143,6 +150,9 @@ mod defaults {
     pub fn max_sentence_tokens() -> usize {
         200
     }
+    pub fn n_mixed_shards() -> usize {
+        16
+    }
     pub fn state_reset() -> f64 {
         0.05
     }
@@ -208,6 +218,7 @@ impl TrainConfig {
             stateful: true,
             state_reset: defaults::state_reset(),
             max_sentence_tokens: defaults::max_sentence_tokens(),
+            n_mixed_shards: defaults::n_mixed_shards(),
             dropout: defaults::dropout(),
             negatives: defaults::negatives(),
             optimizer: OptimizerConfig::default(),
@@ -280,6 +291,9 @@ impl TrainConfig {
         if !(0.0..1.0).contains(&self.dropout) {
             return bad("dropout must be in [0, 1)");
         }
+        if self.n_mixed_shards == 0 {
+            return bad("n_mixed_shards must be positive");
+        }
         if !(0.0..=1.0).contains(&self.state_reset) {
             return bad("state_reset must be in [0, 1]");
         }
@@ -310,6 +324,7 @@ impl TrainConfig {
             n_steps: self.unroll_steps,
             stateful: self.stateful,
             max_sentence_tokens: self.max_sentence_tokens,
+            n_mixed_shards: self.n_mixed_shards,
         }
     }
 

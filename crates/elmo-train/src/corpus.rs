@@ -1,4 +1,4 @@
-//! Text corpora: files or glob patterns, one sentence per line, read one shard (file) at a time.
+//! Text corpora: files or glob patterns, one sentence per line, read shard (file) by shard.
 //!
 //! Lines are pre-tokenized (split on whitespace, 1B Word Benchmark style) or raw text split by
 //! [`crate::tokenizer`]. Blank lines are skipped. Invalid UTF-8 is an error naming file and line.
@@ -72,17 +72,15 @@ pub fn split_line(line: &str, tokenize: bool) -> Vec<String> {
     }
 }
 
-/// All sentences of one shard, in file order.
-pub fn read_shard(path: &Path, tokenize: bool) -> Result<Vec<Vec<String>>> {
-    let mut sentences = Vec::new();
+/// The non-blank lines of one shard, in file order, untokenized (a shard in memory is its raw
+/// text; [`split_line`] makes a line's tokens when it is used).
+pub fn read_shard(path: &Path) -> Result<Vec<String>> {
+    let mut lines = Vec::new();
     read_lines(path, |_, line| {
-        let tokens = split_line(line, tokenize);
-        if !tokens.is_empty() {
-            sentences.push(tokens);
-        }
+        lines.push(line.to_string());
         Ok(())
     })?;
-    Ok(sentences)
+    Ok(lines)
 }
 
 #[cfg(test)]
@@ -94,18 +92,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let a = dir.path().join("a.txt");
         std::fs::write(&a, "the cat sat\r\n\n   \nDon't go.\n").unwrap();
-        assert_eq!(
-            read_shard(&a, false).unwrap(),
-            vec![vec!["the", "cat", "sat"], vec!["Don't", "go."]]
-        );
-        assert_eq!(
-            read_shard(&a, true).unwrap()[1],
-            vec!["Do", "n't", "go", "."]
-        );
+        let lines = read_shard(&a).unwrap();
+        assert_eq!(lines, vec!["the cat sat", "Don't go."]);
+        assert_eq!(split_line(&lines[1], false), vec!["Don't", "go."]);
+        assert_eq!(split_line(&lines[1], true), vec!["Do", "n't", "go", "."]);
 
         let b = dir.path().join("b.txt");
         std::fs::write(&b, b"fine\nbad \xc3 byte\n").unwrap();
-        let err = read_shard(&b, false).unwrap_err().to_string();
+        let err = read_shard(&b).unwrap_err().to_string();
         assert!(err.contains("b.txt:2:") && err.contains("UTF-8"), "{err}");
 
         let pattern = format!("{}/*.txt", dir.path().display());

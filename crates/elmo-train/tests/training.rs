@@ -59,6 +59,7 @@ fn first_batch(corpus: &Path, vocab: &Vocabulary, stateful: bool) -> LmBatch {
         n_steps: 5,
         stateful,
         max_sentence_tokens: 50,
+        n_mixed_shards: 1,
     };
     Batcher::new(
         vec![corpus.to_path_buf()],
