@@ -2,11 +2,14 @@
 //! coarse tags, WNUT-16 NER, RT sentiment (label5 and label2) and two next-sentence pair tasks
 //! from the LM corpora (`pair`: negatives from the same file; `nsp`: BERT's negatives from the
 //! whole corpus). Every split is a seeded shuffle, so the command reproduces the files exactly.
+//! It also writes `lm-train-clean/`: the LM corpus without the lines of any dev or test split,
+//! for pretraining a biLM that has not read the evaluation sentences.
 //!
 //! `cargo run --release -p elmo-tasks --example prepare_tasks -- DATA_DIR OUT_DIR [N_POS_TRAIN]`
 //! where DATA_DIR holds `brown.conll`, `wnut16.conll`, `rt_snippets.tsv` and a `lm/` folder of
 //! text files (one sentence per line).
 
+use std::collections::HashSet;
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -60,6 +63,24 @@ fn split<T: Clone>(mut items: Vec<T>, sizes: [usize; 3], rng: &mut ChaCha8Rng) -
     })
 }
 
+/// What makes two lines the same sentence here: their ASCII letters (lowercased) and digits.
+fn text_key(text: &str) -> String {
+    text.to_lowercase()
+        .chars()
+        .filter(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+        .collect()
+}
+
+/// The keys of both texts of every `text_a<TAB>text_b<TAB>label` row.
+fn pair_texts(parts: &[Vec<String>]) -> Vec<String> {
+    parts
+        .iter()
+        .flatten()
+        .flat_map(|row| row.split('\t').take(2).map(text_key))
+        .filter(|key| !key.is_empty())
+        .collect()
+}
+
 /// Writes `{stem}.{train,dev,test}.tsv` with the `text_a`, `text_b`, `label` header.
 fn write_pairs(out: &Path, stem: &str, parts: [Vec<String>; 3]) {
     for (name, part) in ["train", "dev", "test"].iter().zip(&parts) {
@@ -95,6 +116,15 @@ fn main() {
             coarse_tag(t).into()
         });
     }
+    // Sentences of the dev and test splits, to keep out of the biLM's pretraining text.
+    let mut held_out: HashSet<String> = parts[1..]
+        .iter()
+        .flatten()
+        .map(|sentence| {
+            let tokens: Vec<&str> = sentence.iter().map(|(t, _)| t.as_str()).collect();
+            text_key(&tokens.concat())
+        })
+        .collect();
 
     let wnut = read_conll(&data.join("wnut16.conll"));
     let n = wnut.len();
@@ -154,7 +184,9 @@ fn main() {
             pairs.push(format!("{}\t{b}\t{label}", lines[i]));
         }
     }
-    write_pairs(&out, "pair", split(pairs, [4000, 1000, 1000], &mut rng));
+    let parts = split(pairs, [4000, 1000, 1000], &mut rng);
+    held_out.extend(pair_texts(&parts[1..]));
+    write_pairs(&out, "pair", parts);
 
     // BERT's next-sentence recipe (Devlin et al. 2019, §3.1): B is the next line or a random
     // line of the whole corpus (any file but never the true next line), balanced. Written after
@@ -183,6 +215,23 @@ fn main() {
             pairs.push(format!("{}\t{b}\t{label}", lines[i]));
         }
     }
-    write_pairs(&out, "nsp", split(pairs, [4000, 1000, 1000], &mut rng));
+    let parts = split(pairs, [4000, 1000, 1000], &mut rng);
+    held_out.extend(pair_texts(&parts[1..]));
+    write_pairs(&out, "nsp", parts);
+    // The LM corpus without any line of a dev or test split: a biLM pretrained on
+    // OUT_DIR/lm-train-clean has not read the sentences it is evaluated on (Brown holds every
+    // POS sentence; the pair tasks are lines of the corpus itself).
+    held_out.remove("");
+    let clean = out.join("lm-train-clean");
+    std::fs::create_dir_all(&clean).expect("create lm-train-clean");
+    for (file, lines) in files.iter().zip(&corpus) {
+        let mut kept = String::new();
+        for line in lines.iter().filter(|l| !held_out.contains(&text_key(l))) {
+            kept.push_str(line);
+            kept.push('\n');
+        }
+        let name = file.file_name().expect("a file name");
+        std::fs::write(clean.join(name), kept).expect("write lm-train-clean");
+    }
     eprintln!("task splits written to {}", out.display());
 }
