@@ -20,6 +20,9 @@ use rand_chacha::ChaCha8Rng;
 
 type Sentence = Vec<(String, String)>;
 
+/// Header of the pair task files.
+const PAIR_HEADER: &str = "text_a\ttext_b\tlabel";
+
 fn read_conll(path: &Path) -> Vec<Sentence> {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let mut sentences = vec![Vec::new()];
@@ -81,18 +84,45 @@ fn pair_texts(parts: &[Vec<String>]) -> Vec<String> {
         .collect()
 }
 
-/// Writes `{stem}.{train,dev,test}.tsv` with the `text_a`, `text_b`, `label` header.
-fn write_pairs(out: &Path, stem: &str, parts: [Vec<String>; 3]) {
-    for (name, part) in ["train", "dev", "test"].iter().zip(&parts) {
-        let text = std::iter::once("text_a\ttext_b\tlabel".to_string())
-            .chain(part.iter().cloned())
+/// Writes `{stem}.{train,dev,test}.tsv`: `header`, then the rows of each part.
+fn write_tsv(out: &Path, stem: &str, header: &str, parts: &[Vec<String>; 3]) {
+    for (name, part) in ["train", "dev", "test"].iter().zip(parts) {
+        let path = out.join(format!("{stem}.{name}.tsv"));
+        let text = std::iter::once(header)
+            .chain(part.iter().map(String::as_str))
             .collect::<Vec<_>>();
-        std::fs::write(
-            out.join(format!("{stem}.{name}.tsv")),
-            text.join("\n") + "\n",
-        )
-        .expect("write pairs");
+        std::fs::write(&path, text.join("\n") + "\n")
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     }
+}
+
+/// Balanced "is B the next line of A" rows `A<TAB>B<TAB>label` over consecutive lines of one
+/// file (10% of the pairs where both lines are `ok`): B is the next line (`next`) or
+/// `random_b(rng, file, line)`, a negative drawn for that line (`random`; `None`: no row).
+fn next_sentence_pairs<'a>(
+    corpus: &[Vec<&'a str>],
+    ok: impl Fn(&str) -> bool,
+    rng: &mut ChaCha8Rng,
+    mut random_b: impl FnMut(&mut ChaCha8Rng, usize, usize) -> Option<&'a str>,
+) -> Vec<String> {
+    let mut pairs = Vec::new();
+    for (f, lines) in corpus.iter().enumerate() {
+        for i in 0..lines.len().saturating_sub(1) {
+            if !(ok(lines[i]) && ok(lines[i + 1]) && rng.random_bool(0.1)) {
+                continue;
+            }
+            let (b, label) = if rng.random_bool(0.5) {
+                (lines[i + 1], "next")
+            } else {
+                match random_b(rng, f, i) {
+                    Some(b) => (b, "random"),
+                    None => continue,
+                }
+            };
+            pairs.push(format!("{}\t{b}\t{label}", lines[i]));
+        }
+    }
+    pairs
 }
 
 fn main() {
@@ -142,16 +172,7 @@ fn main() {
         .collect();
     let n = rows.len();
     let parts = split(rows, [n * 7 / 10, n * 15 / 100, n], &mut rng);
-    for (name, part) in names.iter().zip(&parts) {
-        let text = std::iter::once(header.clone())
-            .chain(part.iter().cloned())
-            .collect::<Vec<_>>();
-        std::fs::write(
-            out.join(format!("sentiment.{name}.tsv")),
-            text.join("\n") + "\n",
-        )
-        .expect("write sentiment");
-    }
+    write_tsv(&out, "sentiment", &header, &parts);
 
     // Next-sentence pairs: consecutive lines of one file (label `next`) or a line and a random
     // other line of the same file (`random`), balanced; lines of 5 to 40 tokens.
@@ -166,27 +187,14 @@ fn main() {
         .collect();
     let corpus: Vec<Vec<&str>> = texts.iter().map(|t| t.lines().collect()).collect();
     let ok = |l: &str| (5..=40).contains(&l.split_whitespace().count()) && !l.contains('\t');
-    let mut pairs = Vec::new();
-    for lines in &corpus {
-        for i in 0..lines.len().saturating_sub(1) {
-            if !(ok(lines[i]) && ok(lines[i + 1]) && rng.random_bool(0.1)) {
-                continue;
-            }
-            let (b, label) = if rng.random_bool(0.5) {
-                (lines[i + 1], "next")
-            } else {
-                let j = rng.random_range(0..lines.len());
-                if j == i + 1 || !ok(lines[j]) {
-                    continue;
-                }
-                (lines[j], "random")
-            };
-            pairs.push(format!("{}\t{b}\t{label}", lines[i]));
-        }
-    }
+    let pairs = next_sentence_pairs(&corpus, ok, &mut rng, |rng, f, i| {
+        let lines = &corpus[f];
+        let j = rng.random_range(0..lines.len());
+        (j != i + 1 && ok(lines[j])).then(|| lines[j])
+    });
     let parts = split(pairs, [4000, 1000, 1000], &mut rng);
     held_out.extend(pair_texts(&parts[1..]));
-    write_pairs(&out, "pair", parts);
+    write_tsv(&out, "pair", PAIR_HEADER, &parts);
 
     // BERT's next-sentence recipe (Devlin et al. 2019, §3.1): B is the next line or a random
     // line of the whole corpus (any file but never the true next line), balanced. Written after
@@ -197,27 +205,14 @@ fn main() {
         .flat_map(|(f, lines)| (0..lines.len()).map(move |j| (f, j)))
         .filter(|&(f, j)| ok(corpus[f][j]))
         .collect();
-    let mut pairs = Vec::new();
-    for (f, lines) in corpus.iter().enumerate() {
-        for i in 0..lines.len().saturating_sub(1) {
-            if !(ok(lines[i]) && ok(lines[i + 1]) && rng.random_bool(0.1)) {
-                continue;
-            }
-            let (b, label) = if rng.random_bool(0.5) {
-                (lines[i + 1], "next")
-            } else {
-                let (g, j) = pool[rng.random_range(0..pool.len())];
-                if (g, j) == (f, i + 1) {
-                    continue;
-                }
-                (corpus[g][j], "random")
-            };
-            pairs.push(format!("{}\t{b}\t{label}", lines[i]));
-        }
-    }
+    let pairs = next_sentence_pairs(&corpus, ok, &mut rng, |rng, f, i| {
+        let (g, j) = pool[rng.random_range(0..pool.len())];
+        ((g, j) != (f, i + 1)).then(|| corpus[g][j])
+    });
     let parts = split(pairs, [4000, 1000, 1000], &mut rng);
     held_out.extend(pair_texts(&parts[1..]));
-    write_pairs(&out, "nsp", parts);
+    write_tsv(&out, "nsp", PAIR_HEADER, &parts);
+
     // The LM corpus without any line of a dev or test split: a biLM pretrained on
     // OUT_DIR/lm-train-clean has not read the sentences it is evaluated on (Brown holds every
     // POS sentence; the pair tasks are lines of the corpus itself).
