@@ -20,6 +20,9 @@ use rand_chacha::ChaCha8Rng;
 
 type Sentence = Vec<(String, String)>;
 
+/// The splits every task is written as, in this order.
+const SPLITS: [&str; 3] = ["train", "dev", "test"];
+
 /// Header of the pair task files.
 const PAIR_HEADER: &str = "text_a\ttext_b\tlabel";
 
@@ -86,7 +89,7 @@ fn pair_texts(parts: &[Vec<String>]) -> Vec<String> {
 
 /// Writes `{stem}.{train,dev,test}.tsv`: `header`, then the rows of each part.
 fn write_tsv(out: &Path, stem: &str, header: &str, parts: &[Vec<String>; 3]) {
-    for (name, part) in ["train", "dev", "test"].iter().zip(parts) {
+    for (name, part) in SPLITS.iter().zip(parts) {
         let path = out.join(format!("{stem}.{name}.tsv"));
         let text = std::iter::once(header)
             .chain(part.iter().map(String::as_str))
@@ -137,11 +140,10 @@ fn main() {
     let n_pos: usize = args.get(3).and_then(|n| n.parse().ok()).unwrap_or(5000);
     std::fs::create_dir_all(&out).expect("create OUT_DIR");
     let mut rng = ChaCha8Rng::seed_from_u64(2018);
-    let names = ["train", "dev", "test"];
 
     let brown = read_conll(&data.join("brown.conll"));
     let parts = split(brown, [n_pos, 1000, 2000], &mut rng);
-    for (name, part) in names.iter().zip(&parts) {
+    for (name, part) in SPLITS.iter().zip(&parts) {
         write_conll(&out.join(format!("pos.{name}.conll")), part, |t| {
             coarse_tag(t).into()
         });
@@ -159,7 +161,7 @@ fn main() {
     let wnut = read_conll(&data.join("wnut16.conll"));
     let n = wnut.len();
     let parts = split(wnut, [n * 7 / 10, n * 15 / 100, n], &mut rng);
-    for (name, part) in names.iter().zip(&parts) {
+    for (name, part) in SPLITS.iter().zip(&parts) {
         write_conll(&out.join(format!("ner.{name}.conll")), part, |t| t.into());
     }
 
