@@ -5,7 +5,9 @@
 //! Each backend runs in its own child process so that its peak RSS (`VmHWM`) is its own.
 //! Flags: `--preset small`, `--backends flex,ndarray[,wgpu]`, `--steps 3` (after one warm-up),
 //! `--batch-size 32`, `--unroll-steps 20`, `--vocab-size 50000`, `--negatives 8192`,
-//! `--peer PYTHON` (a Python with torch), `--threads N`.
+//! `--peer PYTHON` (a Python with torch), `--threads N`, `--rounds N` (run every implementation
+//! N times, alternating, and report each one's median and its ratio to the peer's: on a shared,
+//! noisy machine the ratio of medians taken in the same minutes is the number to quote).
 
 use std::io::Write;
 use std::process::Command;
@@ -133,6 +135,7 @@ fn main() {
     let backends = get("--backends", "flex,ndarray");
     let threads = get("--threads", "");
     let peer = get("--peer", "");
+    let rounds = number("--rounds", "1").max(1);
     let exe = std::env::current_exe().expect("own path");
     let common = [
         ("--preset", settings.preset.clone()),
@@ -156,8 +159,6 @@ fn main() {
         settings.negatives,
         settings.steps
     );
-    println!("| implementation | targets/s | peak RSS (MiB) |");
-    println!("|---|---|---|");
     let mut runs: Vec<(String, Command)> = backends
         .split(',')
         .map(|backend| {
@@ -184,25 +185,51 @@ fn main() {
         }
         runs.push(("PyTorch peer".into(), command));
     }
-    for (name, mut command) in runs {
+    for (_, command) in &mut runs {
         if !threads.is_empty() {
             command.env("RAYON_NUM_THREADS", &threads);
         }
-        let output = command.output().expect("run benchmark child");
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        match stdout.lines().find(|l| l.starts_with("RESULT")) {
-            Some(line) => println!(
-                "| {name} | {} | {} |",
-                field(line, "tokens_per_s"),
-                field(line, "peak_rss_mib")
-            ),
-            None => println!(
-                "| {name} | failed: {} | |",
-                String::from_utf8_lossy(&output.stderr)
-                    .lines()
-                    .last()
-                    .unwrap_or("no output")
-            ),
+    }
+    // Per implementation: targets/s of each round, peak RSS of the last.
+    let mut measured: Vec<(Vec<f64>, String)> = vec![(Vec::new(), String::new()); runs.len()];
+    for _ in 0..rounds {
+        for ((name, command), (speeds, rss)) in runs.iter_mut().zip(&mut measured) {
+            let output = command.output().expect("run benchmark child");
+            let stdout = String::from_utf8_lossy(&output.stdout);
+            match stdout.lines().find(|l| l.starts_with("RESULT")) {
+                Some(line) => {
+                    speeds.push(field(line, "tokens_per_s").parse().unwrap_or(f64::NAN));
+                    *rss = field(line, "peak_rss_mib");
+                }
+                None => eprintln!(
+                    "{name} failed: {}",
+                    String::from_utf8_lossy(&output.stderr)
+                        .lines()
+                        .last()
+                        .unwrap_or("no output")
+                ),
+            }
         }
+    }
+    let median = |speeds: &[f64]| -> Option<f64> {
+        let mut sorted = speeds.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        (!sorted.is_empty()).then(|| sorted[sorted.len() / 2])
+    };
+    let peer_median = (!peer.is_empty())
+        .then(|| measured.last().and_then(|(speeds, _)| median(speeds)))
+        .flatten();
+    println!(
+        "| implementation | targets/s (median of {rounds}) | rounds | vs peer | peak RSS (MiB) |"
+    );
+    println!("|---|---|---|---|---|");
+    for ((name, _), (speeds, rss)) in runs.iter().zip(&measured) {
+        let Some(m) = median(speeds) else {
+            println!("| {name} | failed | | | |");
+            continue;
+        };
+        let all: Vec<String> = speeds.iter().map(|v| format!("{v:.0}")).collect();
+        let ratio = peer_median.map_or(String::new(), |p| format!("{:.2}x", m / p));
+        println!("| {name} | {m:.1} | {} | {ratio} | {rss} |", all.join(", "));
     }
 }

@@ -4,14 +4,16 @@
 //! forward and backward negative log-likelihoods.
 
 use burn::module::{Module, Param};
+use burn::optim::GradientsParams;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use elmo_model::bilm::BiLmConfig;
 use elmo_model::options::BiLmOptions;
 use elmo_model::{BiLm, CharIdBatch, LstmState, LstmWithProjection};
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
 
 use crate::batcher::{LmBatch, Targets, TokenGrid};
+use crate::dropout::DropoutMasks;
+use crate::optimizer::move_gradients;
+use crate::recorded_stack::{backward_stack, forward_stack};
 use crate::softmax::{SampledCandidates, Softmax, SoftmaxConfig};
 
 /// Configuration of a [`BiLanguageModel`].
@@ -64,44 +66,6 @@ pub struct BiLanguageModel {
     /// Dropout probability on LSTM inputs and the top output (applied only when a dropout seed
     /// is given to [`loss`](Self::loss)).
     pub dropout: f64,
-}
-
-/// Inverted dropout with masks from a seeded host RNG: unlike the backend's global RNG, the masks
-/// depend only on the seed, whatever else runs in the process (exact resume, reproducible runs).
-struct DropoutMasks {
-    keep: f64,
-    rng: Option<ChaCha8Rng>,
-}
-
-impl DropoutMasks {
-    fn new(probability: f64, seed: Option<u64>) -> Self {
-        Self {
-            keep: 1.0 - probability,
-            rng: seed
-                .filter(|_| probability > 0.0)
-                .map(ChaCha8Rng::seed_from_u64),
-        }
-    }
-
-    fn apply(&mut self, x: Tensor<3>) -> Tensor<3> {
-        let Some(rng) = self.rng.as_mut() else {
-            return x;
-        };
-        let dims = x.dims();
-        let scale = (1.0 / self.keep) as f32;
-        let keep = self.keep as f32;
-        let values: Vec<f32> = (0..dims.iter().product::<usize>())
-            .map(|_| {
-                if rng.random::<f32>() < keep {
-                    scale
-                } else {
-                    0.0
-                }
-            })
-            .collect();
-        let mask = Tensor::<3>::from_data(TensorData::new(values, dims), &x.device());
-        x * mask
-    }
 }
 
 /// LSTM state carried between batches in the stateful mode, per layer.
@@ -187,6 +151,29 @@ pub struct LmStep {
     pub state: Option<CarriedState>,
 }
 
+/// The result of [`BiLanguageModel::loss_and_gradients`].
+pub struct LmGradients {
+    /// Losses and the state to carry.
+    pub step: LmStep,
+    /// Gradients of every trainable parameter; `None` when the loss is not finite.
+    pub grads: Option<GradientsParams>,
+}
+
+fn is_finite(loss: &LmLoss) -> bool {
+    loss.loss.clone().into_scalar::<f32>().is_finite()
+}
+
+/// Registers `grad` for `param` unless the parameter is frozen (`no_grad`).
+fn register_if_trained<const D: usize>(
+    grads: &mut GradientsParams,
+    param: &Param<Tensor<D>>,
+    grad: Tensor<D>,
+) {
+    if param.val().is_require_grad() {
+        grads.register(param.id, grad);
+    }
+}
+
 /// Char ids of rows of tokens, every row padded with empty tokens to `n_steps`.
 fn grid_char_ids(grids: &[&TokenGrid]) -> CharIdBatch {
     let rows: Vec<Vec<&str>> = grids
@@ -239,8 +226,9 @@ impl BiLanguageModel {
         (dropout.apply(x), finals)
     }
 
-    /// Summed NLL of the positions that have a target.
-    fn direction_nll(&self, top: Tensor<3>, targets: &Targets, softmax: SoftmaxMode) -> Tensor<1> {
+    /// The rows of `top` `[B, T, P]` that have a target, `[N, P]`, and their target ids; `None`
+    /// when no position has one.
+    fn target_rows(top: Tensor<3>, targets: &Targets) -> Option<(Tensor<2>, Vec<u32>)> {
         let device = top.device();
         let [batch, n_steps, d] = top.dims();
         let (positions, ids): (Vec<i64>, Vec<u32>) = targets
@@ -252,16 +240,11 @@ impl BiLanguageModel {
             .map(|(cell, (_, &id))| (cell as i64, id))
             .unzip();
         if positions.is_empty() {
-            // Keep the graph connected (zero gradient) so that backward() always has a path.
-            return top.sum().mul_scalar(0.0);
+            return None;
         }
         let n = positions.len();
         let positions = Tensor::<1, Int>::from_data(TensorData::new(positions, [n]), &device);
-        let hidden = top.reshape([batch * n_steps, d]).select(0, positions);
-        match softmax {
-            SoftmaxMode::Full => self.softmax.full_nll(hidden, &ids),
-            SoftmaxMode::Sampled(candidates) => self.softmax.sampled_nll(hidden, &ids, candidates),
-        }
+        Some((top.reshape([batch * n_steps, d]).select(0, positions), ids))
     }
 
     /// The joint loss of a batch. In the stateful mode `state` is where each stack starts
@@ -275,13 +258,7 @@ impl BiLanguageModel {
         dropout_seed: Option<u64>,
         device: &Device,
     ) -> LmStep {
-        // Each stack has its own mask stream, so the two may run in any order or in parallel.
-        let masks = |direction: u64| {
-            DropoutMasks::new(
-                self.dropout,
-                dropout_seed.map(|s| crate::batcher::mix_seed(&[s, direction])),
-            )
-        };
+        let masks = |direction: u64| self.dropout_masks(dropout_seed, direction);
         let (forward_top, backward_top, forward_targets, backward_targets, next_state) = match batch
         {
             LmBatch::Packed {
@@ -356,22 +333,174 @@ impl BiLanguageModel {
                 (f_top, b_top, forward_targets, backward_targets, None)
             }
         };
-        let forward_nll = self.direction_nll(forward_top, forward_targets, softmax);
-        let backward_nll = self.direction_nll(backward_top, backward_targets, softmax);
+        LmStep {
+            loss: self.joint_loss(
+                [forward_top, backward_top],
+                [forward_targets, backward_targets],
+                softmax,
+            ),
+            state: next_state,
+        }
+    }
+
+    /// Dropout masks of one direction (0 forward, 1 backward): each stack has its own mask
+    /// stream, so the two may run in any order or in parallel.
+    fn dropout_masks(&self, seed: Option<u64>, direction: u64) -> DropoutMasks {
+        DropoutMasks::new(
+            self.dropout,
+            seed.map(|s| crate::batcher::mix_seed(&[s, direction])),
+        )
+    }
+
+    /// The mean of the two directions' mean NLLs, from their top layers `[B, T, P]`. Both
+    /// directions' rows go through the shared softmax in one call (one weight gather, one
+    /// matmul).
+    fn joint_loss(
+        &self,
+        tops: [Tensor<3>; 2],
+        [forward_targets, backward_targets]: [&Targets; 2],
+        softmax: SoftmaxMode,
+    ) -> LmLoss {
+        let [forward_top, backward_top] = tops;
         let n_forward = forward_targets.count();
         let n_backward = backward_targets.count();
+        let forward_rows = Self::target_rows(forward_top.clone(), forward_targets);
+        let backward_rows = Self::target_rows(backward_top.clone(), backward_targets);
+        let n_forward_rows = forward_rows.as_ref().map_or(0, |(_, ids)| ids.len());
+        let (hidden, ids): (Vec<Tensor<2>>, Vec<Vec<u32>>) =
+            [forward_rows, backward_rows].into_iter().flatten().unzip();
+        let ids = ids.concat();
+        let nll = (!hidden.is_empty()).then(|| {
+            let hidden = Tensor::cat(hidden, 0);
+            match softmax {
+                SoftmaxMode::Full => self.softmax.full_nll(hidden, &ids),
+                SoftmaxMode::Sampled(candidates) => {
+                    self.softmax.sampled_nll(hidden, &ids, candidates)
+                }
+            }
+        });
+        // A direction without targets gets a zero that keeps the graph connected, so that
+        // backward() always has a path.
+        let summed = |top: Tensor<3>, start: usize, n: usize| match &nll {
+            Some(nll) if n > 0 => nll.clone().narrow(0, start, n).sum(),
+            _ => top.sum().mul_scalar(0.0),
+        };
+        let forward_nll = summed(forward_top, 0, n_forward_rows);
+        let backward_nll = summed(backward_top, n_forward_rows, ids.len() - n_forward_rows);
         let loss = (forward_nll.clone().div_scalar(n_forward.max(1) as f64)
             + backward_nll.clone().div_scalar(n_backward.max(1) as f64))
         .div_scalar(2.0);
-        LmStep {
-            loss: LmLoss {
-                loss,
-                forward_nll,
-                backward_nll,
-                n_forward,
-                n_backward,
-            },
-            state: next_state,
+        LmLoss {
+            loss,
+            forward_nll,
+            backward_nll,
+            n_forward,
+            n_backward,
+        }
+    }
+
+    /// [`Self::loss`] and the gradient of every trainable parameter, for a training step
+    /// (`device` with autodiff). Packed (stateful) batches take the fast path: the LSTM stacks run
+    /// outside autodiff, one thread per direction, and are backpropagated by hand
+    /// ([`crate::recorded_stack`]); the token encoder and the softmax go through autodiff, the
+    /// encoder receiving both stacks' input gradients in one backward pass. Sentence batches
+    /// (rows of different lengths) use autodiff throughout. Both paths give the same gradients up
+    /// to float rounding (tested). `grads` is `None` when the loss is not finite.
+    pub fn loss_and_gradients(
+        &self,
+        batch: &LmBatch,
+        state: Option<CarriedState>,
+        softmax: SoftmaxMode,
+        dropout_seed: Option<u64>,
+        device: &Device,
+    ) -> LmGradients {
+        let LmBatch::Packed {
+            forward,
+            backward,
+            forward_targets,
+            backward_targets,
+        } = batch
+        else {
+            let step = self.loss(batch, state, softmax, dropout_seed, device);
+            let grads = is_finite(&step.loss)
+                .then(|| GradientsParams::from_grads(step.loss.loss.backward(), self));
+            return LmGradients { step, grads };
+        };
+        let n_rows = forward.rows.len();
+        let embedded = self
+            .bilm
+            .encode_tokens(&grid_char_ids(&[forward, backward]), device);
+        let (f_start, b_start) = match state {
+            Some(s) => (Some(s.forward), Some(s.backward)),
+            None => (None, None),
+        };
+        let skip = self.bilm.use_skip_connections;
+        let (f_in, b_in) = (
+            embedded.clone().narrow(0, 0, n_rows),
+            embedded.clone().narrow(0, n_rows, n_rows),
+        );
+        let (f_stack, b_stack) = std::thread::scope(|scope| {
+            let b = scope.spawn(|| {
+                let masks = self.dropout_masks(dropout_seed, 1);
+                forward_stack(&self.bilm.backward_layers, skip, b_in, b_start, masks)
+            });
+            let masks = self.dropout_masks(dropout_seed, 0);
+            let f = forward_stack(&self.bilm.forward_layers, skip, f_in, f_start, masks);
+            (f, b.join().expect("backward LSTM thread panicked"))
+        });
+        // The softmax reads the stacks' tops as autodiff leaves, whose gradients then enter the
+        // hand-written backward passes.
+        let leaf = |top: &Tensor<3>| top.clone().autodiff().require_grad();
+        let (f_top, b_top) = (leaf(&f_stack.top), leaf(&b_stack.top));
+        let step = LmStep {
+            loss: self.joint_loss(
+                [f_top.clone(), b_top.clone()],
+                [forward_targets, backward_targets],
+                softmax,
+            ),
+            state: Some(CarriedState {
+                forward: f_stack.finals.clone(),
+                backward: b_stack.finals.clone(),
+            }),
+        };
+        if !is_finite(&step.loss) {
+            return LmGradients { step, grads: None };
+        }
+        let mut autodiff_grads = step.loss.loss.backward();
+        let mut top_grad = |top: &Tensor<3>| {
+            top.grad_remove(&mut autodiff_grads)
+                .unwrap_or_else(|| Tensor::zeros(top.dims(), &top.device().inner()))
+        };
+        let (f_grad, b_grad) = (top_grad(&f_top), top_grad(&b_top));
+        let mut grads = GradientsParams::from_grads(autodiff_grads, self);
+        let (f_grads, b_grads) = std::thread::scope(|scope| {
+            let b =
+                scope.spawn(|| backward_stack(&self.bilm.backward_layers, skip, b_stack, b_grad));
+            let f = backward_stack(&self.bilm.forward_layers, skip, f_stack, f_grad);
+            (f, b.join().expect("backward LSTM thread panicked"))
+        });
+        let stacks = [
+            (&self.bilm.forward_layers, f_grads.layers),
+            (&self.bilm.backward_layers, b_grads.layers),
+        ];
+        for (layers, gradients) in stacks {
+            for (layer, g) in layers.iter().zip(gradients) {
+                register_if_trained(&mut grads, &layer.input_weight, g.input_weight);
+                register_if_trained(&mut grads, &layer.state_weight, g.state_weight);
+                register_if_trained(&mut grads, &layer.bias, g.bias);
+                register_if_trained(&mut grads, &layer.projection, g.projection);
+            }
+        }
+        if embedded.is_tracked() {
+            let grad_embedded = Tensor::cat(vec![f_grads.embedded, b_grads.embedded], 0);
+            let encoder = &self.bilm.token_encoder;
+            let surrogate = (embedded * grad_embedded).sum();
+            let encoder_grads = GradientsParams::from_grads(surrogate.backward(), encoder);
+            move_gradients(encoder, encoder_grads, &mut grads);
+        }
+        LmGradients {
+            step,
+            grads: Some(grads),
         }
     }
 

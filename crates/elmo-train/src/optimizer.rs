@@ -107,6 +107,25 @@ impl ModuleVisitor for Scale<'_> {
     }
 }
 
+struct MoveGradients<'a> {
+    from: GradientsParams,
+    to: &'a mut GradientsParams,
+}
+
+impl ModuleVisitor for MoveGradients<'_> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        if let Some(grad) = self.from.remove::<D>(param.id) {
+            self.to.register(param.id, grad);
+        }
+    }
+}
+
+/// Moves the gradients of `module`'s parameters from `from` into `to` (gradients of one model
+/// computed in separate backward passes).
+pub fn move_gradients<M: Module>(module: &M, from: GradientsParams, to: &mut GradientsParams) {
+    module.visit(&mut MoveGradients { from, to });
+}
+
 /// The global L2 norm of all gradients of `module`.
 pub fn global_norm<M: Module>(module: &M, grads: &GradientsParams) -> f64 {
     let mut visitor = SquaredNorm { grads, total: None };

@@ -4,7 +4,6 @@
 
 use burn::module::{Module, Param};
 use burn::nn::Initializer;
-use burn::tensor::activation::log_softmax;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use rand::Rng;
 use std::collections::HashSet;
@@ -103,11 +102,20 @@ impl SampledCandidates {
     }
 }
 
+/// `log Σ_k exp(x_k)` of each row, `[N, 1]`; the row maximum, subtracted for stability, is a
+/// constant to autodiff (it cancels in the gradient).
+fn log_sum_exp(logits: Tensor<2>) -> Tensor<2> {
+    let max = logits.clone().detach().max_dim(1);
+    (logits - max.clone()).exp().sum_dim(1).log() + max
+}
+
 impl Softmax {
-    /// Sum of `−log p(target)` over the rows, with the full vocabulary.
+    /// `−log p(target)` of each row, with the full vocabulary:
+    /// `logsumexp(h·Wᵀ + b) − (h·W_target + b_target)`.
     ///
     /// # Shapes
     /// - hidden: `[N, P]`; targets: `N` ids
+    /// - output: `[N]`
     pub fn full_nll(&self, hidden: Tensor<2>, targets: &[u32]) -> Tensor<1> {
         let [n, _] = hidden.dims();
         let targets = ids_tensor(targets, &hidden.device());
@@ -115,7 +123,7 @@ impl Softmax {
         let rows_per_chunk = (FULL_SOFTMAX_CHUNK / n_vocab.max(1)).max(1);
         let weight_t = self.weight.val().transpose();
         let bias = self.bias.val().unsqueeze_dim::<2>(0);
-        let mut total: Option<Tensor<1>> = None;
+        let mut parts = Vec::with_capacity(n.div_ceil(rows_per_chunk));
         let mut start = 0;
         while start < n {
             let len = rows_per_chunk.min(n - start);
@@ -124,29 +132,30 @@ impl Softmax {
                 .narrow(0, start, len)
                 .matmul(weight_t.clone())
                 + bias.clone();
-            let log_probs = log_softmax(logits, 1);
-            let picked = log_probs
-                .gather(
-                    1,
-                    targets.clone().narrow(0, start, len).unsqueeze_dim::<2>(1),
-                )
-                .reshape([len]);
-            let part = picked.sum().neg();
-            total = Some(match total {
-                Some(t) => t + part,
-                None => part,
-            });
+            let picked = logits.clone().gather(
+                1,
+                targets.clone().narrow(0, start, len).unsqueeze_dim::<2>(1),
+            );
+            parts.push((log_sum_exp(logits) - picked).reshape([len]));
             start += len;
         }
-        total.unwrap_or_else(|| Tensor::zeros([1], &hidden.device()))
+        if parts.is_empty() {
+            return Tensor::zeros([0], &hidden.device());
+        }
+        Tensor::cat(parts, 0)
     }
 
-    /// Sum over the rows of the sampled-softmax loss: the true class against the `candidates`,
-    /// every logit corrected by `−log E[count]`, candidates equal to the target removed
-    /// ("accidental hits").
+    /// The sampled-softmax loss of each row: the true class against the `candidates`, every
+    /// logit corrected by `−log E[count]`, candidates equal to the target removed ("accidental
+    /// hits"), as `tf.nn.sampled_softmax_loss(remove_accidental_hits=True)`.
+    ///
+    /// A hit's corrected logit is the true class's own, so a row whose target was sampled
+    /// sums the candidates alone, and any other row adds its true class: no `[N, S]` hit mask
+    /// and no concatenation.
     ///
     /// # Shapes
     /// - hidden: `[N, P]`; targets: `N` ids
+    /// - output: `[N]`
     pub fn sampled_nll(
         &self,
         hidden: Tensor<2>,
@@ -155,7 +164,6 @@ impl Softmax {
     ) -> Tensor<1> {
         let device = hidden.device();
         let [n, _] = hidden.dims();
-        let n_sampled = candidates.ids.len();
         let correction = |ids: &[u32]| {
             let values: Vec<f32> = ids
                 .iter()
@@ -165,23 +173,28 @@ impl Softmax {
         };
         let sampled_ids = ids_tensor(&candidates.ids, &device);
         let target_ids = ids_tensor(targets, &device);
+        let sampled: HashSet<u32> = candidates.ids.iter().copied().collect();
+        let not_sampled: Vec<f32> = targets
+            .iter()
+            .map(|t| if sampled.contains(t) { 0.0 } else { 1.0 })
+            .collect();
+        let not_sampled = Tensor::<2>::from_data(TensorData::new(not_sampled, [n, 1]), &device);
 
         let weight = self.weight.val();
         let bias = self.bias.val();
         let true_logits = (hidden.clone() * weight.clone().select(0, target_ids.clone()))
             .sum_dim(1)
-            + (bias.clone().select(0, target_ids.clone()) - correction(targets))
-                .unsqueeze_dim::<2>(1);
+            + (bias.clone().select(0, target_ids) - correction(targets)).unsqueeze_dim::<2>(1);
         let sampled_logits = hidden.matmul(weight.select(0, sampled_ids.clone()).transpose())
-            + (bias.select(0, sampled_ids.clone()) - correction(&candidates.ids))
-                .unsqueeze_dim::<2>(0);
-        let hits = sampled_ids
-            .unsqueeze_dim::<2>(0)
-            .expand([n, n_sampled])
-            .equal(target_ids.unsqueeze_dim::<2>(1).expand([n, n_sampled]));
-        let sampled_logits = sampled_logits.mask_fill(hits, -1.0e9);
-        let log_probs = log_softmax(Tensor::cat(vec![true_logits, sampled_logits], 1), 1);
-        log_probs.narrow(1, 0, 1).sum().neg().reshape([1])
+            + (bias.select(0, sampled_ids) - correction(&candidates.ids)).unsqueeze_dim::<2>(0);
+        let max = sampled_logits
+            .clone()
+            .detach()
+            .max_dim(1)
+            .max_pair(true_logits.clone().detach());
+        let total = (sampled_logits - max.clone()).exp().sum_dim(1)
+            + (true_logits.clone() - max.clone()).exp() * not_sampled;
+        (total.log() + max - true_logits).reshape([n])
     }
 }
 
@@ -219,7 +232,10 @@ mod tests {
         .init(&device);
         let hidden = Tensor::<2>::random([3, 4], burn::tensor::Distribution::Default, &device);
         let targets = [1u32, 4, 0];
-        let full: f32 = softmax.full_nll(hidden.clone(), &targets).into_scalar();
+        let full: f32 = softmax
+            .full_nll(hidden.clone(), &targets)
+            .sum()
+            .into_scalar();
         // n_tries huge → every expected count is 1 → log correction 0.
         let candidates = SampledCandidates {
             ids: (0..6).collect(),
@@ -228,10 +244,96 @@ mod tests {
         };
         let sampled: f32 = softmax
             .sampled_nll(hidden, &targets, &candidates)
+            .sum()
             .into_scalar();
         assert!(
             (full - sampled).abs() < 1e-4,
             "full {full} sampled {sampled}"
         );
+    }
+
+    /// Both losses against a float64 host computation of their definitions (log-softmax over
+    /// the vocabulary; the true logit against the non-hit candidates, all corrected by
+    /// `−log E[count]`), with some targets sampled (accidental hits) and some not.
+    #[test]
+    fn losses_match_a_host_reference() {
+        let device = Device::flex();
+        let (n_vocab, d) = (9, 3);
+        let softmax = SoftmaxConfig {
+            n_vocab,
+            d_input: d,
+        }
+        .init(&device);
+        let weight: Vec<f32> = softmax
+            .weight
+            .val()
+            .into_data()
+            .try_to_vec::<f32>()
+            .unwrap();
+        let bias: Vec<f64> = (0..n_vocab).map(|k| 0.1 * k as f64 - 0.3).collect();
+        let softmax = Softmax {
+            bias: Param::from_tensor(Tensor::from_data(
+                TensorData::new(bias.iter().map(|&b| b as f32).collect(), [n_vocab]),
+                &device,
+            )),
+            ..softmax
+        };
+        let hidden: Vec<f32> = (0..4 * d).map(|i| (i as f32 * 1.3).sin() * 2.0).collect();
+        let targets = [2u32, 7, 0, 5];
+        let candidates = SampledCandidates {
+            ids: vec![0, 3, 5, 6],
+            n_tries: 6,
+            n_vocab,
+        };
+        let logit = |row: usize, k: u32| -> f64 {
+            (0..d)
+                .map(|j| f64::from(hidden[row * d + j]) * f64::from(weight[k as usize * d + j]))
+                .sum::<f64>()
+                + bias[k as usize]
+        };
+        let log_sum_exp = |xs: &[f64]| {
+            let max = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            max + xs.iter().map(|x| (x - max).exp()).sum::<f64>().ln()
+        };
+        let corrected =
+            |row: usize, k: u32| logit(row, k) - f64::from(candidates.log_expected_count(k));
+        let mut full_expected = 0.0;
+        let mut sampled_expected = 0.0;
+        let mut hits_kept = 0.0;
+        for (row, &t) in targets.iter().enumerate() {
+            let all: Vec<f64> = (0..n_vocab as u32).map(|k| logit(row, k)).collect();
+            full_expected += log_sum_exp(&all) - logit(row, t);
+            let mut against = vec![corrected(row, t)];
+            against.extend(
+                candidates
+                    .ids
+                    .iter()
+                    .filter(|&&k| k != t)
+                    .map(|&k| corrected(row, k)),
+            );
+            sampled_expected += log_sum_exp(&against) - corrected(row, t);
+            let mut with_hits = vec![corrected(row, t)];
+            with_hits.extend(candidates.ids.iter().map(|&k| corrected(row, k)));
+            hits_kept += log_sum_exp(&with_hits) - corrected(row, t);
+        }
+        let hidden = Tensor::<2>::from_data(TensorData::new(hidden.clone(), [4, d]), &device);
+        let full: f32 = softmax
+            .full_nll(hidden.clone(), &targets)
+            .sum()
+            .into_scalar();
+        let sampled: f32 = softmax
+            .sampled_nll(hidden, &targets, &candidates)
+            .sum()
+            .into_scalar();
+        assert!(
+            (f64::from(full) - full_expected).abs() < 1e-4,
+            "{full} {full_expected}"
+        );
+        assert!(
+            (f64::from(sampled) - sampled_expected).abs() < 1e-4,
+            "{sampled} {sampled_expected}"
+        );
+        // Removing the hits matters here (rows 2 and 3 have their target sampled).
+        assert!((hits_kept - sampled_expected).abs() > 0.1);
     }
 }

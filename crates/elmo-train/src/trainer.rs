@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use burn::module::Module;
-use burn::optim::{GradientsParams, ModuleOptimizer};
+use burn::optim::ModuleOptimizer;
 use burn::tensor::Device;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -22,7 +22,7 @@ use crate::checkpoint::{Checkpoint, LossWindow, RunDirectory, TrainerState};
 use crate::config::TrainConfig;
 use crate::error::{Result, TrainError};
 use crate::evaluate::{Perplexity, evaluate, perplexity};
-use crate::language_model::{BiLanguageModel, CarriedState, SoftmaxMode};
+use crate::language_model::{BiLanguageModel, CarriedState, LmGradients, SoftmaxMode};
 use crate::metrics::{MetricsLog, MetricsRecord, read_metrics};
 use crate::optimizer::{build_optimizer, clip_global_norm};
 use crate::run::{RunInfo, model_config, model_for};
@@ -174,7 +174,7 @@ pub fn optimizer_step(
             .collect();
         carried.reset_rows(&reset)
     });
-    let out = model.loss(
+    let LmGradients { step: out, grads } = model.loss_and_gradients(
         batch,
         start,
         mode,
@@ -191,12 +191,11 @@ pub fn optimizer_step(
         grad_norm: 0.0,
         lr,
     };
-    if !losses.loss.is_finite() {
+    let Some(mut grads) = grads else {
         return (model, losses);
-    }
+    };
     losses.forward_nll = f64::from(out.loss.forward_nll.clone().into_scalar::<f32>());
     losses.backward_nll = f64::from(out.loss.backward_nll.clone().into_scalar::<f32>());
-    let mut grads = GradientsParams::from_grads(out.loss.loss.backward(), &model);
     losses.grad_norm = match config.clip_norm {
         Some(max) => clip_global_norm(&model, &mut grads, max),
         None => crate::optimizer::global_norm(&model, &grads),

@@ -4,15 +4,17 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use burn::module::Module;
+use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::GradientsParams;
-use burn::tensor::Device;
+use burn::tensor::{Device, Tensor};
 use elmo_train::batcher::{BatchShape, Batcher, LmBatch, Targets, TokenGrid};
 use elmo_train::config::{OptimizerConfig, TrainConfig};
-use elmo_train::language_model::SoftmaxMode;
+use elmo_train::language_model::{CarriedState, SoftmaxMode};
 use elmo_train::metrics::{MetricsRecord, read_metrics};
 use elmo_train::run::seeded_model;
+use elmo_train::softmax::SampledCandidates;
 use elmo_train::{TrainOptions, TrainedRun, Vocabulary, train};
+use rand::SeedableRng;
 
 const CORPUS: &str = "the cat sat on the mat .\n\
 a dog ran in the park .\n\
@@ -117,6 +119,74 @@ fn tied_softmax_and_encoder_get_gradient_from_both_directions() {
         let grads = GradientsParams::from_grads(loss().loss.backward(), &model);
         for (path, nonzero) in gradient_map(&model, &grads) {
             assert!(nonzero, "joint loss gave no gradient to {path}");
+        }
+    }
+}
+
+/// Per parameter: the largest difference between two sets of gradients, relative to the largest
+/// gradient value (`None` where either set lacks the parameter).
+struct CompareGradients<'a> {
+    expected: &'a GradientsParams,
+    got: &'a GradientsParams,
+    errors: Vec<Option<f32>>,
+}
+
+impl ModuleVisitor for CompareGradients<'_> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        let pair = self
+            .expected
+            .get::<D>(param.id)
+            .zip(self.got.get::<D>(param.id));
+        self.errors.push(pair.map(|(expected, got)| {
+            let scale: f32 = expected.clone().abs().max().into_scalar();
+            let error: f32 = (expected - got).abs().max().into_scalar();
+            error / scale.max(1e-3)
+        }));
+    }
+}
+
+/// The training step's fast path (LSTMs outside autodiff with hand-written backpropagation, one
+/// softmax call for both directions) gives the loss and the gradients of plain autodiff, for
+/// every parameter, from a carried state, with dropout, full and sampled softmax. Tolerance:
+/// 1e-4 of each parameter's largest gradient (float32 sums in a different order).
+#[test]
+fn fast_training_step_equals_autodiff() {
+    let dir = tempfile::tempdir().unwrap();
+    let corpus = write_corpus(dir.path());
+    let vocab = vocab(&corpus);
+    let device = Device::flex().autodiff();
+    let model = seeded_model(&tiny_config(), &vocab, 1, &device);
+    let batch = first_batch(&corpus, &vocab, true);
+    let state = model
+        .loss(&batch, None, SoftmaxMode::Full, None, &device)
+        .state
+        .map(CarriedState::detach);
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(2);
+    let candidates = SampledCandidates::draw(6, vocab.len(), &mut rng);
+    for mode in [SoftmaxMode::Full, SoftmaxMode::Sampled(&candidates)] {
+        let reference = model.loss(&batch, state.clone(), mode, Some(5), &device);
+        let expected_loss: f32 = reference.loss.loss.clone().into_scalar();
+        let expected = GradientsParams::from_grads(reference.loss.loss.backward(), &model);
+        let fast = model.loss_and_gradients(&batch, state.clone(), mode, Some(5), &device);
+        let loss: f32 = fast.step.loss.loss.clone().into_scalar();
+        assert!(
+            (loss - expected_loss).abs() < 1e-5,
+            "{loss} vs {expected_loss}"
+        );
+        let got = fast.grads.expect("finite loss");
+        let mut compare = CompareGradients {
+            expected: &expected,
+            got: &got,
+            errors: Vec::new(),
+        };
+        model.visit(&mut compare);
+        assert_eq!(compare.errors.len(), gradient_map(&model, &expected).len());
+        for (index, error) in compare.errors.iter().enumerate() {
+            let error = error.unwrap_or_else(|| panic!("parameter {index} lacks a gradient"));
+            assert!(
+                error < 1e-4,
+                "parameter {index}: relative error {error} ({mode:?})"
+            );
         }
     }
 }
