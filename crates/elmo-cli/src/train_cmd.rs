@@ -61,7 +61,8 @@ pub struct TrainArgs {
     /// Seed of initialisation, data order, dropout and negative sampling.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Continue the run in --out from its newest checkpoint (same arguments as the first call).
+    /// Continue the run in --out from its newest checkpoint (same arguments as the first call;
+    /// --lr, --warmup-steps and --plateau-decay may change the rate from there on).
     #[arg(long)]
     pub resume: bool,
     /// Start from pretrained weights: OPTIONS_JSON WEIGHTS_HDF5 (the architecture comes from
@@ -108,6 +109,18 @@ pub struct TrainArgs {
     /// rate, as bilm-tf).
     #[arg(long, value_name = "N")]
     pub warmup_steps: Option<u64>,
+    /// Multiply the learning rate by FACTOR whenever the validation perplexity stops improving
+    /// (Kim et al. 2016 halve it: 0.5). Needs --valid; validation runs at every checkpoint.
+    #[arg(long, value_name = "FACTOR", conflicts_with = "warmup_steps")]
+    pub plateau_decay: Option<f64>,
+    /// With --plateau-decay: a validation that beats the best perplexity so far by less than
+    /// this fraction makes no progress [default: 0.01].
+    #[arg(long, value_name = "FRACTION", requires = "plateau_decay")]
+    pub plateau_threshold: Option<f64>,
+    /// With --plateau-decay: validations in a row without progress tolerated before the rate
+    /// is lowered [default: 0].
+    #[arg(long, value_name = "N", requires = "plateau_decay")]
+    pub plateau_patience: Option<u32>,
     /// No progress bar.
     #[arg(long, short)]
     pub quiet: bool,
@@ -156,6 +169,13 @@ impl TrainArgs {
             config.lr_schedule = LrSchedule::Linear {
                 warmup_steps,
                 total_steps: self.steps,
+            };
+        }
+        if let Some(decay) = self.plateau_decay {
+            config.lr_schedule = LrSchedule::Plateau {
+                decay,
+                threshold: self.plateau_threshold.unwrap_or(0.01),
+                patience: self.plateau_patience.unwrap_or(0),
             };
         }
         // --optimizer switches the kind, --lr the rate; anything not given keeps the preset's.
@@ -246,6 +266,12 @@ impl TrainObserver for Progress {
     fn checkpoint(&mut self, checkpoint: &Checkpoint) {
         self.bar
             .println(format!("checkpoint {}", checkpoint.dir.display()));
+    }
+
+    fn lr_decayed(&mut self, lr: f64) {
+        self.bar.println(format!(
+            "validation perplexity stopped improving: learning rate lowered to {lr:.3e}"
+        ));
     }
 }
 

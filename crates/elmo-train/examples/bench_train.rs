@@ -89,6 +89,7 @@ fn child(backend: &str, s: &Settings) {
                 n_vocab: vocab.len(),
                 seed: 1,
                 step: step as u64,
+                lr_scale: 1.0,
                 device: &train_device,
             },
         );

@@ -97,6 +97,9 @@ pub struct TrainerState {
     pub has_lstm_state: bool,
     /// Training time so far (seconds).
     pub elapsed_seconds: f64,
+    /// The plateau learning-rate schedule's state (absent in older checkpoints: factor 1).
+    #[serde(default)]
+    pub plateau: crate::plateau::PlateauState,
 }
 
 /// A complete checkpoint on disk.

@@ -98,6 +98,20 @@ impl OptimizerConfig {
             Self::Adagrad { lr, .. } | Self::Adam { lr } => *lr,
         }
     }
+
+    /// The same optimizer with the learning rate `lr`.
+    pub fn with_lr(&self, lr: f64) -> Self {
+        match *self {
+            Self::Adagrad {
+                initial_accumulator,
+                ..
+            } => Self::Adagrad {
+                lr,
+                initial_accumulator,
+            },
+            Self::Adam { .. } => Self::Adam { lr },
+        }
+    }
 }
 
 /// Learning-rate schedule, a factor on the optimizer's rate.
@@ -114,13 +128,26 @@ pub enum LrSchedule {
         /// Step at which the rate reaches zero.
         total_steps: u64,
     },
+    /// Multiply the rate by `decay` when the validation perplexity stops improving (Kim et al.
+    /// 2016 halve it): after more than `patience` validations in a row that did not beat the
+    /// best by at least the fraction `threshold`. Needs a validation file; the current factor
+    /// lives in the checkpoint ([`crate::plateau::PlateauState`]).
+    Plateau {
+        /// Factor in (0, 1) applied at each decay.
+        decay: f64,
+        /// Relative improvement over the best perplexity that counts as progress.
+        threshold: f64,
+        /// Validations without progress tolerated before a decay.
+        patience: u32,
+    },
 }
 
 impl LrSchedule {
-    /// The factor at (0-based) step `step`.
+    /// The factor at (0-based) step `step` (for `Plateau`, 1: its factor depends on the
+    /// validations, not the step).
     pub fn factor(&self, step: u64) -> f64 {
         match *self {
-            Self::Constant => 1.0,
+            Self::Constant | Self::Plateau { .. } => 1.0,
             Self::Linear {
                 warmup_steps,
                 total_steps,
@@ -314,7 +341,25 @@ impl TrainConfig {
         if self.negatives == 0 {
             return bad("negatives must be positive");
         }
+        if let LrSchedule::Plateau {
+            decay, threshold, ..
+        } = self.lr_schedule
+            && !(decay > 0.0 && decay < 1.0 && (0.0..1.0).contains(&threshold))
+        {
+            return bad("the plateau schedule needs a decay in (0, 1) and a threshold in [0, 1)");
+        }
         Ok(())
+    }
+
+    /// Whether `other` is this config with at most another learning rate and schedule (what
+    /// `--resume` lets a run change).
+    pub fn differs_only_in_learning_rate(&self, other: &Self) -> bool {
+        let other = Self {
+            optimizer: other.optimizer.with_lr(self.optimizer.lr()),
+            lr_schedule: self.lr_schedule.clone(),
+            ..other.clone()
+        };
+        other == *self
     }
 
     /// How this config batches text (training, and evaluation of its runs).
@@ -350,6 +395,28 @@ mod tests {
         }
         assert_eq!(TrainConfig::preset("small").unwrap().model.lstm.dim, 1024);
         assert!(TrainConfig::from_preset_or_file("huge").is_err());
+    }
+
+    #[test]
+    fn only_the_learning_rate_may_change_on_resume() {
+        let config = TrainConfig::preset("tiny").unwrap();
+        let mut faster = config.clone();
+        faster.optimizer = config.optimizer.with_lr(0.05);
+        faster.lr_schedule = LrSchedule::Plateau {
+            decay: 0.5,
+            threshold: 0.01,
+            patience: 2,
+        };
+        assert!(config.differs_only_in_learning_rate(&faster));
+        assert!(config.differs_only_in_learning_rate(&config));
+        let mut other = faster.clone();
+        other.dropout = 0.3;
+        assert!(!config.differs_only_in_learning_rate(&other));
+        other = config.clone();
+        other.optimizer = OptimizerConfig::Adam {
+            lr: config.optimizer.lr(),
+        };
+        assert!(!config.differs_only_in_learning_rate(&other));
     }
 
     #[test]

@@ -14,6 +14,7 @@ pub mod evaluate;
 pub mod language_model;
 pub mod metrics;
 pub mod optimizer;
+pub mod plateau;
 pub mod plot;
 mod recorded_stack;
 pub mod run;

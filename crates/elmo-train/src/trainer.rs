@@ -19,7 +19,7 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::batcher::{Batcher, LmBatch, mix_seed};
 use crate::checkpoint::{Checkpoint, LossWindow, RunDirectory, TrainerState};
-use crate::config::TrainConfig;
+use crate::config::{LrSchedule, TrainConfig};
 use crate::error::{Result, TrainError};
 use crate::evaluate::{Perplexity, evaluate, perplexity};
 use crate::language_model::{BiLanguageModel, CarriedState, LmGradients, SoftmaxMode};
@@ -84,6 +84,8 @@ pub trait TrainObserver {
     fn validating(&mut self) {}
     /// A checkpoint was written.
     fn checkpoint(&mut self, _checkpoint: &Checkpoint) {}
+    /// The plateau schedule lowered the learning rate to `lr`.
+    fn lr_decayed(&mut self, _lr: f64) {}
 }
 
 impl TrainObserver for () {}
@@ -119,6 +121,8 @@ pub struct StepSettings<'a> {
     pub seed: u64,
     /// 0-based step.
     pub step: u64,
+    /// Factor of the plateau schedule on the learning rate (1 for the other schedules).
+    pub lr_scale: f64,
     /// The autodiff device.
     pub device: &'a Device,
 }
@@ -157,6 +161,7 @@ pub fn optimizer_step(
         n_vocab,
         seed,
         step,
+        lr_scale,
         device,
     } = settings;
     let candidates = config.uses_sampled_softmax(n_vocab).then(|| {
@@ -181,7 +186,7 @@ pub fn optimizer_step(
         Some(mix_seed(&[seed, step, 0xD80])),
         device,
     );
-    let lr = config.optimizer.lr() * config.lr_schedule.factor(step);
+    let lr = config.optimizer.lr() * config.lr_schedule.factor(step) * lr_scale;
     let mut losses = StepLosses {
         loss: f64::from(out.loss.loss.clone().into_scalar::<f32>()),
         forward_nll: 0.0,
@@ -214,11 +219,17 @@ fn prepare_run(
     resume: bool,
 ) -> Result<Option<Checkpoint>> {
     if resume && run.config_file().is_file() {
-        if TrainConfig::from_file(run.config_file())? != *config {
-            return Err(run_error(
-                run,
-                "--resume with a config that differs from the run's config.json",
-            ));
+        let saved = TrainConfig::from_file(run.config_file())?;
+        if saved != *config {
+            if !saved.differs_only_in_learning_rate(config) {
+                return Err(run_error(
+                    run,
+                    "--resume with a config that differs from the run's config.json \
+                     (only the learning rate and its schedule may change)",
+                ));
+            }
+            // A new rate or schedule from here on: the run's config says what it now uses.
+            config.to_file(run.config_file())?;
         }
         if Vocabulary::from_file(run.vocab_file())? != *vocab {
             return Err(run_error(
@@ -294,6 +305,11 @@ pub fn train(
             "--checkpoint-every and --log-every must be positive".into(),
         ));
     }
+    if matches!(config.lr_schedule, LrSchedule::Plateau { .. }) && options.valid_file.is_none() {
+        return Err(TrainError::InvalidConfig(
+            "the plateau learning-rate schedule needs a validation file".into(),
+        ));
+    }
     let run = RunDirectory::new(&options.run_dir);
     let info = RunInfo {
         train: options.train_files.clone(),
@@ -332,6 +348,7 @@ pub fn train(
         window: LossWindow::default(),
         has_lstm_state: false,
         elapsed_seconds: 0.0,
+        plateau: Default::default(),
     };
     let mut last_checkpoint = None;
     let mut metrics = match &resume_from {
@@ -389,6 +406,7 @@ pub fn train(
                 n_vocab: vocab.len(),
                 seed: options.seed,
                 step,
+                lr_scale: trainer.plateau.factor(&config.lr_schedule),
                 device: &train_device,
             },
         );
@@ -457,6 +475,9 @@ pub fn train(
                 };
                 metrics.append(&record)?;
                 observer.record(&record);
+                if trainer.plateau.observe(&config.lr_schedule, p.average) {
+                    observer.lr_decayed(config.optimizer.lr() * trainer.plateau.scale);
+                }
                 valid = Some(p);
             }
             trainer.batcher = batcher.state();

@@ -8,7 +8,7 @@ use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::GradientsParams;
 use burn::tensor::{Device, Tensor};
 use elmo_train::batcher::{BatchShape, Batcher, LmBatch, Targets, TokenGrid};
-use elmo_train::config::{OptimizerConfig, TrainConfig};
+use elmo_train::config::{LrSchedule, OptimizerConfig, TrainConfig};
 use elmo_train::language_model::{CarriedState, SoftmaxMode};
 use elmo_train::metrics::{MetricsRecord, read_metrics};
 use elmo_train::run::seeded_model;
@@ -364,7 +364,15 @@ fn resume_reproduces_an_uninterrupted_run() {
         let dir = tempfile::tempdir().unwrap();
         let corpus = write_corpus(dir.path());
         let vocab = vocab(&corpus);
-        let config = tiny_config();
+        // With the plateau schedule (validation at steps 3, 6 and 7): step 6's validation is
+        // not 90% better than step 3's, so steps 7+ run at half the rate, which the resumed run
+        // only reproduces if the checkpoint of step 3 kept the schedule's best perplexity.
+        let mut config = tiny_config();
+        config.lr_schedule = LrSchedule::Plateau {
+            decay: 0.5,
+            threshold: 0.9,
+            patience: 0,
+        };
         let straight = dir.path().join("straight");
         train(
             &config,
@@ -406,6 +414,15 @@ fn resume_reproduces_an_uninterrupted_run() {
             train_losses(&broken),
             "on {device:?}"
         );
+        let rates: Vec<f64> = train_losses(&straight)
+            .iter()
+            .filter_map(|r| match r {
+                MetricsRecord::Train { lr, .. } => Some(*lr),
+                _ => None,
+            })
+            .collect();
+        let base = config.optimizer.lr();
+        assert_eq!(rates, [[base; 6].as_slice(), &[base / 2.0]].concat());
         // keep_checkpoints = 2.
         let kept: Vec<_> = std::fs::read_dir(broken.join("checkpoints"))
             .unwrap()

@@ -85,12 +85,29 @@ fn vocab_train_resume_eval_export_embed() {
         run.join("checkpoints/step-000000004/trainer.json")
             .is_file()
     );
+    // Resuming may change the learning rate and its schedule (the run's config.json follows),
+    // nothing else.
+    let refused = train("6", &["--resume", "--dropout", "0.3"]);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("only the learning rate"));
+    let resumed = train("6", &["--resume", "--lr", "0.1", "--plateau-decay", "0.5"]);
+    assert!(
+        resumed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&resumed.stderr)
+    );
+    let config = std::fs::read_to_string(run.join("config.json")).expect("config");
+    assert!(
+        config.contains("\"plateau\"") && config.contains("0.1"),
+        "{config}"
+    );
     assert!(run.join("curves.svg").is_file());
     let metrics = std::fs::read_to_string(run.join("metrics.jsonl")).expect("metrics");
     assert_eq!(
         metrics.lines().filter(|l| l.contains("\"valid\"")).count(),
-        2
+        3
     );
+    assert!(metrics.contains("\"lr\":0.1"), "{metrics}");
 
     let line = ok(&[
         "eval",
