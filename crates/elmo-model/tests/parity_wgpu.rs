@@ -6,33 +6,16 @@
 
 mod common;
 
-use burn::tensor::{Device, DeviceKind, Tensor};
 use common::*;
 use elmo_model::ElmoConfig;
 
-fn wgpu_device() -> Option<Device> {
-    let probe = std::panic::catch_unwind(|| {
-        let device = Device::wgpu(DeviceKind::DefaultDevice);
-        let x = Tensor::<1>::from_floats([1.0, 2.0], &device);
-        let sum = x.sum().into_scalar::<f32>();
-        (device, sum)
-    });
-    match probe {
-        Ok((device, 3.0)) => Some(device),
-        _ => None,
-    }
-}
+#[path = "support/wgpu_probe.rs"]
+mod wgpu_probe;
 
 #[test]
 fn tiny_main_batch_matches_allennlp_on_wgpu() {
-    let Some(device) = wgpu_device() else {
-        assert!(
-            std::env::var("ELMO_REQUIRE_WGPU").is_err(),
-            "ELMO_REQUIRE_WGPU is set but no wgpu adapter could be opened"
-        );
-        eprintln!(
-            "no wgpu adapter on this machine (install a Vulkan driver, e.g. mesa-vulkan-drivers): not run"
-        );
+    let Some(device) = wgpu_probe::wgpu_device_or_skip("tiny_main_batch_matches_allennlp_on_wgpu")
+    else {
         return;
     };
     let elmo = ElmoConfig::default()

@@ -55,6 +55,9 @@ fn options(run_dir: &Path, corpus: &Path, steps: u64) -> TrainOptions {
 
 use elmo_model::gradients::nonzero_gradients as gradient_map;
 
+#[path = "../../elmo-model/tests/support/wgpu_probe.rs"]
+mod wgpu_probe;
+
 fn first_batch(corpus: &Path, vocab: &Vocabulary, stateful: bool) -> LmBatch {
     let shape = BatchShape {
         n_rows: 2,
@@ -151,10 +154,24 @@ impl ModuleVisitor for CompareGradients<'_> {
 /// 1e-4 of each parameter's largest gradient (float32 sums in a different order).
 #[test]
 fn fast_training_step_equals_autodiff() {
+    check_fast_step(Device::flex());
+}
+
+/// The same on wgpu (in CI: lavapipe), where the two LSTM stacks' threads share one GPU device.
+#[test]
+fn fast_training_step_equals_autodiff_on_wgpu() {
+    if let Some(device) =
+        wgpu_probe::wgpu_device_or_skip("fast_training_step_equals_autodiff_on_wgpu")
+    {
+        check_fast_step(device);
+    }
+}
+
+fn check_fast_step(device: Device) {
     let dir = tempfile::tempdir().unwrap();
     let corpus = write_corpus(dir.path());
     let vocab = vocab(&corpus);
-    let device = Device::flex().autodiff();
+    let device = device.autodiff();
     let model = seeded_model(&tiny_config(), &vocab, 1, &device);
     let batch = first_batch(&corpus, &vocab, true);
     let state = model
@@ -185,7 +202,7 @@ fn fast_training_step_equals_autodiff() {
             let error = error.unwrap_or_else(|| panic!("parameter {index} lacks a gradient"));
             assert!(
                 error < 1e-4,
-                "parameter {index}: relative error {error} ({mode:?})"
+                "parameter {index}: relative error {error} ({mode:?}, {device:?})"
             );
         }
     }

@@ -1,0 +1,32 @@
+//! Test support: a wgpu device when an adapter can be opened (in CI, Mesa's lavapipe software
+//! Vulkan), shared by the wgpu tests of several crates (`#[path]`-included).
+//!
+//! Without an adapter a test reports that it could not run, unless `ELMO_REQUIRE_WGPU=1` (set by
+//! `.ci/run`) makes a missing adapter a failure.
+
+use burn::tensor::{Device, DeviceKind, Tensor};
+
+/// The default wgpu device if it opens and computes `1 + 2`; `None` (after saying so) when there
+/// is no adapter. Panics without one if `ELMO_REQUIRE_WGPU` is set.
+pub fn wgpu_device_or_skip(test: &str) -> Option<Device> {
+    let probe = std::panic::catch_unwind(|| {
+        let device = Device::wgpu(DeviceKind::DefaultDevice);
+        let x = Tensor::<1>::from_floats([1.0, 2.0], &device);
+        let sum = x.sum().into_scalar::<f32>();
+        (device, sum)
+    });
+    match probe {
+        Ok((device, 3.0)) => Some(device),
+        _ => {
+            assert!(
+                std::env::var("ELMO_REQUIRE_WGPU").is_err(),
+                "ELMO_REQUIRE_WGPU is set but no wgpu adapter could be opened"
+            );
+            eprintln!(
+                "{test}: no wgpu adapter on this machine (install a Vulkan driver, e.g. \
+                 mesa-vulkan-drivers): not run"
+            );
+            None
+        }
+    }
+}
