@@ -3,7 +3,7 @@
 //! (`xtask/peer/bilm_train_pytorch.py`) of the same shape in the same run.
 //!
 //! Each backend runs in its own child process so that its peak RSS (`VmHWM`) is its own.
-//! Flags: `--preset small`, `--backends flex,ndarray[,wgpu]`, `--steps 3` (after one warm-up),
+//! Flags: `--preset small` (or a config JSON), `--backends flex,ndarray[,wgpu]`, `--steps 3` (after one warm-up),
 //! `--batch-size 32`, `--unroll-steps 20`, `--vocab-size 50000`, `--negatives 8192`,
 //! `--peer PYTHON` (a Python with torch), `--threads N`, `--rounds N` (run every implementation
 //! N times, alternating, and report each one's median and its ratio to the peer's: on a shared,
@@ -56,7 +56,8 @@ struct Settings {
 fn child(backend: &str, s: &Settings) {
     let base = device(backend);
     let train_device = base.clone().autodiff();
-    let mut config = TrainConfig::preset(&s.preset).expect("preset");
+    let mut config =
+        TrainConfig::from_preset_or_file(&s.preset).expect("--preset: a preset or a config file");
     config.batch_size = s.batch_size;
     config.unroll_steps = s.unroll_steps;
     config.negatives = s.negatives;

@@ -12,8 +12,6 @@ use elmo_model::{BiLm, CharIdBatch, LstmState, LstmWithProjection};
 
 use crate::batcher::{LmBatch, Targets, TokenGrid};
 use crate::dropout::DropoutMasks;
-use crate::optimizer::move_gradients;
-use crate::recorded_stack::{backward_stack, forward_stack};
 use crate::softmax::{SampledCandidates, Softmax, SoftmaxConfig};
 
 /// Configuration of a [`BiLanguageModel`].
@@ -159,12 +157,12 @@ pub struct LmGradients {
     pub grads: Option<GradientsParams>,
 }
 
-fn is_finite(loss: &LmLoss) -> bool {
+pub(crate) fn is_finite(loss: &LmLoss) -> bool {
     loss.loss.clone().into_scalar::<f32>().is_finite()
 }
 
 /// Registers `grad` for `param` unless the parameter is frozen (`no_grad`).
-fn register_if_trained<const D: usize>(
+pub(crate) fn register_if_trained<const D: usize>(
     grads: &mut GradientsParams,
     param: &Param<Tensor<D>>,
     grad: Tensor<D>,
@@ -174,8 +172,14 @@ fn register_if_trained<const D: usize>(
     }
 }
 
+/// Uploads cell positions.
+pub(crate) fn positions_tensor(positions: Vec<i64>, device: &Device) -> Tensor<1, Int> {
+    let n = positions.len();
+    Tensor::from_data(TensorData::new(positions, [n]), device)
+}
+
 /// Char ids of rows of tokens, every row padded with empty tokens to `n_steps`.
-fn grid_char_ids(grids: &[&TokenGrid]) -> CharIdBatch {
+pub(crate) fn grid_char_ids(grids: &[&TokenGrid]) -> CharIdBatch {
     let rows: Vec<Vec<&str>> = grids
         .iter()
         .flat_map(|grid| {
@@ -226,24 +230,27 @@ impl BiLanguageModel {
         (dropout.apply(x), finals)
     }
 
-    /// The rows of `top` `[B, T, P]` that have a target, `[N, P]`, and their target ids; `None`
-    /// when no position has one.
-    fn target_rows(top: Tensor<3>, targets: &Targets) -> Option<(Tensor<2>, Vec<u32>)> {
-        let device = top.device();
-        let [batch, n_steps, d] = top.dims();
-        let (positions, ids): (Vec<i64>, Vec<u32>) = targets
+    /// The cells (row-major over `[B, T]`) that have a target, and their target ids.
+    pub(crate) fn target_positions(targets: &Targets) -> (Vec<i64>, Vec<u32>) {
+        targets
             .weights
             .iter()
             .zip(&targets.ids)
             .enumerate()
             .filter(|(_, (w, _))| **w > 0.0)
             .map(|(cell, (_, &id))| (cell as i64, id))
-            .unzip();
+            .unzip()
+    }
+
+    /// The rows of `top` `[B, T, P]` that have a target, `[N, P]`, and their target ids; `None`
+    /// when no position has one.
+    fn target_rows(top: Tensor<3>, targets: &Targets) -> Option<(Tensor<2>, Vec<u32>)> {
+        let (positions, ids) = Self::target_positions(targets);
         if positions.is_empty() {
             return None;
         }
-        let n = positions.len();
-        let positions = Tensor::<1, Int>::from_data(TensorData::new(positions, [n]), &device);
+        let [batch, n_steps, d] = top.dims();
+        let positions = positions_tensor(positions, &top.device());
         Some((top.reshape([batch * n_steps, d]).select(0, positions), ids))
     }
 
@@ -345,7 +352,7 @@ impl BiLanguageModel {
 
     /// Dropout masks of one direction (0 forward, 1 backward): each stack has its own mask
     /// stream, so the two may run in any order or in parallel.
-    fn dropout_masks(&self, seed: Option<u64>, direction: u64) -> DropoutMasks {
+    pub(crate) fn dropout_masks(&self, seed: Option<u64>, direction: u64) -> DropoutMasks {
         DropoutMasks::new(
             self.dropout,
             seed.map(|s| crate::batcher::mix_seed(&[s, direction])),
@@ -355,7 +362,7 @@ impl BiLanguageModel {
     /// The mean of the two directions' mean NLLs, from their top layers `[B, T, P]`. Both
     /// directions' rows go through the shared softmax in one call (one weight gather, one
     /// matmul).
-    fn joint_loss(
+    pub(crate) fn joint_loss(
         &self,
         tops: [Tensor<3>; 2],
         [forward_targets, backward_targets]: [&Targets; 2],
@@ -396,111 +403,6 @@ impl BiLanguageModel {
             backward_nll,
             n_forward,
             n_backward,
-        }
-    }
-
-    /// [`Self::loss`] and the gradient of every trainable parameter, for a training step
-    /// (`device` with autodiff). Packed (stateful) batches take the fast path: the LSTM stacks run
-    /// outside autodiff, one thread per direction, and are backpropagated by hand
-    /// ([`crate::recorded_stack`]); the token encoder and the softmax go through autodiff, the
-    /// encoder receiving both stacks' input gradients in one backward pass. Sentence batches
-    /// (rows of different lengths) use autodiff throughout. Both paths give the same gradients up
-    /// to float rounding (tested). `grads` is `None` when the loss is not finite.
-    pub fn loss_and_gradients(
-        &self,
-        batch: &LmBatch,
-        state: Option<CarriedState>,
-        softmax: SoftmaxMode,
-        dropout_seed: Option<u64>,
-        device: &Device,
-    ) -> LmGradients {
-        let LmBatch::Packed {
-            forward,
-            backward,
-            forward_targets,
-            backward_targets,
-        } = batch
-        else {
-            let step = self.loss(batch, state, softmax, dropout_seed, device);
-            let grads = is_finite(&step.loss)
-                .then(|| GradientsParams::from_grads(step.loss.loss.backward(), self));
-            return LmGradients { step, grads };
-        };
-        let n_rows = forward.rows.len();
-        let embedded = self
-            .bilm
-            .encode_tokens(&grid_char_ids(&[forward, backward]), device);
-        let (f_start, b_start) = match state {
-            Some(s) => (Some(s.forward), Some(s.backward)),
-            None => (None, None),
-        };
-        let skip = self.bilm.use_skip_connections;
-        let (f_in, b_in) = (
-            embedded.clone().narrow(0, 0, n_rows),
-            embedded.clone().narrow(0, n_rows, n_rows),
-        );
-        let (f_stack, b_stack) = std::thread::scope(|scope| {
-            let b = scope.spawn(|| {
-                let masks = self.dropout_masks(dropout_seed, 1);
-                forward_stack(&self.bilm.backward_layers, skip, b_in, b_start, masks)
-            });
-            let masks = self.dropout_masks(dropout_seed, 0);
-            let f = forward_stack(&self.bilm.forward_layers, skip, f_in, f_start, masks);
-            (f, b.join().expect("backward LSTM thread panicked"))
-        });
-        // The softmax reads the stacks' tops as autodiff leaves, whose gradients then enter the
-        // hand-written backward passes.
-        let leaf = |top: &Tensor<3>| top.clone().autodiff().require_grad();
-        let (f_top, b_top) = (leaf(&f_stack.top), leaf(&b_stack.top));
-        let step = LmStep {
-            loss: self.joint_loss(
-                [f_top.clone(), b_top.clone()],
-                [forward_targets, backward_targets],
-                softmax,
-            ),
-            state: Some(CarriedState {
-                forward: f_stack.finals.clone(),
-                backward: b_stack.finals.clone(),
-            }),
-        };
-        if !is_finite(&step.loss) {
-            return LmGradients { step, grads: None };
-        }
-        let mut autodiff_grads = step.loss.loss.backward();
-        let mut top_grad = |top: &Tensor<3>| {
-            top.grad_remove(&mut autodiff_grads)
-                .unwrap_or_else(|| Tensor::zeros(top.dims(), &top.device().inner()))
-        };
-        let (f_grad, b_grad) = (top_grad(&f_top), top_grad(&b_top));
-        let mut grads = GradientsParams::from_grads(autodiff_grads, self);
-        let (f_grads, b_grads) = std::thread::scope(|scope| {
-            let b =
-                scope.spawn(|| backward_stack(&self.bilm.backward_layers, skip, b_stack, b_grad));
-            let f = backward_stack(&self.bilm.forward_layers, skip, f_stack, f_grad);
-            (f, b.join().expect("backward LSTM thread panicked"))
-        });
-        let stacks = [
-            (&self.bilm.forward_layers, f_grads.layers),
-            (&self.bilm.backward_layers, b_grads.layers),
-        ];
-        for (layers, gradients) in stacks {
-            for (layer, g) in layers.iter().zip(gradients) {
-                register_if_trained(&mut grads, &layer.input_weight, g.input_weight);
-                register_if_trained(&mut grads, &layer.state_weight, g.state_weight);
-                register_if_trained(&mut grads, &layer.bias, g.bias);
-                register_if_trained(&mut grads, &layer.projection, g.projection);
-            }
-        }
-        if embedded.is_tracked() {
-            let grad_embedded = Tensor::cat(vec![f_grads.embedded, b_grads.embedded], 0);
-            let encoder = &self.bilm.token_encoder;
-            let surrogate = (embedded * grad_embedded).sum();
-            let encoder_grads = GradientsParams::from_grads(surrogate.backward(), encoder);
-            move_gradients(encoder, encoder_grads, &mut grads);
-        }
-        LmGradients {
-            step,
-            grads: Some(grads),
         }
     }
 

@@ -21,6 +21,7 @@ pub mod run;
 pub mod softmax;
 pub mod tokenizer;
 pub mod trainer;
+mod training_step;
 pub mod vocabulary;
 
 pub use config::TrainConfig;

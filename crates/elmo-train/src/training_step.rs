@@ -1,0 +1,227 @@
+//! A training step's loss and gradients, fast path ([`BiLanguageModel::loss_and_gradients`]):
+//! the LSTM stacks outside autodiff with hand-written backpropagation through time
+//! ([`crate::recorded_stack`]), the full softmax's gradients by hand
+//! ([`Softmax::full_nll_with_gradients`](crate::softmax::Softmax::full_nll_with_gradients)), and
+//! autodiff only for the token encoder (and the sampled softmax). Same gradients as plain
+//! autodiff through [`BiLanguageModel::loss`] (tested in `tests/training.rs`).
+
+use burn::optim::GradientsParams;
+use burn::tensor::{Device, IndexingUpdateOp, Tensor};
+
+use crate::batcher::{LmBatch, Targets};
+use crate::language_model::{
+    BiLanguageModel, CarriedState, LmGradients, LmLoss, LmStep, SoftmaxMode, grid_char_ids,
+    is_finite, positions_tensor, register_if_trained,
+};
+use crate::optimizer::move_gradients;
+use crate::recorded_stack::{backward_stack, forward_stack};
+
+/// The softmax part of a step: the losses and, when finite, the gradient of each stack's top
+/// `[B, T, P]` (forward, backward) and the softmax parameters' gradients.
+struct SoftmaxStep {
+    loss: LmLoss,
+    gradients: Option<([Tensor<3>; 2], GradientsParams)>,
+}
+
+impl BiLanguageModel {
+    /// [`Self::loss`] and the gradient of every trainable parameter, for a training step
+    /// (`device` with autodiff). Packed (stateful) batches take the fast path: the LSTM stacks run
+    /// outside autodiff, one thread per direction, and are backpropagated by hand; the full
+    /// softmax is differentiated by hand too (the sampled one by autodiff); the token encoder
+    /// goes through autodiff, receiving both stacks' input gradients in one backward pass.
+    /// Sentence batches (rows of different lengths) use autodiff throughout. Both paths give
+    /// the same gradients up to float rounding (tested). `grads` is `None` when the loss is not
+    /// finite.
+    pub fn loss_and_gradients(
+        &self,
+        batch: &LmBatch,
+        state: Option<CarriedState>,
+        softmax: SoftmaxMode,
+        dropout_seed: Option<u64>,
+        device: &Device,
+    ) -> LmGradients {
+        let LmBatch::Packed {
+            forward,
+            backward,
+            forward_targets,
+            backward_targets,
+        } = batch
+        else {
+            let step = self.loss(batch, state, softmax, dropout_seed, device);
+            let grads = is_finite(&step.loss)
+                .then(|| GradientsParams::from_grads(step.loss.loss.backward(), self));
+            return LmGradients { step, grads };
+        };
+        let n_rows = forward.rows.len();
+        let embedded = self
+            .bilm
+            .encode_tokens(&grid_char_ids(&[forward, backward]), device);
+        let (f_start, b_start) = match state {
+            Some(s) => (Some(s.forward), Some(s.backward)),
+            None => (None, None),
+        };
+        let skip = self.bilm.use_skip_connections;
+        let (f_in, b_in) = (
+            embedded.clone().narrow(0, 0, n_rows),
+            embedded.clone().narrow(0, n_rows, n_rows),
+        );
+        let (f_stack, b_stack) = std::thread::scope(|scope| {
+            let b = scope.spawn(|| {
+                let masks = self.dropout_masks(dropout_seed, 1);
+                forward_stack(&self.bilm.backward_layers, skip, b_in, b_start, masks)
+            });
+            let masks = self.dropout_masks(dropout_seed, 0);
+            let f = forward_stack(&self.bilm.forward_layers, skip, f_in, f_start, masks);
+            (f, b.join().expect("backward LSTM thread panicked"))
+        });
+        let tops = [&f_stack.top, &b_stack.top];
+        let targets = [forward_targets, backward_targets];
+        let SoftmaxStep { loss, gradients } = match softmax {
+            SoftmaxMode::Full => self.full_softmax_step(tops, targets),
+            SoftmaxMode::Sampled(_) => self.autodiff_softmax_step(tops, targets, softmax),
+        };
+        let step = LmStep {
+            loss,
+            state: Some(CarriedState {
+                forward: f_stack.finals.clone(),
+                backward: b_stack.finals.clone(),
+            }),
+        };
+        let Some(([f_grad, b_grad], mut grads)) = gradients else {
+            return LmGradients { step, grads: None };
+        };
+        let (f_grads, b_grads) = std::thread::scope(|scope| {
+            let b =
+                scope.spawn(|| backward_stack(&self.bilm.backward_layers, skip, b_stack, b_grad));
+            let f = backward_stack(&self.bilm.forward_layers, skip, f_stack, f_grad);
+            (f, b.join().expect("backward LSTM thread panicked"))
+        });
+        let stacks = [
+            (&self.bilm.forward_layers, f_grads.layers),
+            (&self.bilm.backward_layers, b_grads.layers),
+        ];
+        for (layers, gradients) in stacks {
+            for (layer, g) in layers.iter().zip(gradients) {
+                register_if_trained(&mut grads, &layer.input_weight, g.input_weight);
+                register_if_trained(&mut grads, &layer.state_weight, g.state_weight);
+                register_if_trained(&mut grads, &layer.bias, g.bias);
+                register_if_trained(&mut grads, &layer.projection, g.projection);
+            }
+        }
+        if embedded.is_tracked() {
+            let grad_embedded = Tensor::cat(vec![f_grads.embedded, b_grads.embedded], 0);
+            let encoder = &self.bilm.token_encoder;
+            let surrogate = (embedded * grad_embedded).sum();
+            let encoder_grads = GradientsParams::from_grads(surrogate.backward(), encoder);
+            move_gradients(encoder, encoder_grads, &mut grads);
+        }
+        LmGradients {
+            step,
+            grads: Some(grads),
+        }
+    }
+
+    /// The full softmax over both directions' target rows, differentiated by hand: each row's
+    /// NLL is weighted by `1 / (2 · n_direction)`, its share of the joint loss.
+    fn full_softmax_step(&self, tops: [&Tensor<3>; 2], targets: [&Targets; 2]) -> SoftmaxStep {
+        let [batch, n_steps, d] = tops[0].dims();
+        let device = tops[0].device();
+        let positions = targets.map(Self::target_positions);
+        let [n_forward, n_backward] = positions.clone().map(|(p, _)| p.len());
+        let mut rows = Vec::new();
+        let (mut ids, mut scales) = (Vec::new(), Vec::new());
+        for (top, (cells, targets)) in tops.iter().zip(&positions) {
+            if !cells.is_empty() {
+                let cells = positions_tensor(cells.clone(), &device);
+                rows.push(
+                    (*top)
+                        .clone()
+                        .reshape([batch * n_steps, d])
+                        .select(0, cells),
+                );
+                ids.extend_from_slice(targets);
+                scales.extend(std::iter::repeat_n(
+                    0.5 / targets.len() as f32,
+                    targets.len(),
+                ));
+            }
+        }
+        let hidden = match rows.is_empty() {
+            true => Tensor::zeros([0, d], &device),
+            false => Tensor::cat(rows, 0),
+        };
+        let out = self.softmax.full_nll_with_gradients(hidden, &ids, &scales);
+        let summed = |start: usize, n: usize| match n {
+            0 => Tensor::zeros([1], &device),
+            _ => out.nll.clone().narrow(0, start, n).sum(),
+        };
+        let forward_nll = summed(0, n_forward);
+        let backward_nll = summed(n_forward, n_backward);
+        let loss = LmLoss {
+            loss: (forward_nll.clone().div_scalar(n_forward.max(1) as f64)
+                + backward_nll.clone().div_scalar(n_backward.max(1) as f64))
+            .div_scalar(2.0),
+            forward_nll,
+            backward_nll,
+            n_forward,
+            n_backward,
+        };
+        if !is_finite(&loss) {
+            return SoftmaxStep {
+                loss,
+                gradients: None,
+            };
+        }
+        // Each direction's row gradients go back to their cells of its top.
+        let mut start = 0;
+        let top_grads = positions.map(|(cells, _)| {
+            let zeros = Tensor::<2>::zeros([batch * n_steps, d], &device);
+            let n = cells.len();
+            let grad = match n {
+                0 => zeros,
+                _ => zeros.select_assign(
+                    0,
+                    positions_tensor(cells, &device),
+                    out.hidden.clone().narrow(0, start, n),
+                    IndexingUpdateOp::Add,
+                ),
+            };
+            start += n;
+            grad.reshape([batch, n_steps, d])
+        });
+        let mut grads = GradientsParams::new();
+        register_if_trained(&mut grads, &self.softmax.weight, out.weight);
+        register_if_trained(&mut grads, &self.softmax.bias, out.bias);
+        SoftmaxStep {
+            loss,
+            gradients: Some((top_grads, grads)),
+        }
+    }
+
+    /// The softmax through autodiff, reading the stacks' tops as autodiff leaves.
+    fn autodiff_softmax_step(
+        &self,
+        tops: [&Tensor<3>; 2],
+        targets: [&Targets; 2],
+        softmax: SoftmaxMode,
+    ) -> SoftmaxStep {
+        let leaves = tops.map(|top| top.clone().autodiff().require_grad());
+        let loss = self.joint_loss(leaves.clone(), targets, softmax);
+        if !is_finite(&loss) {
+            return SoftmaxStep {
+                loss,
+                gradients: None,
+            };
+        }
+        let mut autodiff_grads = loss.loss.backward();
+        let top_grads = leaves.map(|top| {
+            top.grad_remove(&mut autodiff_grads)
+                .unwrap_or_else(|| Tensor::zeros(top.dims(), &top.device().inner()))
+        });
+        let grads = GradientsParams::from_grads(autodiff_grads, self);
+        SoftmaxStep {
+            loss,
+            gradients: Some((top_grads, grads)),
+        }
+    }
+}
