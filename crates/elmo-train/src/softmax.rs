@@ -47,14 +47,14 @@ fn ids_tensor(ids: &[u32], device: &Device) -> Tensor<1, Int> {
 /// Most logits materialised at once by the full softmax (bounds memory for large vocabularies).
 const FULL_SOFTMAX_CHUNK: usize = 1 << 24;
 
-/// Most logits in one chunk of [`Softmax::full_nll_with_gradients`]: small enough to stay
-/// allocated from step to step instead of coming fresh (zeroed) from the kernel each time.
+/// Most logits in one chunk of [`Softmax::nll_with_gradients`]: small enough to stay allocated
+/// from step to step instead of coming fresh (zeroed) from the kernel each time.
 const HAND_SOFTMAX_CHUNK: usize = 1 << 22;
 
-/// The full softmax's loss and gradients for a training step, computed without autodiff.
+/// A softmax loss and its gradients for a training step, computed without autodiff.
 #[derive(Debug, Clone)]
-pub struct FullSoftmaxGradients {
-    /// `[N]`: `−log p(target)` of each row.
+pub struct SoftmaxGradients {
+    /// `[N]`: each row's NLL ([`Softmax::full_nll`] or [`Softmax::sampled_nll`]).
     pub nll: Tensor<1>,
     /// `[N, P]`: gradient of `Σ_i scale_i · nll_i` with respect to the rows.
     pub hidden: Tensor<2>,
@@ -162,78 +162,156 @@ impl Softmax {
         Tensor::cat(parts, 0)
     }
 
-    /// [`Self::full_nll`] and, by hand, the gradients of the weighted loss `Σ_i scale_i · nll_i`
-    /// (`∂/∂logits = scale · (softmax − one_hot(target))`), outside autodiff: the training step's
-    /// fast path. Rows are taken in chunks so that one chunk of logits exists at a time, and the
-    /// logits' buffer is turned into the probabilities and then into their gradient in place.
+    /// [`Self::full_nll`] (`candidates` `None`) or [`Self::sampled_nll`], and by hand the
+    /// gradients of the weighted loss `Σ_i scale_i · nll_i`, outside autodiff: the training
+    /// step's fast path. Rows are taken in chunks so that one chunk of logits exists at a time,
+    /// its buffer turned into the probabilities and then into their gradient in place.
+    ///
+    /// Both losses have one form: the true logit `y_i` (corrected by `−log E[count]` when
+    /// sampled) against the candidates' logits `z_ik` (every word, or the sampled ones), plus
+    /// `y_i` itself when the target is not a candidate; `nll_i = lse_i − y_i`,
+    /// `∂/∂z_ik = scale_i · softmax_ik`, `∂/∂y_i = scale_i · (p_true_i − 1)` with `p_true_i` = 0
+    /// when the target is a candidate (its own `z` carries it).
     ///
     /// # Shapes
     /// - hidden: `[N, P]`; targets, scales: `N` values
-    pub fn full_nll_with_gradients(
+    pub fn nll_with_gradients(
         &self,
         hidden: Tensor<2>,
         targets: &[u32],
         scales: &[f32],
-    ) -> FullSoftmaxGradients {
-        let n_vocab = self.weight.shape().dims::<2>()[0];
-        let rows_per_chunk = (HAND_SOFTMAX_CHUNK / n_vocab.max(1)).max(1);
-        self.full_nll_with_gradients_in_chunks(hidden, targets, scales, rows_per_chunk)
+        candidates: Option<&SampledCandidates>,
+    ) -> SoftmaxGradients {
+        let n_candidates = candidates.map_or(self.weight.shape().dims::<2>()[0], |c| c.ids.len());
+        let rows_per_chunk = (HAND_SOFTMAX_CHUNK / n_candidates.max(1)).max(1);
+        self.nll_with_gradients_in_chunks(hidden, targets, scales, candidates, rows_per_chunk)
     }
 
-    fn full_nll_with_gradients_in_chunks(
+    fn nll_with_gradients_in_chunks(
         &self,
         hidden: Tensor<2>,
         targets: &[u32],
         scales: &[f32],
+        candidates: Option<&SampledCandidates>,
         rows_per_chunk: usize,
-    ) -> FullSoftmaxGradients {
+    ) -> SoftmaxGradients {
         let hidden = hidden.inner();
         let device = hidden.device();
         let [n, d] = hidden.dims();
         let weight = self.weight.val().inner();
+        let bias = self.bias.val().inner();
         let [n_vocab, _] = weight.dims();
-        let bias = self.bias.val().inner().unsqueeze_dim::<2>(0);
-        let weight_t = weight.clone().transpose();
-        let targets = ids_tensor(targets, &device).unsqueeze_dim::<2>(1);
-        let scales = Tensor::<2>::from_data(TensorData::new(scales.to_vec(), [n, 1]), &device);
-        let mut grad_weight = Tensor::<2>::zeros([n_vocab, d], &device);
-        let mut grad_bias = Tensor::<2>::zeros([1, n_vocab], &device);
-        let (mut nll, mut grad_hidden) = (Vec::new(), Vec::new());
+        let column = |values: Vec<f32>| {
+            let n = values.len();
+            Tensor::<2>::from_data(TensorData::new(values, [n, 1]), &device)
+        };
+        let correction = |ids: &[u32]| -> Vec<f32> {
+            ids.iter()
+                .map(|&k| candidates.map_or(0.0, |c| c.log_expected_count(k)))
+                .collect()
+        };
+        // The candidates' weights and corrected biases.
+        let (candidate_ids, candidate_weight, candidate_bias) = match candidates {
+            None => (None, weight.clone(), bias.clone()),
+            Some(c) => {
+                let ids = ids_tensor(&c.ids, &device);
+                let corrected = bias.clone().select(0, ids.clone())
+                    - column(correction(&c.ids)).reshape([c.ids.len()]);
+                (Some(ids.clone()), weight.clone().select(0, ids), corrected)
+            }
+        };
+        let candidate_weight_t = candidate_weight.clone().transpose();
+        let candidate_bias = candidate_bias.unsqueeze_dim::<2>(0);
+        // The targets' weights, true logits and whether they are outside the candidates.
+        let target_ids = ids_tensor(targets, &device);
+        let target_weight = weight.select(0, target_ids.clone());
+        let true_logits = (hidden.clone() * target_weight.clone()).sum_dim(1)
+            + (bias.select(0, target_ids.clone()).reshape([n, 1]) - column(correction(targets)));
+        let not_candidate = column(match candidates {
+            None => vec![0.0; n],
+            Some(c) => {
+                let sampled: HashSet<u32> = c.ids.iter().copied().collect();
+                targets
+                    .iter()
+                    .map(|t| if sampled.contains(t) { 0.0 } else { 1.0 })
+                    .collect()
+            }
+        });
+        let scales = column(scales.to_vec());
+
+        let n_candidates = candidate_weight.dims()[0];
+        let mut grad_candidate_weight = Tensor::<2>::zeros([n_candidates, d], &device);
+        let mut grad_candidate_bias = Tensor::<2>::zeros([1, n_candidates], &device);
+        let (mut nll, mut grad_hidden, mut grad_true) = (Vec::new(), Vec::new(), Vec::new());
         let mut start = 0;
         while start < n {
             let len = rows_per_chunk.min(n - start);
-            let rows = hidden.clone().narrow(0, start, len);
-            let target = targets.clone().narrow(0, start, len);
-            let scale = scales.clone().narrow(0, start, len);
-            let logits = rows.clone().matmul(weight_t.clone()) + bias.clone();
-            let picked = logits.clone().gather(1, target.clone());
-            let max = logits.clone().max_dim(1);
-            let exp = (logits - max.clone()).exp();
-            let sum = exp.clone().sum_dim(1);
-            nll.push((sum.clone().log() + max - picked).reshape([len]));
-            let grad_logits = (exp * (scale.clone() / sum)).scatter(
-                1,
-                target,
-                scale.neg(),
-                IndexingUpdateOp::Add,
+            let chunk = |t: &Tensor<2>| t.clone().narrow(0, start, len);
+            let (rows, scale, y, outside) = (
+                chunk(&hidden),
+                chunk(&scales),
+                chunk(&true_logits),
+                chunk(&not_candidate),
             );
-            grad_hidden.push(grad_logits.clone().matmul(weight.clone()));
-            grad_bias = grad_bias + grad_logits.clone().sum_dim(0);
-            grad_weight = grad_weight + grad_logits.transpose().matmul(rows);
+            let logits = rows.clone().matmul(candidate_weight_t.clone()) + candidate_bias.clone();
+            let max = logits.clone().max_dim(1).max_pair(y.clone());
+            let exp = (logits - max.clone()).exp();
+            let true_exp = (y.clone() - max.clone()).exp() * outside;
+            let sum = exp.clone().sum_dim(1) + true_exp.clone();
+            nll.push((sum.clone().log() + max - y).reshape([len]));
+            // ∂/∂y = scale · (p_true − 1); ∂/∂z = scale · softmax, in the logits' buffer.
+            let per_sum = scale.clone() / sum;
+            let dy = true_exp * per_sum.clone() - scale;
+            let grad_logits = exp * per_sum;
+            grad_hidden.push(
+                grad_logits.clone().matmul(candidate_weight.clone())
+                    + chunk(&target_weight) * dy.clone(),
+            );
+            grad_candidate_bias = grad_candidate_bias + grad_logits.clone().sum_dim(0);
+            grad_candidate_weight = grad_candidate_weight + grad_logits.transpose().matmul(rows);
+            grad_true.push(dy);
             start += len;
         }
-        let cat = |parts: Vec<Tensor<2>>| match parts.is_empty() {
-            true => Tensor::zeros([0, d], &device),
+        let cat = |parts: Vec<Tensor<2>>, width: usize| match parts.is_empty() {
+            true => Tensor::zeros([0, width], &device),
             false => Tensor::cat(parts, 0),
         };
-        FullSoftmaxGradients {
+        let grad_true = cat(grad_true, 1);
+        let grad_candidate_bias = grad_candidate_bias.reshape([n_candidates]);
+        let (grad_weight, grad_bias) = match candidate_ids {
+            None => (grad_candidate_weight, grad_candidate_bias),
+            Some(ids) => (
+                Tensor::zeros([n_vocab, d], &device).select_assign(
+                    0,
+                    ids.clone(),
+                    grad_candidate_weight,
+                    IndexingUpdateOp::Add,
+                ),
+                Tensor::zeros([n_vocab], &device).select_assign(
+                    0,
+                    ids,
+                    grad_candidate_bias,
+                    IndexingUpdateOp::Add,
+                ),
+            ),
+        };
+        // The true logits' share, row by row into their targets' rows (repeats add up).
+        let grad_weight = grad_weight.select_assign(
+            0,
+            target_ids.clone(),
+            hidden * grad_true.clone(),
+            IndexingUpdateOp::Add,
+        );
+        let grad_bias =
+            grad_bias.select_assign(0, target_ids, grad_true.reshape([n]), IndexingUpdateOp::Add);
+        SoftmaxGradients {
             nll: match nll.is_empty() {
                 true => Tensor::zeros([0], &device),
                 false => Tensor::cat(nll, 0),
             },
-            hidden: cat(grad_hidden),
+            hidden: cat(grad_hidden, d),
             weight: grad_weight,
-            bias: grad_bias.reshape([n_vocab]),
+            bias: grad_bias,
         }
     }
 
@@ -344,10 +422,11 @@ mod tests {
         );
     }
 
-    /// The hand-written gradients of the full softmax equal autodiff's, with rows in chunks of
-    /// 3 (7 rows: 3 + 3 + 1) and a target repeated across chunks. Tolerance 1e-5.
+    /// The hand-written gradients of both softmaxes equal autodiff's, with rows in chunks of 3
+    /// (7 rows: 3 + 3 + 1), a target repeated across chunks, and (sampled) targets inside and
+    /// outside the candidates. Tolerance 1e-5.
     #[test]
-    fn hand_written_full_softmax_gradients_equal_autodiff() {
+    fn hand_written_softmax_gradients_equal_autodiff() {
         let device = Device::flex().autodiff();
         let softmax = SoftmaxConfig {
             n_vocab: 9,
@@ -358,23 +437,42 @@ mod tests {
         let targets = [2u32, 7, 0, 5, 2, 8, 2];
         let scales = [0.5f32, 0.1, 0.2, 0.3, 0.25, 0.05, 1.0];
         let hidden = Tensor::<2>::from_data(TensorData::new(hidden, [7, 4]), &device);
-        let leaf = hidden.clone().require_grad();
         let scale_tensor = Tensor::<1>::from_data(TensorData::new(scales.to_vec(), [7]), &device);
-        let expected_nll = softmax.full_nll(leaf.clone(), &targets);
-        let mut grads = (expected_nll.clone() * scale_tensor).sum().backward();
-        let got = softmax.full_nll_with_gradients_in_chunks(hidden, &targets, &scales, 3);
-        let close = |name: &str, a: Tensor<1>, b: Tensor<1>| {
-            let error: f32 = (a.inner() - b.inner()).abs().max().into_scalar();
-            assert!(error < 1e-5, "{name}: {error}");
+        // Targets 0 and 5 are sampled, 2, 7 and 8 are not.
+        let sampled = SampledCandidates {
+            ids: vec![0, 3, 5, 6],
+            n_tries: 6,
+            n_vocab: 9,
         };
-        close("nll", expected_nll, got.nll);
-        let flat = |t: Tensor<2>| t.reshape([-1]);
-        let grad_hidden = leaf.grad_remove(&mut grads).unwrap();
-        close("hidden", flat(grad_hidden), flat(got.hidden));
-        let grad_weight = softmax.weight.val().grad_remove(&mut grads).unwrap();
-        close("weight", flat(grad_weight), flat(got.weight));
-        let grad_bias = softmax.bias.val().grad_remove(&mut grads).unwrap();
-        close("bias", grad_bias, got.bias);
+        for candidates in [None, Some(&sampled)] {
+            let leaf = hidden.clone().require_grad();
+            let expected_nll = match candidates {
+                None => softmax.full_nll(leaf.clone(), &targets),
+                Some(c) => softmax.sampled_nll(leaf.clone(), &targets, c),
+            };
+            let mut grads = (expected_nll.clone() * scale_tensor.clone())
+                .sum()
+                .backward();
+            let got = softmax.nll_with_gradients_in_chunks(
+                hidden.clone(),
+                &targets,
+                &scales,
+                candidates,
+                3,
+            );
+            let close = |name: &str, a: Tensor<1>, b: Tensor<1>| {
+                let error: f32 = (a.inner() - b.inner()).abs().max().into_scalar();
+                assert!(error < 1e-5, "{name} ({candidates:?}): {error}");
+            };
+            close("nll", expected_nll, got.nll);
+            let flat = |t: Tensor<2>| t.reshape([-1]);
+            let grad_hidden = leaf.grad_remove(&mut grads).unwrap();
+            close("hidden", flat(grad_hidden), flat(got.hidden));
+            let grad_weight = softmax.weight.val().grad_remove(&mut grads).unwrap();
+            close("weight", flat(grad_weight), flat(got.weight));
+            let grad_bias = softmax.bias.val().grad_remove(&mut grads).unwrap();
+            close("bias", grad_bias, got.bias);
+        }
     }
 
     /// Both losses against a float64 host computation of their definitions (log-softmax over

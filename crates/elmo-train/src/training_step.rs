@@ -1,9 +1,9 @@
 //! A training step's loss and gradients, fast path ([`BiLanguageModel::loss_and_gradients`]):
 //! the LSTM stacks outside autodiff with hand-written backpropagation through time
-//! ([`crate::recorded_stack`]), the full softmax's gradients by hand
-//! ([`Softmax::full_nll_with_gradients`](crate::softmax::Softmax::full_nll_with_gradients)), and
-//! autodiff only for the token encoder (and the sampled softmax). Same gradients as plain
-//! autodiff through [`BiLanguageModel::loss`] (tested in `tests/training.rs`).
+//! ([`crate::recorded_stack`]), the softmax's gradients by hand
+//! ([`Softmax::nll_with_gradients`](crate::softmax::Softmax::nll_with_gradients)), and autodiff
+//! only for the token encoder. Same gradients as plain autodiff through
+//! [`BiLanguageModel::loss`] (tested in `tests/training.rs`).
 
 use burn::optim::GradientsParams;
 use burn::tensor::{Device, IndexingUpdateOp, Tensor};
@@ -15,6 +15,7 @@ use crate::language_model::{
 };
 use crate::optimizer::move_gradients;
 use crate::recorded_stack::{backward_stack, forward_stack};
+use crate::softmax::SampledCandidates;
 
 /// The softmax part of a step: the losses and, when finite, the gradient of each stack's top
 /// `[B, T, P]` (forward, backward) and the softmax parameters' gradients.
@@ -26,9 +27,8 @@ struct SoftmaxStep {
 impl BiLanguageModel {
     /// [`Self::loss`] and the gradient of every trainable parameter, for a training step
     /// (`device` with autodiff). Packed (stateful) batches take the fast path: the LSTM stacks run
-    /// outside autodiff, one thread per direction, and are backpropagated by hand; the full
-    /// softmax is differentiated by hand too (the sampled one by autodiff); the token encoder
-    /// goes through autodiff, receiving both stacks' input gradients in one backward pass.
+    /// outside autodiff, one thread per direction, and are backpropagated by hand; the softmax
+    /// (full or sampled) is differentiated by hand too; the token encoder goes through autodiff, receiving both stacks' input gradients in one backward pass.
     /// Sentence batches (rows of different lengths) use autodiff throughout. Both paths give
     /// the same gradients up to float rounding (tested). `grads` is `None` when the loss is not
     /// finite.
@@ -76,10 +76,11 @@ impl BiLanguageModel {
         });
         let tops = [&f_stack.top, &b_stack.top];
         let targets = [forward_targets, backward_targets];
-        let SoftmaxStep { loss, gradients } = match softmax {
-            SoftmaxMode::Full => self.full_softmax_step(tops, targets),
-            SoftmaxMode::Sampled(_) => self.autodiff_softmax_step(tops, targets, softmax),
+        let candidates = match softmax {
+            SoftmaxMode::Full => None,
+            SoftmaxMode::Sampled(candidates) => Some(candidates),
         };
+        let SoftmaxStep { loss, gradients } = self.softmax_step(tops, targets, candidates);
         let step = LmStep {
             loss,
             state: Some(CarriedState {
@@ -121,9 +122,15 @@ impl BiLanguageModel {
         }
     }
 
-    /// The full softmax over both directions' target rows, differentiated by hand: each row's
-    /// NLL is weighted by `1 / (2 · n_direction)`, its share of the joint loss.
-    fn full_softmax_step(&self, tops: [&Tensor<3>; 2], targets: [&Targets; 2]) -> SoftmaxStep {
+    /// The softmax (full, or against `candidates`) over both directions' target rows,
+    /// differentiated by hand: each row's NLL is weighted by `1 / (2 · n_direction)`, its share
+    /// of the joint loss.
+    fn softmax_step(
+        &self,
+        tops: [&Tensor<3>; 2],
+        targets: [&Targets; 2],
+        candidates: Option<&SampledCandidates>,
+    ) -> SoftmaxStep {
         let [batch, n_steps, d] = tops[0].dims();
         let device = tops[0].device();
         let positions = targets.map(Self::target_positions);
@@ -150,7 +157,9 @@ impl BiLanguageModel {
             true => Tensor::zeros([0, d], &device),
             false => Tensor::cat(rows, 0),
         };
-        let out = self.softmax.full_nll_with_gradients(hidden, &ids, &scales);
+        let out = self
+            .softmax
+            .nll_with_gradients(hidden, &ids, &scales, candidates);
         let summed = |start: usize, n: usize| match n {
             0 => Tensor::zeros([1], &device),
             _ => out.nll.clone().narrow(0, start, n).sum(),
@@ -192,33 +201,6 @@ impl BiLanguageModel {
         let mut grads = GradientsParams::new();
         register_if_trained(&mut grads, &self.softmax.weight, out.weight);
         register_if_trained(&mut grads, &self.softmax.bias, out.bias);
-        SoftmaxStep {
-            loss,
-            gradients: Some((top_grads, grads)),
-        }
-    }
-
-    /// The softmax through autodiff, reading the stacks' tops as autodiff leaves.
-    fn autodiff_softmax_step(
-        &self,
-        tops: [&Tensor<3>; 2],
-        targets: [&Targets; 2],
-        softmax: SoftmaxMode,
-    ) -> SoftmaxStep {
-        let leaves = tops.map(|top| top.clone().autodiff().require_grad());
-        let loss = self.joint_loss(leaves.clone(), targets, softmax);
-        if !is_finite(&loss) {
-            return SoftmaxStep {
-                loss,
-                gradients: None,
-            };
-        }
-        let mut autodiff_grads = loss.loss.backward();
-        let top_grads = leaves.map(|top| {
-            top.grad_remove(&mut autodiff_grads)
-                .unwrap_or_else(|| Tensor::zeros(top.dims(), &top.device().inner()))
-        });
-        let grads = GradientsParams::from_grads(autodiff_grads, self);
         SoftmaxStep {
             loss,
             gradients: Some((top_grads, grads)),
