@@ -113,8 +113,8 @@ pub struct TrainArgs {
     /// (Kim et al. 2016 halve it: 0.5). Needs --valid; validation runs at every checkpoint.
     #[arg(long, value_name = "FACTOR", conflicts_with = "warmup_steps")]
     pub plateau_decay: Option<f64>,
-    /// With --plateau-decay: a validation that beats the best perplexity so far by less than
-    /// this fraction makes no progress [default: 0.01].
+    /// With --plateau-decay: a validation that beats the last perplexity that made progress by
+    /// less than this fraction makes none [default: 0.01].
     #[arg(long, value_name = "FRACTION", requires = "plateau_decay")]
     pub plateau_threshold: Option<f64>,
     /// With --plateau-decay: validations in a row without progress tolerated before the rate
@@ -206,7 +206,20 @@ impl TrainArgs {
 /// Progress bar and log lines.
 struct Progress {
     bar: ProgressBar,
+    quiet: bool,
     last_valid: Option<f64>,
+}
+
+impl Progress {
+    /// A log line above the bar; straight to stderr when the bar is not drawn (stderr is not a
+    /// terminal, e.g. a run in the background with its output in a file), unless `--quiet`.
+    fn log(&self, line: String) {
+        if !self.bar.is_hidden() {
+            self.log(line);
+        } else if !self.quiet {
+            eprintln!("{line}");
+        }
+    }
 }
 
 impl TrainObserver for Progress {
@@ -214,7 +227,7 @@ impl TrainObserver for Progress {
         self.bar.set_length(total);
         self.bar.set_position(first_step);
         self.bar.reset_eta();
-        self.bar.println(format!(
+        self.log(format!(
             "{:.2}M parameters; {} from step {first_step} to {total}",
             n_parameters as f64 / 1e6,
             if first_step > 0 {
@@ -232,18 +245,26 @@ impl TrainObserver for Progress {
     fn record(&mut self, record: &MetricsRecord) {
         match *record {
             MetricsRecord::Train {
+                step,
                 loss,
                 forward_perplexity,
                 backward_perplexity,
+                lr,
                 tokens_per_second,
                 ..
             } => {
                 let valid = self
                     .last_valid
                     .map_or(String::new(), |v| format!(" valid ppl {v:.1}"));
-                self.bar.set_message(format!(
+                let message = format!(
                     "loss {loss:.3} ppl fwd {forward_perplexity:.1} bwd {backward_perplexity:.1}{valid} {tokens_per_second:.0} tok/s"
-                ));
+                );
+                if self.bar.is_hidden() {
+                    // No bar to carry the message: one line per metrics record instead.
+                    self.log(format!("step {step}: {message} lr {lr:.3e}"));
+                } else {
+                    self.bar.set_message(message);
+                }
             }
             MetricsRecord::Valid {
                 step,
@@ -252,7 +273,7 @@ impl TrainObserver for Progress {
                 perplexity,
             } => {
                 self.last_valid = Some(perplexity);
-                self.bar.println(format!(
+                self.log(format!(
                     "step {step}: valid perplexity forward {forward_perplexity:.2} backward {backward_perplexity:.2} average {perplexity:.2}"
                 ));
             }
@@ -264,12 +285,11 @@ impl TrainObserver for Progress {
     }
 
     fn checkpoint(&mut self, checkpoint: &Checkpoint) {
-        self.bar
-            .println(format!("checkpoint {}", checkpoint.dir.display()));
+        self.log(format!("checkpoint {}", checkpoint.dir.display()));
     }
 
     fn lr_decayed(&mut self, lr: f64) {
-        self.bar.println(format!(
+        self.log(format!(
             "validation perplexity stopped improving: learning rate lowered to {lr:.3e}"
         ));
     }
@@ -302,6 +322,7 @@ pub fn run(args: &TrainArgs) -> Result<()> {
             args.quiet,
             "{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} steps {msg} ETA {eta}",
         ),
+        quiet: args.quiet,
         last_valid: None,
     };
     let summary = train(&config, vocab, &options, &device, &mut progress)?;

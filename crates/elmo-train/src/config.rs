@@ -130,7 +130,7 @@ pub enum LrSchedule {
     },
     /// Multiply the rate by `decay` when the validation perplexity stops improving (Kim et al.
     /// 2016 halve it): after more than `patience` validations in a row that did not beat the
-    /// best by at least the fraction `threshold`. Needs a validation file; the current factor
+    /// last one that did by at least the fraction `threshold`. Needs a validation file; the current factor
     /// lives in the checkpoint ([`crate::plateau::PlateauState`]).
     Plateau {
         /// Factor in (0, 1) applied at each decay.

@@ -40,10 +40,9 @@ fn vocab_train_resume_eval_export_embed() {
     );
 
     let run = d.join("run");
-    let train = |steps: &str, extra: &[&str]| {
+    let train_logged = |steps: &str, extra: &[&str], quiet: bool| {
         let mut args = vec![
             "train",
-            "--quiet",
             "--preset",
             "tiny",
             "--tokenize",
@@ -65,11 +64,15 @@ fn vocab_train_resume_eval_export_embed() {
             "ndarray",
         ];
         args.extend_from_slice(extra);
+        if quiet {
+            args.push("--quiet");
+        }
         // burn-optim reads a resumed optimizer state onto burn's default device, which panics on
         // an unknown `BURN_DEVICE`: the CLI must pin the default to `--backend` itself (before,
         // a CPU resume started wgpu).
         elmo_with_env(&args, &[("BURN_DEVICE", "no-such-device")])
     };
+    let train = |steps: &str, extra: &[&str]| train_logged(steps, extra, true);
     assert!(train("2", &[]).status.success());
     // A second fresh start is refused; --resume continues to step 4.
     let refused = train("4", &[]);
@@ -90,12 +93,22 @@ fn vocab_train_resume_eval_export_embed() {
     let refused = train("6", &["--resume", "--dropout", "0.3"]);
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stderr).contains("only the learning rate"));
-    let resumed = train("6", &["--resume", "--lr", "0.1", "--plateau-decay", "0.5"]);
-    assert!(
-        resumed.status.success(),
-        "{}",
-        String::from_utf8_lossy(&resumed.stderr)
+    // Without --quiet and with stderr not a terminal (no bar drawn), the log lines go to stderr.
+    let resumed = train_logged(
+        "6",
+        &["--resume", "--lr", "0.1", "--plateau-decay", "0.5"],
+        false,
     );
+    let log = String::from_utf8_lossy(&resumed.stderr);
+    assert!(resumed.status.success(), "{log}");
+    for line in [
+        "resuming from step 4 to 6",
+        "step 6: loss",
+        "step 6: valid perplexity forward",
+        "checkpoint ",
+    ] {
+        assert!(log.contains(line), "{line:?} missing from:\n{log}");
+    }
     let config = std::fs::read_to_string(run.join("config.json")).expect("config");
     assert!(
         config.contains("\"plateau\"") && config.contains("0.1"),
