@@ -309,21 +309,44 @@ fn each_lm_reads_only_the_tokens_before_its_target() {
     }
 }
 
+/// Frozen parts (`no_grad`) get no gradient and everything else does, through plain autodiff and
+/// through the fast path: the token encoder, the whole biLM (only the softmax trains) and the
+/// softmax.
 #[test]
-fn frozen_token_encoder_gets_no_gradient() {
+fn frozen_parts_get_no_gradient() {
     let dir = tempfile::tempdir().unwrap();
     let corpus = write_corpus(dir.path());
     let vocab = vocab(&corpus);
     let device = Device::flex().autodiff();
-    let mut model = seeded_model(&tiny_config(), &vocab, 1, &device);
-    model.bilm.token_encoder = model.bilm.token_encoder.no_grad();
     let batch = first_batch(&corpus, &vocab, true);
-    let out = model
-        .loss(&batch, None, SoftmaxMode::Full, Some(5), &device)
-        .loss;
-    let grads = GradientsParams::from_grads(out.loss.backward(), &model);
-    for (path, nonzero) in gradient_map(&model, &grads) {
-        assert_eq!(nonzero, !path.contains("token_encoder"), "{path}");
+    for frozen in ["bilm.token_encoder", "bilm", "softmax"] {
+        let mut model = seeded_model(&tiny_config(), &vocab, 1, &device);
+        match frozen {
+            "bilm.token_encoder" => {
+                model.bilm.token_encoder = model.bilm.token_encoder.no_grad();
+            }
+            "bilm" => model.bilm = model.bilm.no_grad(),
+            _ => model.softmax = model.softmax.no_grad(),
+        }
+        let autodiff = model
+            .loss(&batch, None, SoftmaxMode::Full, Some(5), &device)
+            .loss;
+        let autodiff = GradientsParams::from_grads(autodiff.loss.backward(), &model);
+        let fast = model
+            .loss_and_gradients(&batch, None, SoftmaxMode::Full, Some(5), &device)
+            .grads
+            .expect("finite loss");
+        for (name, grads) in [("autodiff", autodiff), ("fast path", fast)] {
+            let map = gradient_map(&model, &grads);
+            assert!(map.len() > 10, "{map:?}");
+            for (path, nonzero) in map {
+                assert_eq!(
+                    nonzero,
+                    !path.starts_with(frozen),
+                    "{path} with {frozen} frozen ({name})"
+                );
+            }
+        }
     }
 }
 
