@@ -36,6 +36,13 @@ pub fn run(args: &EvalArgs) -> Result<()> {
     }
     let device = args.backend.device();
     let run = TrainedRun::load(&args.model, &device)?;
+    if !args.quiet {
+        eprintln!(
+            "model: {} at step {} (its newest checkpoint)",
+            args.model.display(),
+            run.step
+        );
+    }
     let config = &run.config;
     let shape = BatchShape {
         n_rows: args.batch_size.unwrap_or(config.batch_size),
