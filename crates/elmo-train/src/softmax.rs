@@ -472,6 +472,13 @@ mod tests {
             close("weight", flat(grad_weight), flat(got.weight));
             let grad_bias = softmax.bias.val().grad_remove(&mut grads).unwrap();
             close("bias", grad_bias, got.bias);
+            // No rows at all: empty losses, zero gradients.
+            let empty =
+                softmax.nll_with_gradients(Tensor::zeros([0, 4], &device), &[], &[], candidates);
+            assert_eq!(empty.nll.dims(), [0]);
+            assert_eq!(empty.hidden.dims(), [0, 4]);
+            let sum: f32 = empty.weight.abs().sum().into_scalar();
+            assert_eq!(sum, 0.0);
         }
     }
 
