@@ -21,6 +21,8 @@ pub enum OptimizerKind {
     Adagrad,
     /// Adam.
     Adam,
+    /// Plain SGD (Kim et al. 2016's PTB recipe; their rate 1 is --lr 70 here, see the docs).
+    Sgd,
 }
 
 /// Arguments of `elmo train`.
@@ -105,6 +107,9 @@ pub struct TrainArgs {
     /// Learning rate (overrides the preset).
     #[arg(long)]
     pub lr: Option<f64>,
+    /// Clip the global gradient norm to NORM (overrides the preset's 10, bilm-tf's).
+    #[arg(long, value_name = "NORM")]
+    pub clip_norm: Option<f64>,
     /// Linear warm-up over N steps, then linear decay to zero at --steps (default: a constant
     /// rate, as bilm-tf).
     #[arg(long, value_name = "N")]
@@ -162,6 +167,9 @@ impl TrainArgs {
         if let Some(v) = self.negatives {
             config.negatives = v;
         }
+        if let Some(v) = self.clip_norm {
+            config.clip_norm = Some(v);
+        }
         if self.tokenize {
             config.tokenize = true;
         }
@@ -180,20 +188,25 @@ impl TrainArgs {
         }
         // --optimizer switches the kind, --lr the rate; anything not given keeps the preset's.
         let lr = self.lr.unwrap_or(config.optimizer.lr());
-        let adam = match self.optimizer {
-            Some(kind) => kind == OptimizerKind::Adam,
-            None => matches!(config.optimizer, OptimizerConfig::Adam { .. }),
-        };
-        config.optimizer = match config.optimizer {
-            _ if adam => OptimizerConfig::Adam { lr },
-            OptimizerConfig::Adagrad {
-                initial_accumulator,
-                ..
-            } => OptimizerConfig::Adagrad {
+        let kind = self.optimizer.unwrap_or(match config.optimizer {
+            OptimizerConfig::Adagrad { .. } => OptimizerKind::Adagrad,
+            OptimizerConfig::Adam { .. } => OptimizerKind::Adam,
+            OptimizerConfig::Sgd { .. } => OptimizerKind::Sgd,
+        });
+        config.optimizer = match (kind, &config.optimizer) {
+            (OptimizerKind::Adam, _) => OptimizerConfig::Adam { lr },
+            (OptimizerKind::Sgd, _) => OptimizerConfig::Sgd { lr },
+            (
+                OptimizerKind::Adagrad,
+                OptimizerConfig::Adagrad {
+                    initial_accumulator,
+                    ..
+                },
+            ) => OptimizerConfig::Adagrad {
                 lr,
-                initial_accumulator,
+                initial_accumulator: *initial_accumulator,
             },
-            OptimizerConfig::Adam { .. } => OptimizerConfig::Adagrad {
+            (OptimizerKind::Adagrad, _) => OptimizerConfig::Adagrad {
                 lr,
                 initial_accumulator: 1.0,
             },

@@ -80,6 +80,15 @@ pub enum OptimizerConfig {
         /// Learning rate.
         lr: f64,
     },
+    /// Plain stochastic gradient descent, `θ ← θ − lr · g` (Zaremba et al. 2014 and Kim et al.
+    /// 2016 train their PTB models so, with rate halving). Their loss sums the 35 steps of a
+    /// batch and each direction is its own model; here the loss is the mean over targets of both
+    /// directions, so their rate 1 is `lr` = 35 · 2 = 70 here, and their gradient-norm clip 5 is
+    /// `clip_norm` ≈ 5 / (35 · √2) ≈ 0.1.
+    Sgd {
+        /// Learning rate.
+        lr: f64,
+    },
 }
 
 impl Default for OptimizerConfig {
@@ -95,7 +104,7 @@ impl OptimizerConfig {
     /// The base learning rate.
     pub fn lr(&self) -> f64 {
         match self {
-            Self::Adagrad { lr, .. } | Self::Adam { lr } => *lr,
+            Self::Adagrad { lr, .. } | Self::Adam { lr } | Self::Sgd { lr } => *lr,
         }
     }
 
@@ -110,6 +119,7 @@ impl OptimizerConfig {
                 initial_accumulator,
             },
             Self::Adam { .. } => Self::Adam { lr },
+            Self::Sgd { .. } => Self::Sgd { lr },
         }
     }
 }
@@ -335,7 +345,7 @@ impl TrainConfig {
         {
             return bad("adagrad's initial_accumulator must be positive");
         }
-        if self.clip_norm.is_some_and(|c| c <= 0.0) {
+        if self.clip_norm.is_some_and(|c| c.is_nan() || c <= 0.0) {
             return bad("clip_norm must be positive");
         }
         if self.negatives == 0 {
