@@ -160,8 +160,9 @@ mod tests {
         b: Param<Tensor<2>>,
     }
 
-    #[test]
-    fn adagrad_matches_tensorflow_and_clipping_scales() {
+    /// `a = [1, −2]`, `b = 0.5` (2 × 2) and the gradients of `loss = 3·Σa + Σb²`: 3 for `a`,
+    /// `2b = 1` for `b`.
+    fn two_with_gradients() -> (Two, GradientsParams) {
         let device = Device::flex().autodiff();
         let model = Two {
             a: Param::from_tensor(Tensor::from_data(
@@ -173,9 +174,14 @@ mod tests {
                 &device,
             )),
         };
-        // loss = 3·Σa + Σb² → grad a = 3, grad b = 2b = 1.
         let loss = model.a.val().sum().mul_scalar(3.0) + model.b.val().square().sum();
-        let mut grads = GradientsParams::from_grads(loss.backward(), &model);
+        let grads = GradientsParams::from_grads(loss.backward(), &model);
+        (model, grads)
+    }
+
+    #[test]
+    fn adagrad_matches_tensorflow_and_clipping_scales() {
+        let (model, mut grads) = two_with_gradients();
         let norm = clip_global_norm(&model, &mut grads, 1.0);
         assert!((norm - (9.0f64 * 2.0 + 4.0).sqrt()).abs() < 1e-5);
         assert!((global_norm(&model, &grads) - 1.0).abs() < 1e-5);
@@ -195,21 +201,9 @@ mod tests {
 
     #[test]
     fn sgd_steps_against_the_gradient_and_its_state_round_trips() {
-        let device = Device::flex().autodiff();
-        let model = Two {
-            a: Param::from_tensor(Tensor::from_data(
-                TensorData::new(vec![1.0f32, -2.0], [2]),
-                &device,
-            )),
-            b: Param::from_tensor(Tensor::from_data(
-                TensorData::new(vec![0.5f32; 4], [2, 2]),
-                &device,
-            )),
-        };
+        let (model, grads) = two_with_gradients();
         let mut optim = build_optimizer(&OptimizerConfig::Sgd { lr: 0.1 });
-        // loss = 3·Σa + Σb² → grad a = 3, grad b = 2b = 1; θ ← θ − 0.1·g.
-        let loss = model.a.val().sum().mul_scalar(3.0) + model.b.val().square().sum();
-        let grads = GradientsParams::from_grads(loss.backward(), &model);
+        // θ ← θ − 0.1·g.
         let model = optim.step(0.1, model, grads);
         let a: Vec<f32> = model.a.val().into_data().try_into_vec_as().unwrap();
         let b: Vec<f32> = model.b.val().into_data().try_into_vec_as().unwrap();
