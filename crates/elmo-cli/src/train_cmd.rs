@@ -9,7 +9,7 @@ use elmo_train::config::{LrSchedule, OptimizerConfig, TrainConfig};
 use elmo_train::corpus::expand_patterns;
 use elmo_train::metrics::MetricsRecord;
 use elmo_train::trainer::StepReport;
-use elmo_train::{TrainObserver, TrainOptions, Vocabulary, train};
+use elmo_train::{InitFrom, TrainObserver, TrainOptions, TrainedRun, Vocabulary, train};
 use indicatif::ProgressBar;
 
 use crate::backend::Backend;
@@ -67,9 +67,16 @@ pub struct TrainArgs {
     /// --lr, --warmup-steps and --plateau-decay may change the rate from there on).
     #[arg(long)]
     pub resume: bool,
-    /// Start from pretrained weights: OPTIONS_JSON WEIGHTS_HDF5 (the architecture comes from
-    /// them; the softmax is new).
-    #[arg(long, num_args = 2, value_names = ["OPTIONS_JSON", "WEIGHTS_HDF5"])]
+    /// Start a new run from trained weights: pretrained OPTIONS_JSON WEIGHTS_HDF5 (the
+    /// architecture comes from them; the softmax is new), or a RUN_DIR of `elmo train` (its
+    /// newest checkpoint; its softmax too when --vocab is the run's vocabulary; with no --preset
+    /// its config.json, overrides applied). Optimizer state, step and data position start anew,
+    /// e.g. to continue an Adam run with SGD, or on domain text.
+    #[arg(
+        long,
+        num_args = 1..=2,
+        value_names = ["RUN_DIR|OPTIONS_JSON", "WEIGHTS_HDF5"]
+    )]
     pub init_from: Option<Vec<PathBuf>>,
     /// Compute backend.
     #[arg(long, value_enum, default_value_t = Backend::Flex)]
@@ -132,19 +139,37 @@ pub struct TrainArgs {
 }
 
 impl TrainArgs {
+    /// `--init-from`: two paths are pretrained files, one a run directory.
+    fn init_from(&self) -> Result<Option<InitFrom>> {
+        Ok(match self.init_from.as_deref() {
+            None => None,
+            Some([options, weights]) => Some(InitFrom::Weights(options.clone(), weights.clone())),
+            Some([dir]) if TrainedRun::is_run_directory(dir) => Some(InitFrom::Run(dir.clone())),
+            Some(paths) => bail!(
+                "--init-from {}: not a run directory of `elmo train` (config.json and \
+                 checkpoints/); pretrained weights take two paths, OPTIONS_JSON WEIGHTS_HDF5",
+                paths[0].display()
+            ),
+        })
+    }
+
     /// The effective configuration: preset or file, pretrained architecture, then the overrides.
     fn config(&self) -> Result<TrainConfig> {
         let run = RunDirectory::new(&self.out);
-        let mut config = match (&self.preset, self.resume) {
-            (Some(spec), _) => TrainConfig::from_preset_or_file(spec)?,
-            (None, true) => TrainConfig::from_file(run.config_file())
+        let init_from = self.init_from()?;
+        let mut config = match (&self.preset, self.resume, &init_from) {
+            (Some(spec), _, _) => TrainConfig::from_preset_or_file(spec)?,
+            (None, true, _) => TrainConfig::from_file(run.config_file())
                 .context("--resume without --preset needs the run's config.json")?,
-            (None, false) => {
+            (None, false, Some(InitFrom::Run(dir))) => {
+                TrainConfig::from_file(RunDirectory::new(dir).config_file())?
+            }
+            (None, false, _) => {
                 bail!("--preset is required (tiny, small, medium, original or a JSON config)")
             }
         };
-        if let Some(paths) = &self.init_from {
-            config.model = elmo_model::BiLmOptions::from_file(&paths[0])?;
+        if let Some(from) = &init_from {
+            config.model = from.options()?;
         }
         if let Some(v) = self.batch_size {
             config.batch_size = v;
@@ -228,7 +253,7 @@ impl Progress {
     /// terminal, e.g. a run in the background with its output in a file), unless `--quiet`.
     fn log(&self, line: String) {
         if !self.bar.is_hidden() {
-            self.log(line);
+            self.bar.println(line);
         } else if !self.quiet {
             eprintln!("{line}");
         }
@@ -313,6 +338,14 @@ pub fn run(args: &TrainArgs) -> Result<()> {
     let config = args.config()?;
     let vocab = Vocabulary::from_file(&args.vocab)?;
     let train_files = expand_patterns(&args.train)?;
+    if let (Some(InitFrom::Run(dir)), false, false) = (args.init_from()?, args.resume, args.quiet)
+        && Vocabulary::from_file(RunDirectory::new(&dir).vocab_file())? != vocab
+    {
+        eprintln!(
+            "note: --vocab is not the vocabulary of {}: the softmax starts new",
+            dir.display()
+        );
+    }
     let options = TrainOptions {
         run_dir: args.out.clone(),
         train_files,
@@ -323,10 +356,7 @@ pub fn run(args: &TrainArgs) -> Result<()> {
         log_every: args.log_every,
         seed: args.seed,
         resume: args.resume,
-        init_from: args
-            .init_from
-            .as_ref()
-            .map(|paths| (paths[0].clone(), paths[1].clone())),
+        init_from: args.init_from()?,
     };
     let device = args.backend.device();
     let mut progress = Progress {
@@ -351,4 +381,76 @@ pub fn run(args: &TrainArgs) -> Result<()> {
         run.curves_file().display()
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Progress;
+    use elmo_train::TrainObserver;
+    use indicatif::{ProgressBar, ProgressDrawTarget, TermLike};
+    use std::io;
+    use std::sync::{Arc, Mutex};
+
+    /// A terminal that keeps the lines written to it.
+    #[derive(Debug, Default, Clone)]
+    struct Screen(Arc<Mutex<Vec<String>>>);
+
+    impl TermLike for Screen {
+        fn width(&self) -> u16 {
+            120
+        }
+        fn move_cursor_up(&self, _: usize) -> io::Result<()> {
+            Ok(())
+        }
+        fn move_cursor_down(&self, _: usize) -> io::Result<()> {
+            Ok(())
+        }
+        fn move_cursor_right(&self, _: usize) -> io::Result<()> {
+            Ok(())
+        }
+        fn move_cursor_left(&self, _: usize) -> io::Result<()> {
+            Ok(())
+        }
+        fn write_line(&self, line: &str) -> io::Result<()> {
+            self.write_str(line)
+        }
+        fn write_str(&self, text: &str) -> io::Result<()> {
+            let mut lines = self.0.lock().map_err(|_| io::Error::other("poisoned"))?;
+            lines.push(text.to_string());
+            Ok(())
+        }
+        fn clear_line(&self) -> io::Result<()> {
+            Ok(())
+        }
+        fn flush(&self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// With a bar on a terminal, log lines are printed above it (this once recursed forever).
+    #[test]
+    fn log_lines_go_above_a_drawn_bar() {
+        let screen = Screen::default();
+        let bar = ProgressBar::with_draw_target(
+            Some(10),
+            ProgressDrawTarget::term_like(Box::new(screen.clone())),
+        );
+        assert!(!bar.is_hidden());
+        let mut progress = Progress {
+            bar,
+            quiet: false,
+            last_valid: None,
+        };
+        progress.started(4, 10, 2_500_000);
+        progress.lr_decayed(0.001);
+        let lines = screen.0.lock().expect("screen").join("\n");
+        assert!(
+            lines.contains("2.50M parameters; resuming from step 4 to 10"),
+            "{lines}"
+        );
+        assert!(
+            lines.contains("learning rate lowered to 1.000e-3"),
+            "{lines}"
+        );
+    }
 }

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::checkpoint::RunDirectory;
 use crate::config::TrainConfig;
 use crate::error::{Result, TrainError, io_error};
+use crate::init_from::InitFrom;
 use crate::language_model::{BiLanguageModel, BiLanguageModelConfig};
 use crate::vocabulary::Vocabulary;
 
@@ -22,8 +23,8 @@ pub struct RunInfo {
     pub valid: Option<PathBuf>,
     /// Seed of initialisation, shuffling, dropout and sampling.
     pub seed: u64,
-    /// Pretrained biLM the run started from (options, weights).
-    pub init_from: Option<(PathBuf, PathBuf)>,
+    /// The weights the run started from (pretrained files or another run).
+    pub init_from: Option<InitFrom>,
 }
 
 impl RunInfo {

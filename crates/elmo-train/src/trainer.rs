@@ -22,10 +22,11 @@ use crate::checkpoint::{Checkpoint, LossWindow, RunDirectory, TrainerState};
 use crate::config::{LrSchedule, TrainConfig};
 use crate::error::{Result, TrainError};
 use crate::evaluate::{Perplexity, evaluate, perplexity};
+use crate::init_from::{InitFrom, initial_model};
 use crate::language_model::{BiLanguageModel, CarriedState, LmGradients, SoftmaxMode};
 use crate::metrics::{MetricsLog, MetricsRecord, read_metrics};
 use crate::optimizer::{build_optimizer, clip_global_norm};
-use crate::run::{RunInfo, model_config, model_for};
+use crate::run::RunInfo;
 use crate::softmax::SampledCandidates;
 use crate::vocabulary::Vocabulary;
 
@@ -51,8 +52,8 @@ pub struct TrainOptions {
     pub seed: u64,
     /// Continue from the newest checkpoint of `run_dir`.
     pub resume: bool,
-    /// Start from pretrained weights (options.json, weights.hdf5); the softmax is new.
-    pub init_from: Option<(PathBuf, PathBuf)>,
+    /// Start a new run from pretrained weights or another run's (see [`InitFrom`]).
+    pub init_from: Option<InitFrom>,
 }
 
 /// Progress of one step, for progress bars.
@@ -259,28 +260,6 @@ fn prepare_run(
     Ok(None)
 }
 
-/// The biLM of `--init-from` (options + weights), checked against the config's architecture.
-fn pretrained_bilm(
-    config: &TrainConfig,
-    init_from: Option<&(PathBuf, PathBuf)>,
-    device: &Device,
-) -> Result<Option<elmo_model::BiLm>> {
-    let Some((options_file, weights_file)) = init_from else {
-        return Ok(None);
-    };
-    let options = elmo_model::BiLmOptions::from_file(options_file)?;
-    if options != config.model {
-        return Err(TrainError::InvalidConfig(format!(
-            "--init-from {}: its architecture differs from the config's `model`",
-            options_file.display()
-        )));
-    }
-    let mut weights = elmo_model::weights::WeightFile::open(weights_file)?;
-    let bilm = elmo_model::weights::load_bilm_from(&options, &mut weights, device)?;
-    weights.finish()?;
-    Ok(Some(bilm))
-}
-
 /// Trains (or continues training) a biLM. `device` is the plain device; gradients are taken on
 /// its autodiff counterpart.
 ///
@@ -320,15 +299,14 @@ pub fn train(
     let resume_from = prepare_run(&run, config, &vocab, &info, options.resume)?;
 
     let train_device = device.clone().autodiff();
-    let pretrained = pretrained_bilm(config, options.init_from.as_ref(), &train_device)?;
-    // The softmax (and, without --init-from, everything) starts from seeded random weights.
-    let mut model =
-        elmo_model::seeded_init(&train_device, mix_seed(&[options.seed, 0x1417]), || {
-            match pretrained {
-                Some(bilm) => model_config(config, &vocab).with_bilm(bilm, &train_device),
-                None => model_for(config, &vocab, &train_device),
-            }
-        });
+    // On resume the checkpoint's weights replace these below (so --init-from is not read again).
+    let mut model = initial_model(
+        config,
+        &vocab,
+        options.init_from.as_ref().filter(|_| resume_from.is_none()),
+        mix_seed(&[options.seed, 0x1417]),
+        &train_device,
+    )?;
     let mut optimizer = build_optimizer(&config.optimizer);
     let vocab = Arc::new(vocab);
     let shape = config.batch_shape();

@@ -9,11 +9,12 @@ use burn::optim::GradientsParams;
 use burn::tensor::{Device, Tensor};
 use elmo_train::batcher::{BatchShape, Batcher, LmBatch, Targets, TokenGrid};
 use elmo_train::config::{LrSchedule, OptimizerConfig, TrainConfig};
+use elmo_train::init_from::initial_model;
 use elmo_train::language_model::{CarriedState, SoftmaxMode};
 use elmo_train::metrics::{MetricsRecord, read_metrics};
 use elmo_train::run::seeded_model;
 use elmo_train::softmax::SampledCandidates;
-use elmo_train::{TrainOptions, TrainedRun, Vocabulary, train};
+use elmo_train::{InitFrom, TrainOptions, TrainedRun, Vocabulary, train};
 use rand::SeedableRng;
 
 const CORPUS: &str = "the cat sat on the mat .\n\
@@ -536,4 +537,77 @@ fn sampled_softmax_trains_and_export_round_trips() {
         let diff: f32 = (x - y).abs().max().into_scalar();
         assert!(diff < 1e-6, "export round trip differs by {diff}");
     }
+}
+
+/// Largest absolute difference of two tensors of the same shape.
+fn max_diff<const D: usize>(a: Tensor<D>, b: Tensor<D>) -> f32 {
+    (a - b).abs().max().into_scalar()
+}
+
+#[test]
+fn a_new_run_can_start_from_another_runs_weights() {
+    let dir = tempfile::tempdir().unwrap();
+    let corpus = write_corpus(dir.path());
+    let vocab = vocab(&corpus);
+    let config = tiny_config();
+    let source = dir.path().join("source");
+    let device = Device::flex();
+    train(
+        &config,
+        vocab.clone(),
+        &options(&source, &corpus, 3),
+        &device,
+        &mut (),
+    )
+    .unwrap();
+    let trained = TrainedRun::load(&source, &device).unwrap();
+    let from = InitFrom::Run(source.clone());
+    let sentences = vec![vec!["the", "cat", "sat"], vec!["a", "bird"]];
+    let top = |bilm: &elmo_model::BiLm| {
+        let layers = bilm.forward_sentences(&sentences, &device).layers;
+        layers.into_iter().last().unwrap()
+    };
+
+    // Same vocabulary: biLM and softmax are the run's, exactly.
+    let model = initial_model(&config, &vocab, Some(&from), 99, &device).unwrap();
+    assert_eq!(max_diff(top(&model.bilm), top(&trained.model.bilm)), 0.0);
+    assert_eq!(
+        max_diff(
+            model.softmax.weight.val(),
+            trained.model.softmax.weight.val()
+        ),
+        0.0
+    );
+    let fresh = initial_model(&config, &vocab, None, 99, &device).unwrap();
+    assert!(
+        max_diff(
+            fresh.softmax.weight.val(),
+            trained.model.softmax.weight.val()
+        ) > 1e-3
+    );
+
+    // Another vocabulary: the run's biLM with a new softmax of the new size.
+    let bigger =
+        Vocabulary::from_tokens(vocab.tokens().iter().cloned().chain(["zebra".to_string()]));
+    let model = initial_model(&config, &bigger, Some(&from), 99, &device).unwrap();
+    assert_eq!(max_diff(top(&model.bilm), top(&trained.model.bilm)), 0.0);
+    assert_eq!(model.softmax.weight.dims()[0], vocab.len() + 1);
+
+    // Another architecture is refused, naming the run.
+    let mut wider = config.clone();
+    wider.model.lstm.dim += 4;
+    let error =
+        initial_model(&wider, &vocab, Some(&from), 99, &device).expect_err("architecture mismatch");
+    assert!(error.to_string().contains("source"), "{error}");
+
+    // Training from it; a resume reads the checkpoint, not the source run (removed here).
+    let tuned = dir.path().join("tuned");
+    let mut opts = options(&tuned, &corpus, 3);
+    opts.init_from = Some(from);
+    train(&config, vocab.clone(), &opts, &device, &mut ()).unwrap();
+    std::fs::remove_dir_all(&source).unwrap();
+    opts.steps = 4;
+    opts.resume = true;
+    let summary = train(&config, vocab, &opts, &device, &mut ()).unwrap();
+    assert_eq!(summary.steps, 4);
 }

@@ -181,6 +181,59 @@ fn vocab_train_resume_eval_export_embed() {
         serde_json::from_str(&std::fs::read_to_string(&options).expect("options")).expect("json");
     assert_eq!(config["model"], exported);
 
+    // A run directory as --init-from: with no --preset the run's config (tiny, --tokenize, the
+    // plateau schedule, which needs --valid), here continued with another optimizer.
+    let continued = d.join("continued");
+    let from_run = |out: &Path, from: &Path| {
+        elmo(&[
+            "train",
+            "--quiet",
+            "--train",
+            path(&corpus),
+            "--vocab",
+            path(&vocab),
+            "--out",
+            path(out),
+            "--valid",
+            path(&corpus),
+            "--steps",
+            "1",
+            "--optimizer",
+            "sgd",
+            "--lr",
+            "0.5",
+            "--init-from",
+            path(from),
+        ])
+    };
+    let out = from_run(&continued, &run);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let continued_config: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(continued.join("config.json")).expect("config"),
+    )
+    .expect("json");
+    let run_config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("config.json")).expect("config"))
+            .expect("json");
+    assert_eq!(continued_config["model"], run_config["model"]);
+    assert_eq!(continued_config["tokenize"], true);
+    assert_eq!(
+        continued_config["optimizer"],
+        serde_json::json!({"kind": "sgd", "lr": 0.5})
+    );
+    // One path that is not a run directory: the error says what --init-from takes.
+    let out = from_run(&d.join("refused"), &options);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("OPTIONS_JSON WEIGHTS_HDF5"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
     let text = d.join("text.txt");
     std::fs::write(&text, "The cat sang .\nA park\n").expect("write text");
     let from_run = d.join("run.hdf5");
