@@ -154,10 +154,9 @@ impl TrainArgs {
     }
 
     /// The effective configuration: preset or file, pretrained architecture, then the overrides.
-    fn config(&self) -> Result<TrainConfig> {
+    fn config(&self, init_from: Option<&InitFrom>) -> Result<TrainConfig> {
         let run = RunDirectory::new(&self.out);
-        let init_from = self.init_from()?;
-        let mut config = match (&self.preset, self.resume, &init_from) {
+        let mut config = match (&self.preset, self.resume, init_from) {
             (Some(spec), _, _) => TrainConfig::from_preset_or_file(spec)?,
             (None, true, _) => TrainConfig::from_file(run.config_file())
                 .context("--resume without --preset needs the run's config.json")?,
@@ -168,7 +167,7 @@ impl TrainArgs {
                 bail!("--preset is required (tiny, small, medium, original or a JSON config)")
             }
         };
-        if let Some(from) = &init_from {
+        if let Some(from) = init_from {
             config.model = from.options()?;
         }
         if let Some(v) = self.batch_size {
@@ -335,11 +334,12 @@ impl TrainObserver for Progress {
 
 /// Runs `elmo train`.
 pub fn run(args: &TrainArgs) -> Result<()> {
-    let config = args.config()?;
+    let init_from = args.init_from()?;
+    let config = args.config(init_from.as_ref())?;
     let vocab = Vocabulary::from_file(&args.vocab)?;
     let train_files = expand_patterns(&args.train)?;
-    if let (Some(InitFrom::Run(dir)), false, false) = (args.init_from()?, args.resume, args.quiet)
-        && Vocabulary::from_file(RunDirectory::new(&dir).vocab_file())? != vocab
+    if let (Some(InitFrom::Run(dir)), false, false) = (&init_from, args.resume, args.quiet)
+        && Vocabulary::from_file(RunDirectory::new(dir).vocab_file())? != vocab
     {
         eprintln!(
             "note: --vocab is not the vocabulary of {}: the softmax starts new",
@@ -356,7 +356,7 @@ pub fn run(args: &TrainArgs) -> Result<()> {
         log_every: args.log_every,
         seed: args.seed,
         resume: args.resume,
-        init_from: args.init_from()?,
+        init_from,
     };
     let device = args.backend.device();
     let mut progress = Progress {

@@ -66,15 +66,20 @@ fn starting_weights(
     init_from: &InitFrom,
     device: &Device,
 ) -> Result<StartingWeights> {
-    if init_from.options()? != config.model {
-        return Err(TrainError::InvalidConfig(format!(
-            "--init-from {}: its architecture differs from the config's `model`",
-            init_from.describe()
-        )));
-    }
+    let check_architecture = |options: &BiLmOptions| {
+        if *options == config.model {
+            Ok(())
+        } else {
+            Err(TrainError::InvalidConfig(format!(
+                "--init-from {}: its architecture differs from the config's `model`",
+                init_from.describe()
+            )))
+        }
+    };
     Ok(match init_from {
         InitFrom::Weights(options_file, weights_file) => {
             let options = BiLmOptions::from_file(options_file)?;
+            check_architecture(&options)?;
             let mut weights = elmo_model::weights::WeightFile::open(weights_file)?;
             let bilm = elmo_model::weights::load_bilm_from(&options, &mut weights, device)?;
             weights.finish()?;
@@ -85,6 +90,7 @@ fn starting_weights(
         }
         InitFrom::Run(dir) => {
             let run = TrainedRun::load(dir, device)?;
+            check_architecture(&run.config.model)?;
             let same_vocabulary = run.vocab == *vocab;
             StartingWeights {
                 bilm: run.model.bilm,
