@@ -296,17 +296,18 @@ pub fn train(
         seed: options.seed,
         init_from: options.init_from.clone(),
     };
-    let resume_from = prepare_run(&run, config, &vocab, &info, options.resume)?;
-
     let train_device = device.clone().autodiff();
+    // Built before the run directory is written, so that a bad --init-from leaves nothing behind.
     // On resume the checkpoint's weights replace these below (so --init-from is not read again).
+    let resuming = options.resume && run.latest_checkpoint()?.is_some();
     let mut model = initial_model(
         config,
         &vocab,
-        options.init_from.as_ref().filter(|_| resume_from.is_none()),
+        options.init_from.as_ref().filter(|_| !resuming),
         mix_seed(&[options.seed, 0x1417]),
         &train_device,
     )?;
+    let resume_from = prepare_run(&run, config, &vocab, &info, options.resume)?;
     let mut optimizer = build_optimizer(&config.optimizer);
     let vocab = Arc::new(vocab);
     let shape = config.batch_shape();

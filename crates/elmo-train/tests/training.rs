@@ -599,6 +599,12 @@ fn a_new_run_can_start_from_another_runs_weights() {
     let error =
         initial_model(&wider, &vocab, Some(&from), 99, &device).expect_err("architecture mismatch");
     assert!(error.to_string().contains("source"), "{error}");
+    // ...before anything of the new run is written.
+    let refused = dir.path().join("refused");
+    let mut opts = options(&refused, &corpus, 3);
+    opts.init_from = Some(from.clone());
+    assert!(train(&wider, vocab.clone(), &opts, &device, &mut ()).is_err());
+    assert!(!refused.exists(), "a refused --init-from left {refused:?}");
 
     // Training from it; a resume reads the checkpoint, not the source run (removed here).
     let tuned = dir.path().join("tuned");
