@@ -24,6 +24,9 @@ pub struct EvalArgs {
     /// Compute backend.
     #[arg(long, value_enum, default_value_t = Backend::Flex)]
     pub backend: Backend,
+    /// Evaluate the trained weights of a run that averages its weights, not their mean.
+    #[arg(long)]
+    pub trained_weights: bool,
     /// No progress bar.
     #[arg(long, short)]
     pub quiet: bool,
@@ -35,10 +38,17 @@ pub fn run(args: &EvalArgs) -> Result<()> {
         bail!("{}: no such file", args.data.display());
     }
     let device = args.backend.device();
-    let run = TrainedRun::load(&args.model, &device)?;
+    let run = if args.trained_weights {
+        TrainedRun::load_trained_weights(&args.model, &device)?
+    } else {
+        TrainedRun::load(&args.model, &device)?
+    };
     if !args.quiet {
+        let weights = run.averaged_steps.map_or(String::new(), |n| {
+            format!(", the mean of the weights of its last {n} steps")
+        });
         eprintln!(
-            "model: {} at step {} (its newest checkpoint)",
+            "model: {} at step {} (its newest checkpoint{weights})",
             args.model.display(),
             run.step
         );

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
 use elmo_train::checkpoint::{Checkpoint, RunDirectory};
-use elmo_train::config::{LrSchedule, OptimizerConfig, TrainConfig};
+use elmo_train::config::{Averaging, LrSchedule, OptimizerConfig, TrainConfig};
 use elmo_train::corpus::expand_patterns;
 use elmo_train::metrics::MetricsRecord;
 use elmo_train::trainer::StepReport;
@@ -133,6 +133,19 @@ pub struct TrainArgs {
     /// is lowered [default: 0].
     #[arg(long, value_name = "N", requires = "plateau_decay")]
     pub plateau_patience: Option<u32>,
+    /// Average the weights from step N on (Polyak averaging; with --optimizer sgd, ASGD): the
+    /// mean of the weights after every step since is what validation, `elmo eval`, `export`,
+    /// `embed` and `--init-from` use. May be given or changed with --resume.
+    #[arg(long, value_name = "N", conflicts_with = "average_when_flat")]
+    pub average_from: Option<u64>,
+    /// Start averaging the weights at the first validation worse than the best one before the
+    /// last N validations (Merity et al. 2018's NT-ASGD trigger, their N = 5). Needs --valid.
+    #[arg(long, value_name = "N")]
+    pub average_when_flat: Option<u32>,
+    /// With --resume: stop averaging and forget the mean (the trained weights are the result
+    /// again).
+    #[arg(long, conflicts_with_all = ["average_from", "average_when_flat"])]
+    pub no_averaging: bool,
     /// No progress bar.
     #[arg(long, short)]
     pub quiet: bool,
@@ -209,6 +222,15 @@ impl TrainArgs {
                 threshold: self.plateau_threshold.unwrap_or(0.01),
                 patience: self.plateau_patience.unwrap_or(0),
             };
+        }
+        if let Some(start) = self.average_from {
+            config.averaging = Averaging::FromStep { start };
+        }
+        if let Some(patience) = self.average_when_flat {
+            config.averaging = Averaging::WhenFlat { patience };
+        }
+        if self.no_averaging {
+            config.averaging = Averaging::Off;
         }
         // --optimizer switches the kind, --lr the rate; anything not given keeps the preset's.
         let lr = self.lr.unwrap_or(config.optimizer.lr());
@@ -308,10 +330,14 @@ impl TrainObserver for Progress {
                 forward_perplexity,
                 backward_perplexity,
                 perplexity,
+                averaged_steps,
             } => {
                 self.last_valid = Some(perplexity);
+                let weights = averaged_steps.map_or(String::new(), |n| {
+                    format!(" (mean of the last {n} steps' weights)")
+                });
                 self.log(format!(
-                    "step {step}: valid perplexity forward {forward_perplexity:.2} backward {backward_perplexity:.2} average {perplexity:.2}"
+                    "step {step}: valid perplexity forward {forward_perplexity:.2} backward {backward_perplexity:.2} average {perplexity:.2}{weights}"
                 ));
             }
         }
@@ -328,6 +354,12 @@ impl TrainObserver for Progress {
     fn lr_decayed(&mut self, lr: f64) {
         self.log(format!(
             "validation perplexity stopped improving: learning rate lowered to {lr:.3e}"
+        ));
+    }
+
+    fn averaging_started(&mut self, step: u64) {
+        self.log(format!(
+            "weight averaging started at step {step}: validation and checkpoints use the mean"
         ));
     }
 }

@@ -4,6 +4,7 @@
 //! ```text
 //! RUN_DIR/config.json  vocab.txt  run.json  metrics.jsonl  curves.svg
 //! RUN_DIR/checkpoints/step-000000100/{model.bpk, optimizer.bpk, lstm_state.bin, trainer.json}
+//!                                     (+ average.bpk once weight averaging has started)
 //! ```
 
 use std::io::Write;
@@ -21,6 +22,8 @@ use crate::language_model::CarriedState;
 pub const MODEL_FILE: &str = "model.bpk";
 /// Optimizer state.
 pub const OPTIMIZER_FILE: &str = "optimizer.bpk";
+/// The mean of the weights ([`crate::averaging`]), once averaging has started.
+pub const AVERAGE_FILE: &str = "average.bpk";
 /// Carried LSTM state (little-endian float32, forward then backward layers, hidden then memory).
 pub const LSTM_STATE_FILE: &str = "lstm_state.bin";
 /// [`TrainerState`] as JSON, written last: a checkpoint without it is incomplete.
@@ -100,6 +103,9 @@ pub struct TrainerState {
     /// The plateau learning-rate schedule's state (absent in older checkpoints: factor 1).
     #[serde(default)]
     pub plateau: crate::plateau::PlateauState,
+    /// The weight averaging's state (absent in older checkpoints: not started).
+    #[serde(default)]
+    pub averaging: crate::averaging::AveragingState,
 }
 
 /// A complete checkpoint on disk.
@@ -120,6 +126,11 @@ impl Checkpoint {
     /// The optimizer record.
     pub fn optimizer_file(&self) -> PathBuf {
         self.dir.join(OPTIMIZER_FILE)
+    }
+
+    /// The weight average's record (present once averaging has started).
+    pub fn average_file(&self) -> PathBuf {
+        self.dir.join(AVERAGE_FILE)
     }
 
     /// Reads the trainer state.
@@ -263,11 +274,12 @@ impl RunDirectory {
         Ok(self.checkpoints()?.pop())
     }
 
-    /// Writes a checkpoint atomically and removes all but the newest `keep`.
+    /// Writes a checkpoint atomically and removes all but the newest `keep`. `records` writes
+    /// the module records ([`MODEL_FILE`], [`OPTIMIZER_FILE`], [`AVERAGE_FILE`]) into the
+    /// directory it is given.
     pub fn save_checkpoint(
         &self,
-        model: impl FnOnce(&Path) -> Result<()>,
-        optimizer: impl FnOnce(&Path) -> Result<()>,
+        records: impl FnOnce(&Path) -> Result<()>,
         lstm_state: Option<&CarriedState>,
         trainer: &TrainerState,
         keep: usize,
@@ -281,8 +293,7 @@ impl RunDirectory {
         }
         std::fs::create_dir_all(&temp).map_err(io_error(&temp))?;
         let written = (|| {
-            model(&temp.join(MODEL_FILE))?;
-            optimizer(&temp.join(OPTIMIZER_FILE))?;
+            records(&temp)?;
             if let Some(state) = lstm_state {
                 write_atomic(&temp.join(LSTM_STATE_FILE), &lstm_state_bytes(state)?)?;
             }

@@ -59,6 +59,10 @@ pub struct TrainConfig {
     /// Learning-rate schedule.
     #[serde(default)]
     pub lr_schedule: LrSchedule,
+    /// Weight averaging: when to start the running mean of the weights that validation,
+    /// checkpoints and everything reading the run use (off when absent).
+    #[serde(default)]
+    pub averaging: Averaging,
     /// Split raw text with the built-in tokenizer (otherwise split on whitespace).
     #[serde(default)]
     pub tokenize: bool,
@@ -148,6 +152,30 @@ pub enum LrSchedule {
         /// Relative improvement over the best perplexity that counts as progress.
         threshold: f64,
         /// Validations without progress tolerated before a decay.
+        patience: u32,
+    },
+}
+
+/// When a run starts averaging its weights (Polyak & Juditsky 1992; with SGD, Merity et al.
+/// 2018's ASGD). From its first step on, the run keeps the mean of the weights after every step
+/// (the last ones still train); validation, `elmo eval`, `export`, `embed` and `--init-from` use
+/// the mean. Can be switched on or changed by `--resume`; once started it goes on unless `Off`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Averaging {
+    /// The last weights are the result.
+    #[default]
+    Off,
+    /// The weights after step `start` (1-based, as the logs count) and after every step since.
+    FromStep {
+        /// The first step averaged.
+        start: u64,
+    },
+    /// Merity et al.'s non-monotone trigger (NT-ASGD, their `nonmono` 5): from the first
+    /// validation whose perplexity is worse than the best of those before the last `patience`
+    /// validations. Needs a validation file.
+    WhenFlat {
+        /// Validations looked back past.
         patience: u32,
     },
 }
@@ -261,6 +289,7 @@ impl TrainConfig {
             optimizer: OptimizerConfig::default(),
             clip_norm: defaults::clip_norm(),
             lr_schedule: LrSchedule::Constant,
+            averaging: Averaging::Off,
             tokenize: false,
         }
     }
@@ -361,12 +390,13 @@ impl TrainConfig {
         Ok(())
     }
 
-    /// Whether `other` is this config with at most another learning rate and schedule (what
-    /// `--resume` lets a run change).
-    pub fn differs_only_in_learning_rate(&self, other: &Self) -> bool {
+    /// Whether `other` is this config with at most another learning rate, schedule and weight
+    /// averaging (what `--resume` lets a run change).
+    pub fn differs_only_in_schedules(&self, other: &Self) -> bool {
         let other = Self {
             optimizer: other.optimizer.with_lr(self.optimizer.lr()),
             lr_schedule: self.lr_schedule.clone(),
+            averaging: self.averaging.clone(),
             ..other.clone()
         };
         other == *self
@@ -408,7 +438,7 @@ mod tests {
     }
 
     #[test]
-    fn only_the_learning_rate_may_change_on_resume() {
+    fn only_the_rate_schedule_and_averaging_may_change_on_resume() {
         let config = TrainConfig::preset("tiny").unwrap();
         let mut faster = config.clone();
         faster.optimizer = config.optimizer.with_lr(0.05);
@@ -417,16 +447,21 @@ mod tests {
             threshold: 0.01,
             patience: 2,
         };
-        assert!(config.differs_only_in_learning_rate(&faster));
-        assert!(config.differs_only_in_learning_rate(&config));
+        assert!(config.differs_only_in_schedules(&faster));
+        assert!(config.differs_only_in_schedules(&config));
+        let averaged = TrainConfig {
+            averaging: Averaging::WhenFlat { patience: 5 },
+            ..faster.clone()
+        };
+        assert!(config.differs_only_in_schedules(&averaged));
         let mut other = faster.clone();
         other.dropout = 0.3;
-        assert!(!config.differs_only_in_learning_rate(&other));
+        assert!(!config.differs_only_in_schedules(&other));
         other = config.clone();
         other.optimizer = OptimizerConfig::Adam {
             lr: config.optimizer.lr(),
         };
-        assert!(!config.differs_only_in_learning_rate(&other));
+        assert!(!config.differs_only_in_schedules(&other));
     }
 
     #[test]

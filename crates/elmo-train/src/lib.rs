@@ -4,6 +4,7 @@
 //!
 //! This crate picks no backend: the caller passes a `burn::tensor::Device`.
 
+pub mod averaging;
 pub mod batcher;
 pub mod checkpoint;
 pub mod config;

@@ -41,6 +41,9 @@ pub enum MetricsRecord {
         backward_perplexity: f64,
         /// exp of the mean of the two directions' NLL.
         perplexity: f64,
+        /// Of the weight average over this many steps (absent: the trained weights).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        averaged_steps: Option<u64>,
     },
 }
 

@@ -1,5 +1,6 @@
 //! A trained run directory opened for use: its config, vocabulary and the model of its newest
-//! checkpoint (`elmo eval`, `elmo export`, `elmo embed --model RUN_DIR`).
+//! checkpoint (`elmo eval`, `elmo export`, `elmo embed --model RUN_DIR`): the mean of its
+//! weights when the run averages them ([`crate::averaging`]), else its trained weights.
 
 use std::path::{Path, PathBuf};
 
@@ -53,10 +54,12 @@ pub struct TrainedRun {
     pub config: TrainConfig,
     /// Its vocabulary.
     pub vocab: Vocabulary,
-    /// The model of the newest checkpoint.
+    /// The model of the newest checkpoint: the weight average when it has one.
     pub model: BiLanguageModel,
     /// The step of that checkpoint.
     pub step: u64,
+    /// Steps in the weight average that `model` is (`None`: the trained weights).
+    pub averaged_steps: Option<u64>,
 }
 
 impl TrainedRun {
@@ -65,8 +68,18 @@ impl TrainedRun {
         RunDirectory::new(dir).config_file().is_file() && dir.join("checkpoints").is_dir()
     }
 
-    /// Opens the newest checkpoint of a run directory.
+    /// Opens the newest checkpoint of a run directory: its weight average if it has one, else
+    /// its trained weights.
     pub fn load(dir: &Path, device: &Device) -> Result<Self> {
+        Self::open(dir, device, true)
+    }
+
+    /// Opens the newest checkpoint's trained weights, even where the run averages them.
+    pub fn load_trained_weights(dir: &Path, device: &Device) -> Result<Self> {
+        Self::open(dir, device, false)
+    }
+
+    fn open(dir: &Path, device: &Device, averaged: bool) -> Result<Self> {
         let run = RunDirectory::new(dir);
         if !run.config_file().is_file() {
             return Err(TrainError::RunDirectory {
@@ -82,17 +95,21 @@ impl TrainedRun {
                 path: dir.to_path_buf(),
                 message: "has no complete checkpoint yet".into(),
             })?;
+        let averaged_steps = Some(checkpoint.trainer_state()?.averaging.n_averaged)
+            .filter(|&n| averaged && n > 0 && checkpoint.average_file().is_file());
+        let path = match averaged_steps {
+            Some(_) => checkpoint.average_file(),
+            None => checkpoint.model_file(),
+        };
         let model = model_for(&config, &vocab, device)
-            .try_load_file(checkpoint.model_file())
-            .map_err(|source| TrainError::Record {
-                path: checkpoint.model_file(),
-                source,
-            })?;
+            .try_load_file(&path)
+            .map_err(|source| TrainError::Record { path, source })?;
         Ok(Self {
             config,
             vocab,
             model,
             step: checkpoint.step,
+            averaged_steps,
         })
     }
 }

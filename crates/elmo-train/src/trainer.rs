@@ -17,16 +17,19 @@ use burn::tensor::Device;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use crate::averaging::WeightAverage;
 use crate::batcher::{Batcher, LmBatch, mix_seed};
-use crate::checkpoint::{Checkpoint, LossWindow, RunDirectory, TrainerState};
-use crate::config::{LrSchedule, TrainConfig};
+use crate::checkpoint::{
+    AVERAGE_FILE, Checkpoint, LossWindow, MODEL_FILE, OPTIMIZER_FILE, RunDirectory, TrainerState,
+};
+use crate::config::{Averaging, LrSchedule, TrainConfig};
 use crate::error::{Result, TrainError};
 use crate::evaluate::{Perplexity, evaluate, perplexity};
 use crate::init_from::{InitFrom, initial_model};
 use crate::language_model::{BiLanguageModel, CarriedState, LmGradients, SoftmaxMode};
 use crate::metrics::{MetricsLog, MetricsRecord, read_metrics};
 use crate::optimizer::{build_optimizer, clip_global_norm};
-use crate::run::RunInfo;
+use crate::run::{RunInfo, model_for};
 use crate::softmax::SampledCandidates;
 use crate::vocabulary::Vocabulary;
 
@@ -87,6 +90,8 @@ pub trait TrainObserver {
     fn checkpoint(&mut self, _checkpoint: &Checkpoint) {}
     /// The plateau schedule lowered the learning rate to `lr`.
     fn lr_decayed(&mut self, _lr: f64) {}
+    /// Weight averaging started with the weights after step `step`.
+    fn averaging_started(&mut self, _step: u64) {}
 }
 
 impl TrainObserver for () {}
@@ -222,14 +227,14 @@ fn prepare_run(
     if resume && run.config_file().is_file() {
         let saved = TrainConfig::from_file(run.config_file())?;
         if saved != *config {
-            if !saved.differs_only_in_learning_rate(config) {
+            if !saved.differs_only_in_schedules(config) {
                 return Err(run_error(
                     run,
                     "--resume with a config that differs from the run's config.json \
-                     (only the learning rate and its schedule may change)",
+                     (only the learning rate, its schedule and the weight averaging may change)",
                 ));
             }
-            // A new rate or schedule from here on: the run's config says what it now uses.
+            // A new rate, schedule or averaging from here on: the run's config says so.
             config.to_file(run.config_file())?;
         }
         if Vocabulary::from_file(run.vocab_file())? != *vocab {
@@ -289,6 +294,11 @@ pub fn train(
             "the plateau learning-rate schedule needs a validation file".into(),
         ));
     }
+    if matches!(config.averaging, Averaging::WhenFlat { .. }) && options.valid_file.is_none() {
+        return Err(TrainError::InvalidConfig(
+            "averaging from a flat validation perplexity needs a validation file".into(),
+        ));
+    }
     let run = RunDirectory::new(&options.run_dir);
     let info = RunInfo {
         train: options.train_files.clone(),
@@ -328,8 +338,10 @@ pub fn train(
         has_lstm_state: false,
         elapsed_seconds: 0.0,
         plateau: Default::default(),
+        averaging: Default::default(),
     };
     let mut last_checkpoint = None;
+    let mut average: Option<WeightAverage<BiLanguageModel>> = None;
     let mut metrics = match &resume_from {
         Some(checkpoint) => {
             model = model
@@ -346,6 +358,16 @@ pub fn train(
                     source,
                 })?;
             trainer = checkpoint.trainer_state()?;
+            if trainer.averaging.n_averaged > 0 && config.averaging != Averaging::Off {
+                let path = checkpoint.average_file();
+                let mean = model_for(config, &vocab, device)
+                    .try_load_file(&path)
+                    .map_err(|source| TrainError::Record { path, source })?;
+                average = Some(WeightAverage {
+                    mean,
+                    n_averaged: trainer.averaging.n_averaged,
+                });
+            }
             batcher.restore(trainer.batcher.clone())?;
             if trainer.has_lstm_state {
                 state = Some(checkpoint.lstm_state(
@@ -406,6 +428,18 @@ pub fn train(
         trainer.tokens += n_targets;
         window_tokens += n_targets;
         trainer.window.add(&out);
+        if trainer.averaging.includes(&config.averaging, trainer.step) {
+            match &mut average {
+                Some(average) => average.add(&model),
+                None => {
+                    average = Some(WeightAverage::start(&model));
+                    observer.averaging_started(trainer.step);
+                }
+            }
+            trainer.averaging.n_averaged = average.as_ref().map_or(0, |a| a.n_averaged);
+        } else {
+            average = None;
+        }
         observer.step(&StepReport {
             step: trainer.step,
             total: options.steps,
@@ -438,7 +472,9 @@ pub fn train(
             if let Some(valid_file) = &options.valid_file {
                 observer.validating();
                 let p = evaluate(
-                    &model.valid(),
+                    &average
+                        .as_ref()
+                        .map_or_else(|| model.valid(), |a| a.mean.clone()),
                     vec![valid_file.clone()],
                     config.tokenize,
                     vocab.clone(),
@@ -451,11 +487,19 @@ pub fn train(
                     forward_perplexity: p.forward,
                     backward_perplexity: p.backward,
                     perplexity: p.average,
+                    averaged_steps: average.as_ref().map(|a| a.n_averaged),
                 };
                 metrics.append(&record)?;
                 observer.record(&record);
                 if trainer.plateau.observe(&config.lr_schedule, p.average) {
                     observer.lr_decayed(config.optimizer.lr() * trainer.plateau.scale);
+                }
+                if average.is_none() {
+                    trainer.averaging.observe_validation(
+                        &config.averaging,
+                        p.average,
+                        trainer.step,
+                    );
                 }
                 valid = Some(p);
             }
@@ -463,20 +507,26 @@ pub fn train(
             trainer.has_lstm_state = state.is_some();
             trainer.elapsed_seconds = elapsed_before + run_start.elapsed().as_secs_f64();
             let checkpoint = run.save_checkpoint(
-                |path| {
+                |dir| {
+                    let record_error = |file: &str| {
+                        let path = dir.join(file);
+                        move |source| TrainError::Record { path, source }
+                    };
                     model
                         .clone()
-                        .save_file(path)
-                        .map_err(|source| TrainError::Record {
-                            path: path.to_path_buf(),
-                            source,
-                        })
-                },
-                |path| {
-                    optimizer.save(path).map_err(|source| TrainError::Record {
-                        path: path.to_path_buf(),
-                        source,
-                    })
+                        .save_file(dir.join(MODEL_FILE))
+                        .map_err(record_error(MODEL_FILE))?;
+                    optimizer
+                        .save(dir.join(OPTIMIZER_FILE))
+                        .map_err(record_error(OPTIMIZER_FILE))?;
+                    if let Some(average) = &average {
+                        average
+                            .mean
+                            .clone()
+                            .save_file(dir.join(AVERAGE_FILE))
+                            .map_err(record_error(AVERAGE_FILE))?;
+                    }
+                    Ok(())
                 },
                 state.as_ref(),
                 &trainer,

@@ -8,7 +8,7 @@ use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::GradientsParams;
 use burn::tensor::{Device, Tensor};
 use elmo_train::batcher::{BatchShape, Batcher, LmBatch, Targets, TokenGrid};
-use elmo_train::config::{LrSchedule, OptimizerConfig, TrainConfig};
+use elmo_train::config::{Averaging, LrSchedule, OptimizerConfig, TrainConfig};
 use elmo_train::init_from::initial_model;
 use elmo_train::language_model::{CarriedState, SoftmaxMode};
 use elmo_train::metrics::{MetricsRecord, read_metrics};
@@ -616,4 +616,125 @@ fn a_new_run_can_start_from_another_runs_weights() {
     opts.resume = true;
     let summary = train(&config, vocab, &opts, &device, &mut ()).unwrap();
     assert_eq!(summary.steps, 4);
+}
+
+/// Every float parameter of a module, flattened, in visiting order.
+#[derive(Default)]
+struct Flat(Vec<Vec<f32>>);
+
+impl ModuleVisitor for Flat {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        self.0
+            .push(param.val().into_data().try_to_vec::<f32>().unwrap());
+    }
+}
+
+fn flat(model: &elmo_train::BiLanguageModel) -> Vec<Vec<f32>> {
+    let mut flat = Flat::default();
+    model.visit(&mut flat);
+    flat.0
+}
+
+/// Weight averaging: the run's model (what eval, export, embed and --init-from read) is the
+/// arithmetic mean of the weights after the steps from `start` on (to 1e-6, the running mean
+/// rounds differently); switched on by a resume, carried across another resume exactly.
+#[test]
+fn weight_averaging_is_the_mean_of_the_steps_weights_and_resumes_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let corpus = write_corpus(dir.path());
+    let vocab = vocab(&corpus);
+    let device = Device::flex();
+    let mut config = tiny_config();
+    config.averaging = Averaging::FromStep { start: 3 };
+    let run_options = |name: &str, steps: u64| {
+        let mut opts = options(&dir.path().join(name), &corpus, steps);
+        opts.checkpoint_every = 1;
+        opts.keep_checkpoints = 10;
+        opts
+    };
+    let straight = dir.path().join("straight");
+    train(
+        &config,
+        vocab.clone(),
+        &run_options("straight", 6),
+        &device,
+        &mut (),
+    )
+    .unwrap();
+
+    let averaged = TrainedRun::load(&straight, &device).unwrap();
+    assert_eq!(averaged.averaged_steps, Some(4));
+    let step_weights: Vec<Vec<Vec<f32>>> = (3..=6)
+        .map(|step| {
+            let file = straight.join(format!("checkpoints/step-{step:09}/model.bpk"));
+            flat(
+                &elmo_train::run::model_for(&config, &vocab, &device)
+                    .try_load_file(file)
+                    .unwrap(),
+            )
+        })
+        .collect();
+    let mut largest_change = 0f32;
+    for (p, mean) in flat(&averaged.model).iter().enumerate() {
+        for (i, value) in mean.iter().enumerate() {
+            let expected = step_weights.iter().map(|w| w[p][i]).sum::<f32>() / 4.0;
+            assert!(
+                (value - expected).abs() < 1e-6,
+                "parameter {p}[{i}]: {value} vs {expected}"
+            );
+            largest_change =
+                largest_change.max((step_weights[3][p][i] - step_weights[0][p][i]).abs());
+        }
+    }
+    assert!(
+        largest_change > 1e-3,
+        "the weights did not move: {largest_change}"
+    );
+    let trained = TrainedRun::load_trained_weights(&straight, &device).unwrap();
+    assert_eq!(trained.averaged_steps, None);
+    assert_eq!(flat(&trained.model), step_weights[3]);
+    // Validation reads the mean from step 3 on.
+    let averaged_steps: Vec<Option<u64>> = read_metrics(straight.join("metrics.jsonl"))
+        .unwrap()
+        .into_iter()
+        .filter_map(|r| match r {
+            MetricsRecord::Valid { averaged_steps, .. } => Some(averaged_steps),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        averaged_steps,
+        [None, None, Some(1), Some(2), Some(3), Some(4)]
+    );
+
+    // Without averaging to step 2, switched on by --resume, "killed" after step 4, resumed.
+    let mut plain = config.clone();
+    plain.averaging = Averaging::Off;
+    train(
+        &plain,
+        vocab.clone(),
+        &run_options("broken", 2),
+        &device,
+        &mut (),
+    )
+    .unwrap();
+    let mut resumed = run_options("broken", 4);
+    resumed.resume = true;
+    train(&config, vocab.clone(), &resumed, &device, &mut ()).unwrap();
+    std::fs::remove_dir_all(dir.path().join("broken/checkpoints/step-000000004")).unwrap();
+    resumed.steps = 6;
+    train(&config, vocab.clone(), &resumed, &device, &mut ()).unwrap();
+    let broken = dir.path().join("broken");
+    assert_eq!(train_losses(&straight), train_losses(&broken));
+    assert_eq!(
+        flat(&TrainedRun::load(&broken, &device).unwrap().model),
+        flat(&averaged.model)
+    );
+
+    // The non-monotone trigger needs validation.
+    config.averaging = Averaging::WhenFlat { patience: 5 };
+    let mut no_valid = run_options("no-valid", 2);
+    no_valid.valid_file = None;
+    let error = train(&config, vocab, &no_valid, &device, &mut ()).unwrap_err();
+    assert!(error.to_string().contains("validation"), "{error}");
 }

@@ -94,9 +94,18 @@ fn vocab_train_resume_eval_export_embed() {
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stderr).contains("only the learning rate"));
     // Without --quiet and with stderr not a terminal (no bar drawn), the log lines go to stderr.
+    // The resume also switches weight averaging on.
     let resumed = train_logged(
         "6",
-        &["--resume", "--lr", "0.1", "--plateau-decay", "0.5"],
+        &[
+            "--resume",
+            "--lr",
+            "0.1",
+            "--plateau-decay",
+            "0.5",
+            "--average-from",
+            "5",
+        ],
         false,
     );
     let log = String::from_utf8_lossy(&resumed.stderr);
@@ -105,6 +114,8 @@ fn vocab_train_resume_eval_export_embed() {
         "resuming from step 4 to 6",
         "step 6: loss",
         "step 6: valid perplexity forward",
+        "weight averaging started at step 5",
+        "(mean of the last 2 steps' weights)",
         "checkpoint ",
     ] {
         assert!(log.contains(line), "{line:?} missing from:\n{log}");
@@ -147,6 +158,23 @@ fn vocab_train_resume_eval_export_embed() {
         let v: f64 = value.parse().expect("a number");
         assert!(v > 1.0 && v < 1000.0, "{line}");
     }
+    // That was the mean of the last two steps' weights; the trained weights evaluate otherwise.
+    let eval = elmo(&["eval", "--model", path(&run), "--data", path(&corpus)]);
+    let said = String::from_utf8_lossy(&eval.stderr);
+    assert!(
+        said.contains("the mean of the weights of its last 2 steps"),
+        "{said}"
+    );
+    let trained = ok(&[
+        "eval",
+        "--quiet",
+        "--trained-weights",
+        "--model",
+        path(&run),
+        "--data",
+        path(&corpus),
+    ]);
+    assert_ne!(trained, line);
 
     let export = d.join("export");
     ok(&["export", "--model", path(&run), "--out", path(&export)]);
