@@ -357,6 +357,15 @@ impl TrainObserver for Progress {
         ));
     }
 
+    fn initialised_from(&mut self, init_from: &InitFrom, softmax_taken: bool) {
+        if let (InitFrom::Run(dir), false) = (init_from, softmax_taken) {
+            self.log(format!(
+                "note: --vocab is not the vocabulary of {}: the softmax starts new",
+                dir.display()
+            ));
+        }
+    }
+
     fn averaging_started(&mut self, step: u64) {
         self.log(format!(
             "weight averaging started at step {step}: validation and checkpoints use the mean"
@@ -370,14 +379,6 @@ pub fn run(args: &TrainArgs) -> Result<()> {
     let config = args.config(init_from.as_ref())?;
     let vocab = Vocabulary::from_file(&args.vocab)?;
     let train_files = expand_patterns(&args.train)?;
-    if let (Some(InitFrom::Run(dir)), false, false) = (&init_from, args.resume, args.quiet)
-        && Vocabulary::from_file(RunDirectory::new(dir).vocab_file())? != vocab
-    {
-        eprintln!(
-            "note: --vocab is not the vocabulary of {}: the softmax starts new",
-            dir.display()
-        );
-    }
     let options = TrainOptions {
         run_dir: args.out.clone(),
         train_files,

@@ -100,6 +100,16 @@ fn starting_weights(
     })
 }
 
+/// A new run's first model, and what it took from `--init-from`.
+#[derive(Debug)]
+pub struct InitialModel {
+    /// The model.
+    pub model: BiLanguageModel,
+    /// Whether the softmax came from `--init-from` (a run with the same vocabulary); `false`
+    /// for pretrained files and for a run with another vocabulary: a new softmax.
+    pub softmax_taken: bool,
+}
+
 /// A new run's model: every parameter drawn reproducibly from `seed` (see
 /// [`elmo_model::seeded_init`]), then those of `init_from` put in their place.
 pub fn initial_model(
@@ -108,11 +118,12 @@ pub fn initial_model(
     init_from: Option<&InitFrom>,
     seed: u64,
     device: &Device,
-) -> Result<BiLanguageModel> {
+) -> Result<InitialModel> {
     let start = init_from
         .map(|from| starting_weights(config, vocab, from, device))
         .transpose()?;
-    Ok(elmo_model::seeded_init(device, seed, || match start {
+    let softmax_taken = start.as_ref().is_some_and(|s| s.softmax.is_some());
+    let model = elmo_model::seeded_init(device, seed, || match start {
         None => model_for(config, vocab, device),
         Some(StartingWeights { bilm, softmax }) => {
             let model = model_config(config, vocab).with_bilm(bilm, device);
@@ -121,5 +132,9 @@ pub fn initial_model(
                 None => model,
             }
         }
-    }))
+    });
+    Ok(InitialModel {
+        model,
+        softmax_taken,
+    })
 }

@@ -90,6 +90,8 @@ pub trait TrainObserver {
     fn checkpoint(&mut self, _checkpoint: &Checkpoint) {}
     /// The plateau schedule lowered the learning rate to `lr`.
     fn lr_decayed(&mut self, _lr: f64) {}
+    /// A new run took its first weights from `init_from`, its softmax too if `softmax_taken`.
+    fn initialised_from(&mut self, _init_from: &InitFrom, _softmax_taken: bool) {}
     /// Weight averaging started with the weights after step `step`.
     fn averaging_started(&mut self, _step: u64) {}
 }
@@ -310,14 +312,19 @@ pub fn train(
     // Built before the run directory is written, so that a bad --init-from leaves nothing behind.
     // On resume the checkpoint's weights replace these below (so --init-from is not read again).
     let resuming = options.resume && run.latest_checkpoint()?.is_some();
-    let mut model = initial_model(
+    let init_from = options.init_from.as_ref().filter(|_| !resuming);
+    let initial = initial_model(
         config,
         &vocab,
-        options.init_from.as_ref().filter(|_| !resuming),
+        init_from,
         mix_seed(&[options.seed, 0x1417]),
         &train_device,
     )?;
+    let mut model = initial.model;
     let resume_from = prepare_run(&run, config, &vocab, &info, options.resume)?;
+    if let Some(from) = init_from {
+        observer.initialised_from(from, initial.softmax_taken);
+    }
     let mut optimizer = build_optimizer(&config.optimizer);
     let vocab = Arc::new(vocab);
     let shape = config.batch_shape();

@@ -570,6 +570,8 @@ fn a_new_run_can_start_from_another_runs_weights() {
 
     // Same vocabulary: biLM and softmax are the run's, exactly.
     let model = initial_model(&config, &vocab, Some(&from), 99, &device).unwrap();
+    assert!(model.softmax_taken);
+    let model = model.model;
     assert_eq!(max_diff(top(&model.bilm), top(&trained.model.bilm)), 0.0);
     assert_eq!(
         max_diff(
@@ -578,7 +580,9 @@ fn a_new_run_can_start_from_another_runs_weights() {
         ),
         0.0
     );
-    let fresh = initial_model(&config, &vocab, None, 99, &device).unwrap();
+    let fresh = initial_model(&config, &vocab, None, 99, &device)
+        .unwrap()
+        .model;
     assert!(
         max_diff(
             fresh.softmax.weight.val(),
@@ -590,6 +594,8 @@ fn a_new_run_can_start_from_another_runs_weights() {
     let bigger =
         Vocabulary::from_tokens(vocab.tokens().iter().cloned().chain(["zebra".to_string()]));
     let model = initial_model(&config, &bigger, Some(&from), 99, &device).unwrap();
+    assert!(!model.softmax_taken);
+    let model = model.model;
     assert_eq!(max_diff(top(&model.bilm), top(&trained.model.bilm)), 0.0);
     assert_eq!(model.softmax.weight.dims()[0], vocab.len() + 1);
 
