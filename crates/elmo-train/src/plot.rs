@@ -19,6 +19,7 @@ pub fn plot_curves(records: &[MetricsRecord], path: &Path) -> Result<()> {
     let mut train_f = Vec::new();
     let mut train_b = Vec::new();
     let mut valid = Vec::new();
+    let mut valid_mean = Vec::new();
     for record in records {
         match *record {
             MetricsRecord::Train {
@@ -31,11 +32,21 @@ pub fn plot_curves(records: &[MetricsRecord], path: &Path) -> Result<()> {
                 train_b.push((step, backward_perplexity));
             }
             MetricsRecord::Valid {
-                step, perplexity, ..
-            } => valid.push((step, perplexity)),
+                step,
+                perplexity,
+                averaged_steps,
+                ..
+            } => match averaged_steps {
+                None => valid.push((step, perplexity)),
+                Some(_) => valid_mean.push((step, perplexity)),
+            },
         }
     }
-    let all = train_f.iter().chain(&train_b).chain(&valid);
+    let all = train_f
+        .iter()
+        .chain(&train_b)
+        .chain(&valid)
+        .chain(&valid_mean);
     let finite: Vec<(u64, f64)> = all
         .copied()
         .filter(|(_, p)| p.is_finite() && *p > 0.0)
@@ -61,10 +72,11 @@ pub fn plot_curves(records: &[MetricsRecord], path: &Path) -> Result<()> {
             .x_desc("step")
             .y_desc("perplexity")
             .draw()?;
-        let series: [Series; 3] = [
+        let series: [Series; 4] = [
             ("train forward", &train_f, BLUE),
             ("train backward", &train_b, GREEN),
             ("valid (mean of directions)", &valid, RED),
+            ("valid, weight average", &valid_mean, MAGENTA),
         ];
         for (label, points, color) in series {
             if points.is_empty() {
@@ -87,4 +99,34 @@ pub fn plot_curves(records: &[MetricsRecord], path: &Path) -> Result<()> {
         Ok(())
     };
     draw().map_err(|e| plot_error(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn valid(step: u64, perplexity: f64, averaged_steps: Option<u64>) -> MetricsRecord {
+        MetricsRecord::Valid {
+            step,
+            forward_perplexity: perplexity,
+            backward_perplexity: perplexity,
+            perplexity,
+            averaged_steps,
+        }
+    }
+
+    #[test]
+    fn the_weight_average_gets_its_own_curve() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("curves.svg");
+        let trained = [valid(1, 300.0, None), valid(2, 250.0, None)];
+        plot_curves(&trained, &path).unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        assert!(svg.contains("valid (mean of directions)"));
+        assert!(!svg.contains("weight average"));
+        let averaged = [trained[0].clone(), valid(3, 220.0, Some(1))];
+        plot_curves(&averaged, &path).unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        assert!(svg.contains("valid, weight average"), "{svg}");
+    }
 }
