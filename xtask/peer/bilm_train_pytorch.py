@@ -3,9 +3,11 @@ highway + projection shared by both directions, LSTMP stacks with clips and resi
 tied softmax, sampled with TensorFlow's unique log-uniform sampler when the vocabulary is larger
 than twice the negatives, Adagrad with initial accumulator 1.0, global-norm clipping 10), on a
 synthetic Zipfian corpus. Prints `RESULT tokens_per_s=... peak_rss_mib=...` (targets of both
-directions per second)."""
+directions per second). `--device cuda` runs it on the GPU (timed after `torch.cuda.synchronize`;
+`peak_gpu_mib` is `torch.cuda.max_memory_allocated`)."""
 
 import argparse
+import json
 import math
 import resource
 import time
@@ -21,6 +23,17 @@ PRESETS = {
     "medium": dict(d_char=16, filters=[[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]],
                    n_highway=1, d_cell=2048, d_proj=256),
 }
+
+
+def shape_of(preset):
+    """A preset name, or an elmo-rs config JSON (its `model` section)."""
+    if not preset.endswith(".json"):
+        return PRESETS[preset]
+    with open(preset) as f:
+        model = json.load(f)["model"]
+    lstm, cnn = model["lstm"], model["char_cnn"]
+    return dict(d_char=cnn["embedding"]["dim"], filters=cnn["filters"], n_highway=cnn["n_highway"],
+                d_cell=lstm["dim"], d_proj=lstm["projection_dim"], n_layers=lstm.get("n_layers", 2))
 
 
 def char_ids(word):
@@ -60,8 +73,8 @@ class BiLm(torch.nn.Module):
         n_f = sum(n for _, n in p["filters"])
         self.highways = torch.nn.ModuleList(torch.nn.Linear(n_f, 2 * n_f) for _ in range(p["n_highway"]))
         self.proj = torch.nn.Linear(n_f, p["d_proj"])
-        self.fwd = torch.nn.ModuleList(Lstmp(p["d_proj"], p["d_cell"], p["d_proj"]) for _ in range(2))
-        self.bwd = torch.nn.ModuleList(Lstmp(p["d_proj"], p["d_cell"], p["d_proj"]) for _ in range(2))
+        self.fwd = torch.nn.ModuleList(Lstmp(p["d_proj"], p["d_cell"], p["d_proj"]) for _ in range(p.get("n_layers", 2)))
+        self.bwd = torch.nn.ModuleList(Lstmp(p["d_proj"], p["d_cell"], p["d_proj"]) for _ in range(p.get("n_layers", 2)))
         self.softmax_w = torch.nn.Parameter(torch.randn(n_vocab, p["d_proj"]) / math.sqrt(p["d_proj"]))
         self.softmax_b = torch.nn.Parameter(torch.zeros(n_vocab))
         self.dropout = dropout
@@ -96,7 +109,7 @@ def sampled_nll(model, hidden, targets, n_neg, n_vocab):
         draws = (np.exp(np.random.rand(need) * log_range).astype(np.int64) - 1).clip(0, n_vocab - 1)
         tries += need
         seen.update(draws.tolist())
-    ids = torch.tensor(sorted(seen)[:n_neg])
+    ids = torch.tensor(sorted(seen)[:n_neg], device=hidden.device)
 
     def log_q(k):
         p = torch.log((k.double() + 2) / (k.double() + 1)) / log_range
@@ -118,30 +131,35 @@ def main():
     ap.add_argument("--vocab-size", type=int, default=50000)
     ap.add_argument("--negatives", type=int, default=8192)
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
     a = ap.parse_args()
+    dev = torch.device(a.device)
     if a.threads:
         torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     np.random.seed(0)
-    p = PRESETS[a.preset]
+    p = shape_of(a.preset)
     n_vocab = a.vocab_size
     words = [f"w{k}" for k in range(n_vocab - 3)]
-    table = torch.tensor([char_ids(w) for w in words])
-    model = BiLm(p, n_vocab, 0.1)
+    table = torch.tensor([char_ids(w) for w in words], device=dev)
+    model = BiLm(p, n_vocab, 0.1).to(dev)
     opt = torch.optim.Adagrad(model.parameters(), lr=0.2, initial_accumulator_value=1.0, eps=0.0)
     B, T = a.batch_size, a.unroll_steps
     log_range = math.log(len(words) + 1)
 
     def window():
         ids = (np.exp(np.random.rand(B, T + 1) * log_range).astype(np.int64) - 1).clip(0, len(words) - 1)
-        ids = torch.from_numpy(ids)
+        ids = torch.from_numpy(ids).to(dev)
         return table[ids[:, :T]], ids[:, 1:] + 3
 
-    zero = lambda: [(torch.zeros(B, p["d_proj"]), torch.zeros(B, p["d_cell"])) for _ in range(2)]
+    zero = lambda: [(torch.zeros(B, p["d_proj"], device=dev), torch.zeros(B, p["d_cell"], device=dev))
+                    for _ in range(p.get("n_layers", 2))]
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     states = [zero(), zero()]
     count, start = 0, time.time()
     for step in range(a.steps + 1):
         if step == 1:
+            sync()
             count, start = 0, time.time()
         (cf, tf), (cb, tb) = window(), window()
         emb = model.encode(torch.cat([cf, cb], 0))
@@ -154,9 +172,11 @@ def main():
         torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0)
         opt.step()
         count += 2 * B * T
+    sync()
     seconds = time.time() - start
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"RESULT tokens_per_s={count / seconds:.1f} peak_rss_mib={rss:.0f} loss={loss.item():.3f}")
+    gpu = f" peak_gpu_mib={torch.cuda.max_memory_allocated() / 2**20:.0f}" if dev.type == "cuda" else ""
+    print(f"RESULT tokens_per_s={count / seconds:.1f} peak_rss_mib={rss:.0f}{gpu} loss={loss.item():.3f}")
 
 
 if __name__ == "__main__":

@@ -5,9 +5,11 @@
 //! Each backend runs in its own child process so that its peak RSS (`VmHWM`) is its own.
 //! Flags: `--preset small` (or a config JSON), `--backends flex,ndarray[,wgpu]`, `--steps 3` (after one warm-up),
 //! `--batch-size 32`, `--unroll-steps 20`, `--vocab-size 50000`, `--negatives 8192`,
-//! `--peer PYTHON` (a Python with torch), `--threads N`, `--rounds N` (run every implementation
+//! `--peer PYTHON` (a Python with torch), `--peer-device cpu|cuda` (where the peer runs), `--threads N`, `--rounds N` (run every implementation
 //! N times, alternating, and report each one's median and its ratio to the peer's: on a shared,
 //! noisy machine the ratio of medians taken in the same minutes is the number to quote).
+//! With `ELMO_STEP_PROFILE=1` each backend also prints its step's phases (ms per step, the
+//! device synchronised at every phase boundary: see `elmo_train::step_profile`).
 
 use std::io::Write;
 use std::process::Command;
@@ -18,6 +20,7 @@ use elmo_train::batcher::Batcher;
 use elmo_train::language_model::CarriedState;
 use elmo_train::optimizer::build_optimizer;
 use elmo_train::run::seeded_model;
+use elmo_train::step_profile;
 use elmo_train::trainer::{StepSettings, optimizer_step};
 use elmo_train::{TrainConfig, Vocabulary};
 use rand::{Rng, SeedableRng};
@@ -78,6 +81,7 @@ fn child(backend: &str, s: &Settings) {
             // Step 0 is the warm-up (allocations, autotuning).
             start = Instant::now();
             targets = 0;
+            step_profile::take();
         }
         let batch = batcher.next_batch().expect("batch").expect("endless");
         let (next, losses) = optimizer_step(
@@ -99,6 +103,15 @@ fn child(backend: &str, s: &Settings) {
     }
     let seconds = start.elapsed().as_secs_f64();
     let _ = std::fs::remove_dir_all(&dir);
+    let phases = step_profile::take();
+    let profiled: f64 = phases.iter().map(|(_, t)| t.as_secs_f64()).sum();
+    for (phase, total) in &phases {
+        println!(
+            "PHASE {backend}: {phase}: {:.1} ms per step ({:.0}%)",
+            1000.0 * total.as_secs_f64() / s.steps as f64,
+            100.0 * total.as_secs_f64() / profiled
+        );
+    }
     println!(
         "RESULT backend={backend} targets={targets} seconds={seconds:.3} tokens_per_s={:.1} peak_rss_mib={:.0} parameters={}",
         targets as f64 / seconds,
@@ -137,6 +150,7 @@ fn main() {
     let backends = get("--backends", "flex,ndarray");
     let threads = get("--threads", "");
     let peer = get("--peer", "");
+    let peer_device = get("--peer-device", "cpu");
     let rounds = number("--rounds", "1").max(1);
     let exe = std::env::current_exe().expect("own path");
     let common = [
@@ -185,7 +199,8 @@ fn main() {
         if !threads.is_empty() {
             command.args(["--threads", &threads]);
         }
-        runs.push(("PyTorch peer".into(), command));
+        command.args(["--device", &peer_device]);
+        runs.push((format!("PyTorch peer ({peer_device})"), command));
     }
     for (_, command) in &mut runs {
         if !threads.is_empty() {
@@ -198,10 +213,17 @@ fn main() {
         for ((name, command), (speeds, rss)) in runs.iter_mut().zip(&mut measured) {
             let output = command.output().expect("run benchmark child");
             let stdout = String::from_utf8_lossy(&output.stdout);
+            for line in stdout.lines().filter(|l| l.starts_with("PHASE ")) {
+                println!("{line}");
+            }
             match stdout.lines().find(|l| l.starts_with("RESULT")) {
                 Some(line) => {
                     speeds.push(field(line, "tokens_per_s").parse().unwrap_or(f64::NAN));
                     *rss = field(line, "peak_rss_mib");
+                    let gpu = field(line, "peak_gpu_mib");
+                    if gpu != "?" {
+                        *rss = format!("{rss} (GPU {gpu})");
+                    }
                 }
                 None => eprintln!(
                     "{name} failed: {}",

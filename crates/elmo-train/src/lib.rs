@@ -21,6 +21,7 @@ pub mod plot;
 mod recorded_stack;
 pub mod run;
 pub mod softmax;
+pub mod step_profile;
 pub mod tokenizer;
 pub mod trainer;
 mod training_step;

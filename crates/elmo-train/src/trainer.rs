@@ -31,6 +31,7 @@ use crate::metrics::{MetricsLog, MetricsRecord, read_metrics};
 use crate::optimizer::{build_optimizer, clip_global_norm};
 use crate::run::{RunInfo, model_for};
 use crate::softmax::SampledCandidates;
+use crate::step_profile;
 use crate::vocabulary::Vocabulary;
 
 /// How to run the training (data, length, checkpoints); the model and optimisation settings are
@@ -172,6 +173,7 @@ pub fn optimizer_step(
         lr_scale,
         device,
     } = settings;
+    step_profile::start(device);
     let candidates = config.uses_sampled_softmax(n_vocab).then(|| {
         let mut rng = ChaCha8Rng::seed_from_u64(mix_seed(&[seed, step, 0x5A3]));
         SampledCandidates::draw(config.negatives, n_vocab, &mut rng)
@@ -209,12 +211,16 @@ pub fn optimizer_step(
     };
     losses.forward_nll = f64::from(out.loss.forward_nll.clone().into_scalar::<f32>());
     losses.backward_nll = f64::from(out.loss.backward_nll.clone().into_scalar::<f32>());
+    step_profile::mark(device, "losses to the host");
     losses.grad_norm = match config.clip_norm {
         Some(max) => clip_global_norm(&model, &mut grads, max),
         None => crate::optimizer::global_norm(&model, &grads),
     };
+    step_profile::mark(device, "gradient norm and clipping");
     *state = out.state.map(CarriedState::detach);
-    (optimizer.step(lr, model, grads), losses)
+    let model = optimizer.step(lr, model, grads);
+    step_profile::mark(device, "optimizer update");
+    (model, losses)
 }
 
 /// Prepares the run directory: writes config, vocabulary and run info for a new run, checks them

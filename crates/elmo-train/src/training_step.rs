@@ -16,6 +16,7 @@ use crate::language_model::{
 use crate::optimizer::move_gradients;
 use crate::recorded_stack::{backward_stack, forward_stack};
 use crate::softmax::SampledCandidates;
+use crate::step_profile;
 
 /// The softmax part of a step: the losses and, when finite, the gradient of each stack's top
 /// `[B, T, P]` (forward, backward) and the softmax parameters' gradients.
@@ -56,6 +57,7 @@ impl BiLanguageModel {
         let embedded = self
             .bilm
             .encode_tokens(&grid_char_ids(&[forward, backward]), device);
+        step_profile::mark(device, "encoder forward");
         let (f_start, b_start) = match state {
             Some(s) => (Some(s.forward), Some(s.backward)),
             None => (None, None),
@@ -74,6 +76,7 @@ impl BiLanguageModel {
             let f = forward_stack(&self.bilm.forward_layers, skip, f_in, f_start, masks);
             (f, b.join().expect("backward LSTM thread panicked"))
         });
+        step_profile::mark(device, "LSTM forward");
         let tops = [&f_stack.top, &b_stack.top];
         let targets = [forward_targets, backward_targets];
         let candidates = match softmax {
@@ -81,6 +84,7 @@ impl BiLanguageModel {
             SoftmaxMode::Sampled(candidates) => Some(candidates),
         };
         let SoftmaxStep { loss, gradients } = self.softmax_step(tops, targets, candidates);
+        step_profile::mark(device, "softmax");
         let step = LmStep {
             loss,
             state: Some(CarriedState {
@@ -97,6 +101,7 @@ impl BiLanguageModel {
             let f = backward_stack(&self.bilm.forward_layers, skip, f_stack, f_grad);
             (f, b.join().expect("backward LSTM thread panicked"))
         });
+        step_profile::mark(device, "LSTM backward");
         let stacks = [
             (&self.bilm.forward_layers, f_grads.layers),
             (&self.bilm.backward_layers, b_grads.layers),
@@ -115,6 +120,7 @@ impl BiLanguageModel {
             let surrogate = (embedded * grad_embedded).sum();
             let encoder_grads = GradientsParams::from_grads(surrogate.backward(), encoder);
             move_gradients(encoder, encoder_grads, &mut grads);
+            step_profile::mark(device, "encoder backward");
         }
         LmGradients {
             step,

@@ -744,3 +744,21 @@ fn weight_averaging_is_the_mean_of_the_steps_weights_and_resumes_exactly() {
     let error = train(&config, vocab, &no_valid, &device, &mut ()).unwrap_err();
     assert!(error.to_string().contains("validation"), "{error}");
 }
+
+/// The PTB configs shipped in `examples/configs/` load, and have the sizes docs/training.md
+/// gives them (PTB's vocabulary: 10,002 entries).
+#[test]
+fn shipped_ptb_configs_have_their_documented_sizes() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/configs");
+    let vocab = Vocabulary::from_tokens((0..9_999).map(|k| format!("w{k}")));
+    assert_eq!(vocab.len(), 10_002);
+    let device = Device::flex();
+    let millions = |name: &str| {
+        let config = TrainConfig::from_file(dir.join(name)).expect(name);
+        let n = seeded_model(&config, &vocab, 0, &device).n_parameters();
+        (n, (n as f64 / 1e4).round() / 100.0)
+    };
+    assert_eq!(millions("ptb-small.json").1, 4.88);
+    assert_eq!(millions("ptb-312-200.json").0, 4_960_411);
+    assert_eq!(millions("ptb-large.json").1, 18.86);
+}
