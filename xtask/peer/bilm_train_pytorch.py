@@ -26,9 +26,9 @@ PRESETS = {
 
 
 def shape_of(preset):
-    """A preset name, or an elmo-rs config JSON (its `model` section)."""
+    """A preset name (2 layers per direction), or an elmo-rs config JSON (its `model` section)."""
     if not preset.endswith(".json"):
-        return PRESETS[preset]
+        return dict(PRESETS[preset], n_layers=2)
     with open(preset) as f:
         model = json.load(f)["model"]
     lstm, cnn = model["lstm"], model["char_cnn"]
@@ -73,8 +73,8 @@ class BiLm(torch.nn.Module):
         n_f = sum(n for _, n in p["filters"])
         self.highways = torch.nn.ModuleList(torch.nn.Linear(n_f, 2 * n_f) for _ in range(p["n_highway"]))
         self.proj = torch.nn.Linear(n_f, p["d_proj"])
-        self.fwd = torch.nn.ModuleList(Lstmp(p["d_proj"], p["d_cell"], p["d_proj"]) for _ in range(p.get("n_layers", 2)))
-        self.bwd = torch.nn.ModuleList(Lstmp(p["d_proj"], p["d_cell"], p["d_proj"]) for _ in range(p.get("n_layers", 2)))
+        self.fwd = torch.nn.ModuleList(Lstmp(p["d_proj"], p["d_cell"], p["d_proj"]) for _ in range(p["n_layers"]))
+        self.bwd = torch.nn.ModuleList(Lstmp(p["d_proj"], p["d_cell"], p["d_proj"]) for _ in range(p["n_layers"]))
         self.softmax_w = torch.nn.Parameter(torch.randn(n_vocab, p["d_proj"]) / math.sqrt(p["d_proj"]))
         self.softmax_b = torch.nn.Parameter(torch.zeros(n_vocab))
         self.dropout = dropout
@@ -153,7 +153,7 @@ def main():
         return table[ids[:, :T]], ids[:, 1:] + 3
 
     zero = lambda: [(torch.zeros(B, p["d_proj"], device=dev), torch.zeros(B, p["d_cell"], device=dev))
-                    for _ in range(p.get("n_layers", 2))]
+                    for _ in range(p["n_layers"])]
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     states = [zero(), zero()]
     count, start = 0, time.time()
