@@ -3,6 +3,8 @@
 //! synchronises the device (so that a GPU's queued work is counted in the phase that queued it)
 //! and adds the wall time since the previous boundary to that phase. Off (the default), a
 //! boundary costs one relaxed atomic load. `cargo xtask bench train` prints the phases when set.
+//! Only the packed (stateful) fast path has boundaries inside the forward and backward passes;
+//! a sentence-mode step (autodiff throughout) counts both in its first phase.
 
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
