@@ -24,6 +24,7 @@ pub mod cpu_matmul;
 pub mod elmo;
 pub mod error;
 pub mod export;
+mod gate_activation;
 pub mod gradients;
 pub mod highway;
 pub mod lstm_backward;

@@ -14,33 +14,27 @@
 //! training); no gradient flows into the initial state (it is cut at batch boundaries).
 
 use burn::tensor::Tensor;
-use burn::tensor::activation::{sigmoid, tanh};
 
+use crate::gate_activation::GateActivation;
 use crate::lstm_projection::{LstmOutput, LstmState, LstmWithProjection};
 
-/// What one step keeps for the backward pass (all `[B, C]` except `hidden_prev`, `[B, P]`).
-#[derive(Debug, Clone)]
-struct StepRecord {
-    input_gate: Tensor<2>,
-    forget_gate: Tensor<2>,
-    cell_input: Tensor<2>,
-    output_gate: Tensor<2>,
-    memory_prev: Tensor<2>,
-    tanh_memory: Tensor<2>,
-    /// 1 where the cell clip did not cut (`|c| ≤ clip`), else 0; `None` without a clip.
-    memory_kept: Option<Tensor<2>>,
-    /// 1 where the projection clip did not cut (`[B, P]`).
-    hidden_kept: Option<Tensor<2>>,
-    hidden_prev: Tensor<2>,
-}
-
 /// The record of [`LstmWithProjection::forward_recorded`], consumed by
-/// [`LstmWithProjection::backward_recorded`].
+/// [`LstmWithProjection::backward_recorded`]. Time-major (row `t·B + b`), so that one step is a
+/// contiguous block.
 #[derive(Debug, Clone)]
 pub struct LstmTape {
-    /// `[B·T, d_input]`, row `b·T + t`.
+    /// `[T·B, d_input]`: the layer's inputs.
     inputs: Tensor<2>,
-    steps: Vec<StepRecord>,
+    /// `[T, B, 4C]`: the activated gates `σ(i), σ(f), tanh(g), σ(o)` of every step.
+    gates: Tensor<3>,
+    /// `[T, B, C]`: the (clipped) memory after every step.
+    memory: Tensor<3>,
+    /// `[T, B, C]`: its `tanh` (kept: recomputing it costs more than storing it on a CPU).
+    tanh_memory: Tensor<3>,
+    /// `[T, B, P]`: the (clipped) hidden state after every step, the layer's outputs.
+    hidden: Tensor<3>,
+    /// The state before step 0.
+    initial: LstmState,
 }
 
 /// Gradients of [`LstmWithProjection::backward_recorded`].
@@ -69,13 +63,44 @@ pub struct LstmWeightGradients {
 struct PlainWeights {
     input: Tensor<2>,
     state: Tensor<2>,
+    /// `[1, 4C]`.
     bias: Tensor<2>,
     projection: Tensor<2>,
 }
 
-/// 1 where `|x| ≤ clip`, else 0 (where a clamp passes its gradient through, as burn's does).
-fn kept_by_clip(x: &Tensor<2>, clip: Option<f64>) -> Option<Tensor<2>> {
-    clip.map(|clip| x.clone().abs().lower_equal_elem(clip).float())
+/// 1 where `|x| < clip` (the clip did not cut), else 0; `None` without a clip. Read from the
+/// clipped value: it differs from the unclipped `|x| ≤ clip` only where `|x|` equals the clip.
+fn kept_by_clip<const D: usize>(clipped: &Tensor<D>, clip: Option<f64>) -> Option<Tensor<D>> {
+    clip.map(|clip| clipped.clone().abs().lower_elem(clip).float())
+}
+
+/// `1 − x²`.
+fn one_minus_square<const D: usize>(x: Tensor<D>) -> Tensor<D> {
+    x.square().neg().add_scalar(1.0)
+}
+
+/// `x` (`[B, T, d]`) as time-major rows `[T·B, d]` (one copy).
+fn time_major(x: Tensor<3>) -> Tensor<2> {
+    let [batch, n_steps, width] = x.dims();
+    x.swap_dims(0, 1).reshape([n_steps * batch, width])
+}
+
+/// Step `t` of a time-major `[T, B, d]` tensor as `[B, d]` (a view).
+fn step(x: &Tensor<3>, t: usize) -> Tensor<2> {
+    let [_, batch, width] = x.dims();
+    x.clone().narrow(0, t, 1).reshape([batch, width])
+}
+
+/// `[initial; x_0 … x_{T−2}]`: every step's previous value (`[T, B, d]`).
+fn previous(initial: Tensor<2>, x: &Tensor<3>) -> Tensor<3> {
+    let n_steps = x.dims()[0];
+    Tensor::cat(
+        vec![
+            initial.unsqueeze_dim(0),
+            x.clone().narrow(0, 0, n_steps - 1),
+        ],
+        0,
+    )
 }
 
 impl LstmWithProjection {
@@ -92,6 +117,9 @@ impl LstmWithProjection {
     /// (inputs, state and weights are used without their autodiff association) and recorded for
     /// [`Self::backward_recorded`]. Outputs equal `forward`'s up to float rounding.
     ///
+    /// Few operations per step (each one a kernel launch on a GPU): the gates in one
+    /// [`GateActivation`] pass, the steps' records written into preallocated time-major buffers.
+    ///
     /// # Shapes
     /// - inputs: `[B, T, d_input]`
     /// - output: `outputs` `[B, T, P]`, the state after step `T`
@@ -102,75 +130,54 @@ impl LstmWithProjection {
     ) -> (LstmOutput, LstmTape) {
         let inputs = inputs.inner();
         let device = inputs.device();
-        let [batch, n_steps, d_input] = inputs.dims();
+        let [batch, n_steps, _] = inputs.dims();
         let d_cell = self.d_cell();
+        let d_projection = self.d_projection();
         let weights = self.plain_weights();
-        let LstmState {
-            hidden: mut h,
-            memory: mut c,
-        } = initial_state
+        let initial = initial_state
             .map(|s| LstmState {
                 hidden: s.hidden.inner(),
                 memory: s.memory.inner(),
             })
             .unwrap_or_else(|| self.zero_state(batch, &device));
-        let flat_inputs = inputs.reshape([batch * n_steps, d_input]);
-        // All steps' input contributions in one matmul (training unrolls are short).
-        let projected =
-            flat_inputs
-                .clone()
-                .matmul(weights.input.clone())
-                .reshape([batch, n_steps, 4 * d_cell]);
-        let mut steps = Vec::with_capacity(n_steps);
-        let mut outputs = Vec::with_capacity(n_steps);
+        let flat_inputs = time_major(inputs);
+        let activation = GateActivation::new(d_cell, &device);
+        let state_weight = activation.prepare(weights.state);
+        // All steps' input contributions (with the bias) in one matmul.
+        let projected = (flat_inputs
+            .clone()
+            .matmul(activation.prepare(weights.input))
+            + activation.prepare(weights.bias))
+        .reshape([n_steps, batch, 4 * d_cell]);
+        let mut gates_all = Tensor::<3>::empty([n_steps, batch, 4 * d_cell], &device);
+        let mut memory_all = Tensor::<3>::empty([n_steps, batch, d_cell], &device);
+        let mut tanh_memory_all = Tensor::<3>::empty([n_steps, batch, d_cell], &device);
+        let mut hidden_all = Tensor::<3>::empty([n_steps, batch, d_projection], &device);
+        let (mut h, mut c) = (initial.hidden.clone(), initial.memory.clone());
         for t in 0..n_steps {
-            let x_t = projected
-                .clone()
-                .narrow(1, t, 1)
-                .reshape([batch, 4 * d_cell]);
-            let gates = x_t + (h.clone().matmul(weights.state.clone()) + weights.bias.clone());
+            let pre = step(&projected, t) + h.matmul(state_weight.clone());
+            let gates = activation.activate(pre);
             let gate = |k: usize| gates.clone().narrow(1, k * d_cell, d_cell);
-            let input_gate = sigmoid(gate(0));
-            let forget_gate = sigmoid(gate(1));
-            let cell_input = tanh(gate(2));
-            let output_gate = sigmoid(gate(3));
-            let raw_memory =
-                input_gate.clone() * cell_input.clone() + forget_gate.clone() * c.clone();
-            let memory_kept = kept_by_clip(&raw_memory, self.cell_clip);
-            let memory = match self.cell_clip {
-                Some(clip) => raw_memory.clamp(-clip, clip),
-                None => raw_memory,
-            };
-            let tanh_memory = tanh(memory.clone());
-            let raw_hidden =
-                (output_gate.clone() * tanh_memory.clone()).matmul(weights.projection.clone());
-            let hidden_kept = kept_by_clip(&raw_hidden, self.projection_clip);
-            let hidden = match self.projection_clip {
-                Some(clip) => raw_hidden.clamp(-clip, clip),
-                None => raw_hidden,
-            };
-            steps.push(StepRecord {
-                input_gate,
-                forget_gate,
-                cell_input,
-                output_gate,
-                memory_prev: c,
-                tanh_memory,
-                memory_kept,
-                hidden_kept,
-                hidden_prev: h,
-            });
-            outputs.push(hidden.clone());
+            let mut memory = gate(0) * gate(2) + gate(1) * c;
+            if let Some(clip) = self.cell_clip {
+                memory = memory.clamp(-clip, clip);
+            }
+            let tanh_memory = memory.clone().tanh();
+            let mut hidden = (gate(3) * tanh_memory.clone()).matmul(weights.projection.clone());
+            if let Some(clip) = self.projection_clip {
+                hidden = hidden.clamp(-clip, clip);
+            }
+            let at = |width: usize| [t..t + 1, 0..batch, 0..width];
+            gates_all = gates_all.slice_assign(at(4 * d_cell), gates.unsqueeze_dim(0));
+            memory_all = memory_all.slice_assign(at(d_cell), memory.clone().unsqueeze_dim(0));
+            tanh_memory_all =
+                tanh_memory_all.slice_assign(at(d_cell), tanh_memory.unsqueeze_dim(0));
+            hidden_all = hidden_all.slice_assign(at(d_projection), hidden.clone().unsqueeze_dim(0));
             h = hidden;
             c = memory;
         }
-        let outputs = if outputs.is_empty() {
-            Tensor::zeros([batch, 0, self.d_projection()], &device)
-        } else {
-            Tensor::stack(outputs, 1)
-        };
         let output = LstmOutput {
-            outputs,
+            outputs: hidden_all.clone().swap_dims(0, 1),
             final_state: LstmState {
                 hidden: h,
                 memory: c,
@@ -180,13 +187,22 @@ impl LstmWithProjection {
             output,
             LstmTape {
                 inputs: flat_inputs,
-                steps,
+                gates: gates_all,
+                memory: memory_all,
+                tanh_memory: tanh_memory_all,
+                hidden: hidden_all,
+                initial,
             },
         )
     }
 
     /// Backpropagation through time of a [`Self::forward_recorded`] pass, given the gradient of
     /// its outputs (none flows out of the final state or into the initial state).
+    ///
+    /// Everything that does not depend on the gradient flowing back through time (the gates'
+    /// derivatives, the clip masks) is computed for all steps at once before the loop; a step
+    /// is then two matmuls and a few elementwise operations, and each weight gradient is one
+    /// matmul over all steps (`[x_t]ᵀ·[dz_t]`), as cuDNN does.
     ///
     /// # Shapes
     /// - grad_outputs: `[B, T, P]`
@@ -198,85 +214,121 @@ impl LstmWithProjection {
         let d_cell = self.d_cell();
         let d_input = tape.inputs.dims()[1];
         let weights = self.plain_weights();
+        if n_steps == 0 {
+            return LstmGradients {
+                inputs: Tensor::zeros([batch, 0, d_input], &device),
+                weights: LstmWeightGradients {
+                    input_weight: weights.input.zeros_like(),
+                    state_weight: weights.state.zeros_like(),
+                    bias: Tensor::zeros([4 * d_cell], &device),
+                    projection: weights.projection.zeros_like(),
+                },
+            };
+        }
         let state_weight_t = weights.state.clone().transpose();
         let projection_t = weights.projection.clone().transpose();
+        let LstmTape {
+            inputs,
+            gates,
+            memory,
+            tanh_memory,
+            hidden,
+            initial,
+        } = tape;
+        let gate = |k: usize| gates.clone().narrow(2, k * d_cell, d_cell);
+        let (input_gate, forget_gate, cell_input, output_gate) =
+            (gate(0), gate(1), gate(2), gate(3));
 
-        let mut grad_hidden_next = Tensor::<2>::zeros([batch, d_projection], &device);
-        let mut grad_memory_next = Tensor::<2>::zeros([batch, d_cell], &device);
-        // Per step, filled from the last step back: gate gradients `dz_t` `[B, 4C]`, projection
-        // gradients `dp_t` `[B, P]`, and the projection inputs `o·tanh c` `[B, C]`.
-        let mut grad_gates = Vec::with_capacity(n_steps);
-        let mut grad_projected = Vec::with_capacity(n_steps);
-        let mut projection_inputs = Vec::with_capacity(n_steps);
-        let mut hidden_prev = Vec::with_capacity(n_steps);
-        for (t, step) in tape.steps.into_iter().enumerate().rev() {
-            let grad_hidden = grad_outputs
-                .clone()
-                .narrow(1, t, 1)
-                .reshape([batch, d_projection])
-                + grad_hidden_next;
-            let grad_raw_hidden = match &step.hidden_kept {
-                Some(kept) => grad_hidden * kept.clone(),
-                None => grad_hidden,
-            };
-            // `o·tanh c`, the projection's input (recomputed: one multiply, not a kept tensor).
-            projection_inputs.push(step.output_gate.clone() * step.tanh_memory.clone());
-            let grad_cell_output = grad_raw_hidden.clone().matmul(projection_t.clone());
-            let grad_output_gate = grad_cell_output.clone() * step.tanh_memory.clone();
-            let tanh_derivative = step.tanh_memory.clone().square().neg().add_scalar(1.0);
-            let grad_memory =
-                grad_cell_output * step.output_gate.clone() * tanh_derivative + grad_memory_next;
-            let grad_raw_memory = match &step.memory_kept {
-                Some(kept) => grad_memory * kept.clone(),
-                None => grad_memory,
-            };
-            let sigmoid_derivative = |s: &Tensor<2>| s.clone() * s.clone().neg().add_scalar(1.0);
-            let grad_input_gate = grad_raw_memory.clone()
-                * step.cell_input.clone()
-                * sigmoid_derivative(&step.input_gate);
-            let grad_forget_gate =
-                grad_raw_memory.clone() * step.memory_prev * sigmoid_derivative(&step.forget_gate);
-            let grad_cell_input = grad_raw_memory.clone()
-                * step.input_gate
-                * step.cell_input.square().neg().add_scalar(1.0);
-            let grad_output_pre = grad_output_gate * sigmoid_derivative(&step.output_gate);
-            grad_memory_next = grad_raw_memory * step.forget_gate;
-            let grad_step_gates = Tensor::cat(
-                vec![
-                    grad_input_gate,
-                    grad_forget_gate,
-                    grad_cell_input,
-                    grad_output_pre,
-                ],
-                1,
-            );
-            grad_hidden_next = grad_step_gates.clone().matmul(state_weight_t.clone());
-            grad_gates.push(grad_step_gates);
-            grad_projected.push(grad_raw_hidden);
-            hidden_prev.push(step.hidden_prev);
-        }
-        // Back in time order, rows `b·T + t` as the inputs.
-        let flat = |mut per_step: Vec<Tensor<2>>, width: usize| -> Tensor<2> {
-            per_step.reverse();
-            if per_step.is_empty() {
-                return Tensor::zeros([0, width], &device);
-            }
-            Tensor::stack::<3>(per_step, 1).reshape([batch * n_steps, width])
+        // All steps at once, `[T, B, ·]`.
+        let memory_kept = kept_by_clip(&memory, self.cell_clip);
+        let hidden_kept = kept_by_clip(&hidden, self.projection_clip);
+        let masked = |x: Tensor<3>, kept: &Option<Tensor<3>>| match kept {
+            Some(kept) => x * kept.clone(),
+            None => x,
         };
-        let grad_gates = flat(grad_gates, 4 * d_cell);
-        let grad_projected = flat(grad_projected, d_projection);
-        let projection_inputs = flat(projection_inputs, d_cell);
-        let hidden_prev = flat(hidden_prev, d_projection);
+        // d memory / d(o·tanh c), with the cell clip's mask.
+        let to_memory = masked(
+            output_gate.clone() * one_minus_square(tanh_memory.clone()),
+            &memory_kept,
+        );
+        // The memory gradient carried from step t+1 to t: `f_{t+1}`, masked at t.
+        let carry_memory = (n_steps > 1).then(|| {
+            masked(
+                forget_gate.clone().narrow(0, 1, n_steps - 1),
+                &memory_kept
+                    .clone()
+                    .map(|kept| kept.narrow(0, 0, n_steps - 1)),
+            )
+        });
+        // σ' = σ(1 − σ) for i, f, o (the g block is unused).
+        let sigmoid_derivative = gates.clone() * gates.clone().neg().add_scalar(1.0);
+        let derivative = |k: usize| sigmoid_derivative.clone().narrow(2, k * d_cell, d_cell);
+        let memory_prev = previous(initial.memory, &memory);
+        // d z_{i,f,g} / d memory, and d z_o / d(o·tanh c).
+        let from_memory = Tensor::cat(
+            vec![
+                cell_input.clone() * derivative(0),
+                memory_prev * derivative(1),
+                input_gate * one_minus_square(cell_input),
+            ],
+            2,
+        );
+        let from_cell_output = tanh_memory.clone() * derivative(3);
+        let grad_hidden_out = masked(
+            time_major(grad_outputs).reshape([n_steps, batch, d_projection]),
+            &hidden_kept,
+        );
+
+        let mut grad_gates = Tensor::<3>::empty([n_steps, batch, 4 * d_cell], &device);
+        let mut grad_projected = Tensor::<3>::empty([n_steps, batch, d_projection], &device);
+        let mut grad_hidden_next: Option<Tensor<2>> = None;
+        let mut grad_memory_next: Option<Tensor<2>> = None;
+        for t in (0..n_steps).rev() {
+            let mut grad_raw_hidden = step(&grad_hidden_out, t);
+            if let Some(next) = grad_hidden_next.take() {
+                grad_raw_hidden = grad_raw_hidden
+                    + match &hidden_kept {
+                        Some(kept) => next * step(kept, t),
+                        None => next,
+                    };
+            }
+            let grad_cell_output = grad_raw_hidden.clone().matmul(projection_t.clone());
+            let mut grad_memory = grad_cell_output.clone() * step(&to_memory, t);
+            if let Some(next) = grad_memory_next.take() {
+                grad_memory = grad_memory + next;
+            }
+            let grad_ifg = grad_memory.clone().unsqueeze_dim::<3>(1)
+                * step(&from_memory, t).reshape([batch, 3, d_cell]);
+            let grad_o = grad_cell_output * step(&from_cell_output, t);
+            let at = |from: usize, width: usize| [t..t + 1, 0..batch, from..from + width];
+            grad_gates = grad_gates
+                .slice_assign(at(0, 3 * d_cell), grad_ifg.reshape([1, batch, 3 * d_cell]))
+                .slice_assign(at(3 * d_cell, d_cell), grad_o.unsqueeze_dim(0));
+            grad_projected =
+                grad_projected.slice_assign(at(0, d_projection), grad_raw_hidden.unsqueeze_dim(0));
+            if t > 0 {
+                let carry = carry_memory.as_ref().map(|carry| step(carry, t - 1));
+                grad_memory_next = carry.map(|carry| grad_memory * carry);
+                grad_hidden_next = Some(step(&grad_gates, t).matmul(state_weight_t.clone()));
+            }
+        }
+        let rows = n_steps * batch;
+        let grad_gates = grad_gates.reshape([rows, 4 * d_cell]);
+        let hidden_prev = previous(initial.hidden, &hidden).reshape([rows, d_projection]);
+        let projection_inputs = (output_gate * tanh_memory).reshape([rows, d_cell]);
         LstmGradients {
             inputs: grad_gates
                 .clone()
                 .matmul(weights.input.transpose())
-                .reshape([batch, n_steps, d_input]),
+                .reshape([n_steps, batch, d_input])
+                .swap_dims(0, 1),
             weights: LstmWeightGradients {
-                input_weight: tape.inputs.transpose().matmul(grad_gates.clone()),
+                input_weight: inputs.transpose().matmul(grad_gates.clone()),
                 state_weight: hidden_prev.transpose().matmul(grad_gates.clone()),
                 bias: grad_gates.sum_dim(0).reshape([4 * d_cell]),
-                projection: projection_inputs.transpose().matmul(grad_projected),
+                projection: projection_inputs
+                    .transpose()
+                    .matmul(grad_projected.reshape([rows, d_projection])),
             },
         }
     }
@@ -299,7 +351,12 @@ mod tests {
     #[test]
     fn hand_written_gradients_equal_autodiff() {
         let device = Device::flex().autodiff();
-        for (cell_clip, projection_clip) in [(Some(0.5), Some(0.08)), (None, None)] {
+        // The last case saturates the gates (`exp` overflows to infinity in `σ(z) = 1/(1 + e⁻ᶻ)`).
+        for (cell_clip, projection_clip, input_scale) in [
+            (Some(0.5), Some(0.08), 2.5),
+            (None, None, 2.5),
+            (None, None, 400.0),
+        ] {
             let layer = crate::seeded_init(&device, 3, || {
                 LstmWithProjectionConfig {
                     d_input: 5,
@@ -315,7 +372,12 @@ mod tests {
                 TensorData::new(values(n, scale, phase), shape)
             };
             let inputs = Tensor::<3>::from_data(
-                data(batch * n_steps * 5, 2.5, 0.0, vec![batch, n_steps, 5]),
+                data(
+                    batch * n_steps * 5,
+                    input_scale,
+                    0.0,
+                    vec![batch, n_steps, 5],
+                ),
                 &device,
             )
             .require_grad();

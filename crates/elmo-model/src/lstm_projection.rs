@@ -4,13 +4,14 @@
 //! only the rows still running.
 //!
 //! Per step: `gates = x_t·W_x + h_{t−1}·W_h + b` (one fused `[.., 4C]` matmul, gate order
-//! input, forget, cell, output), `c_t = clip(i·g + f·c_{t−1})`, `h_t = clip((o·tanh c_t)·W_p)`.
+//! input, forget, cell, output, activated in one pass: [`crate::gate_activation`]), `c_t = clip(i·g + f·c_{t−1})`, `h_t = clip((o·tanh c_t)·W_p)`.
 //! `x·W_x` is computed for 32 steps at a time before the recurrence.
 
 use burn::module::{Module, Param};
 use burn::nn::Initializer;
-use burn::tensor::activation::{sigmoid, tanh};
 use burn::tensor::{Device, Int, Tensor, TensorData};
+
+use crate::gate_activation::GateActivation;
 
 /// Time steps whose input projection is computed in one matmul (bounds memory on long inputs).
 pub const PROJECTION_CHUNK_STEPS: usize = 32;
@@ -199,7 +200,8 @@ impl LstmWithProjection {
         // Input contribution of many steps at once (one large matmul per chunk of steps; the
         // chunks bound memory for long sequences). The bias joins the state contribution as in
         // AllenNLP (`x·W_x + (h·W_h + b)`), which keeps float32 rounding close.
-        let input_weight = self.input_weight.val();
+        let activation = GateActivation::new(d_cell, &device);
+        let input_weight = activation.prepare(self.input_weight.val());
         let project = |start: usize| {
             let len = PROJECTION_CHUNK_STEPS.min(n_steps - start);
             inputs
@@ -211,8 +213,8 @@ impl LstmWithProjection {
         };
         // The chunk of projected inputs in use and the step it starts at.
         let mut projected: Option<(usize, Tensor<3>)> = None;
-        let bias = self.bias.val().unsqueeze_dim::<2>(0);
-        let state_weight = self.state_weight.val();
+        let bias = activation.prepare(self.bias.val().unsqueeze_dim::<2>(0));
+        let state_weight = activation.prepare(self.state_weight.val());
         let projection = self.projection.val();
 
         let mut outputs: Vec<Tensor<2>> = Vec::with_capacity(n_steps);
@@ -244,16 +246,15 @@ impl LstmWithProjection {
                 )
             };
             let gates = x_t + (h_active.matmul(state_weight.clone()) + bias.clone());
-            let activated = sigmoid(gates.clone());
-            let input_gate = activated.clone().narrow(1, 0, d_cell);
-            let forget_gate = activated.clone().narrow(1, d_cell, d_cell);
-            let output_gate = activated.narrow(1, 3 * d_cell, d_cell);
-            let cell_input = tanh(gates.narrow(1, 2 * d_cell, d_cell));
+            let activated = activation.activate(gates);
+            let gate = |k: usize| activated.clone().narrow(1, k * d_cell, d_cell);
+            let (input_gate, forget_gate, cell_input, output_gate) =
+                (gate(0), gate(1), gate(2), gate(3));
             let mut memory = input_gate * cell_input + forget_gate * c_active;
             if let Some(clip) = self.cell_clip {
                 memory = memory.clamp(-clip, clip);
             }
-            let mut hidden = (output_gate * tanh(memory.clone())).matmul(projection.clone());
+            let mut hidden = (output_gate * memory.clone().tanh()).matmul(projection.clone());
             if let Some(clip) = self.projection_clip {
                 hidden = hidden.clamp(-clip, clip);
             }
