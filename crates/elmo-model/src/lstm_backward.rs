@@ -8,7 +8,9 @@
 //! gate block, and every weight gradient is accumulated as one small rank-B update per step.
 //! Here the backward pass computes the per-step gate gradients and then each weight gradient
 //! with ONE matmul over all steps (`[x_t]ᵀ·[dz_t]`), as cuDNN does, and a caller can run the
-//! two directions' backward passes on two threads.
+//! two directions' backward passes on two threads. Both passes keep the operations per time
+//! step few (~32 for forward and backward together, each a kernel launch on a GPU; counted in
+//! docs/benchmarks.md, session 16).
 //!
 //! Scope: every row runs all `T` steps left to right (the packed stateful batches of biLM
 //! training); no gradient flows into the initial state (it is cut at batch boundaries).
