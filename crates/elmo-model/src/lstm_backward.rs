@@ -76,6 +76,14 @@ fn kept_by_clip<const D: usize>(clipped: &Tensor<D>, clip: Option<f64>) -> Optio
     clip.map(|clip| clipped.clone().abs().lower_elem(clip).float())
 }
 
+/// `x` times a clip mask (see [`kept_by_clip`]); `x` itself without a clip.
+fn masked<const D: usize>(x: Tensor<D>, kept: Option<Tensor<D>>) -> Tensor<D> {
+    match kept {
+        Some(kept) => x * kept,
+        None => x,
+    }
+}
+
 /// `1 − x²`.
 fn one_minus_square<const D: usize>(x: Tensor<D>) -> Tensor<D> {
     x.square().neg().add_scalar(1.0)
@@ -120,7 +128,7 @@ impl LstmWithProjection {
     /// [`Self::backward_recorded`]. Outputs equal `forward`'s up to float rounding.
     ///
     /// Few operations per step (each one a kernel launch on a GPU): the gates in one
-    /// [`GateActivation`] pass, the steps' records written into preallocated time-major buffers.
+    /// `GateActivation` pass, the steps' records written into preallocated time-major buffers.
     ///
     /// # Shapes
     /// - inputs: `[B, T, d_input]`
@@ -244,20 +252,16 @@ impl LstmWithProjection {
         // All steps at once, `[T, B, ·]`.
         let memory_kept = kept_by_clip(&memory, self.cell_clip);
         let hidden_kept = kept_by_clip(&hidden, self.projection_clip);
-        let masked = |x: Tensor<3>, kept: &Option<Tensor<3>>| match kept {
-            Some(kept) => x * kept.clone(),
-            None => x,
-        };
         // d memory / d(o·tanh c), with the cell clip's mask.
         let to_memory = masked(
             output_gate.clone() * one_minus_square(tanh_memory.clone()),
-            &memory_kept,
+            memory_kept.clone(),
         );
         // The memory gradient carried from step t+1 to t: `f_{t+1}`, masked at t.
         let carry_memory = (n_steps > 1).then(|| {
             masked(
                 forget_gate.clone().narrow(0, 1, n_steps - 1),
-                &memory_kept
+                memory_kept
                     .clone()
                     .map(|kept| kept.narrow(0, 0, n_steps - 1)),
             )
@@ -278,7 +282,7 @@ impl LstmWithProjection {
         let from_cell_output = tanh_memory.clone() * derivative(3);
         let grad_hidden_out = masked(
             time_major(grad_outputs).reshape([n_steps, batch, d_projection]),
-            &hidden_kept,
+            hidden_kept.clone(),
         );
 
         let mut grad_gates = Tensor::<3>::empty([n_steps, batch, 4 * d_cell], &device);
@@ -288,11 +292,8 @@ impl LstmWithProjection {
         for t in (0..n_steps).rev() {
             let mut grad_raw_hidden = step(&grad_hidden_out, t);
             if let Some(next) = grad_hidden_next.take() {
-                grad_raw_hidden = grad_raw_hidden
-                    + match &hidden_kept {
-                        Some(kept) => next * step(kept, t),
-                        None => next,
-                    };
+                let kept = hidden_kept.as_ref().map(|kept| step(kept, t));
+                grad_raw_hidden = grad_raw_hidden + masked(next, kept);
             }
             let grad_cell_output = grad_raw_hidden.clone().matmul(projection_t.clone());
             let mut grad_memory = grad_cell_output.clone() * step(&to_memory, t);
@@ -458,5 +459,28 @@ mod tests {
                 manual.weights.bias.unsqueeze_dim(0),
             );
         }
+    }
+
+    /// Zero steps: empty outputs, the initial state as the final one, zero weight gradients.
+    #[test]
+    fn zero_steps_record_nothing() {
+        let device = Device::flex();
+        let layer = crate::seeded_init(&device, 4, || {
+            LstmWithProjectionConfig {
+                d_input: 3,
+                d_cell: 4,
+                d_projection: 2,
+                cell_clip: Some(1.0),
+                projection_clip: Some(1.0),
+            }
+            .init(&device)
+        });
+        let (output, tape) = layer.forward_recorded(Tensor::zeros([2, 0, 3], &device), None);
+        assert_eq!(output.outputs.dims(), [2, 0, 2]);
+        assert_eq!(output.final_state.memory.dims(), [2, 4]);
+        let grads = layer.backward_recorded(tape, Tensor::zeros([2, 0, 2], &device));
+        assert_eq!(grads.inputs.dims(), [2, 0, 3]);
+        let total: f32 = grads.weights.state_weight.abs().sum().into_scalar();
+        assert_eq!(total, 0.0);
     }
 }

@@ -4,7 +4,8 @@
 //! only the rows still running.
 //!
 //! Per step: `gates = x_t·W_x + h_{t−1}·W_h + b` (one fused `[.., 4C]` matmul, gate order
-//! input, forget, cell, output, activated in one pass: [`crate::gate_activation`]), `c_t = clip(i·g + f·c_{t−1})`, `h_t = clip((o·tanh c_t)·W_p)`.
+//! input, forget, cell, output, activated in one pass: `gate_activation.rs`),
+//! `c_t = clip(i·g + f·c_{t−1})`, `h_t = clip((o·tanh c_t)·W_p)`.
 //! `x·W_x` is computed for 32 steps at a time before the recurrence.
 
 use burn::module::{Module, Param};
