@@ -340,7 +340,7 @@ impl LstmWithProjection {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::LstmWithProjectionConfig;
+    use crate::lstm_projection::seeded_layer;
     use burn::tensor::{Device, TensorData};
 
     fn values(n: usize, scale: f32, phase: f32) -> Vec<f32> {
@@ -360,16 +360,7 @@ mod tests {
             (None, None, 2.5),
             (None, None, 400.0),
         ] {
-            let layer = crate::seeded_init(&device, 3, || {
-                LstmWithProjectionConfig {
-                    d_input: 5,
-                    d_cell: 7,
-                    d_projection: 4,
-                    cell_clip,
-                    projection_clip,
-                }
-                .init(&device)
-            });
+            let layer = seeded_layer(&device, 3, [5, 7, 4], cell_clip, projection_clip);
             let (batch, n_steps) = (3, 6);
             let data = |n: usize, scale: f32, phase: f32, shape: Vec<usize>| {
                 TensorData::new(values(n, scale, phase), shape)
@@ -465,16 +456,7 @@ mod tests {
     #[test]
     fn zero_steps_record_nothing() {
         let device = Device::flex();
-        let layer = crate::seeded_init(&device, 4, || {
-            LstmWithProjectionConfig {
-                d_input: 3,
-                d_cell: 4,
-                d_projection: 2,
-                cell_clip: Some(1.0),
-                projection_clip: Some(1.0),
-            }
-            .init(&device)
-        });
+        let layer = seeded_layer(&device, 4, [3, 4, 2], Some(1.0), Some(1.0));
         let (output, tape) = layer.forward_recorded(Tensor::zeros([2, 0, 3], &device), None);
         assert_eq!(output.outputs.dims(), [2, 0, 2]);
         assert_eq!(output.final_state.memory.dims(), [2, 4]);

@@ -290,6 +290,27 @@ impl LstmWithProjection {
     }
 }
 
+/// A layer of `[d_input, d_cell, d_projection]` with weights drawn from `seed`, for tests.
+#[cfg(test)]
+pub(crate) fn seeded_layer(
+    device: &Device,
+    seed: u64,
+    [d_input, d_cell, d_projection]: [usize; 3],
+    cell_clip: Option<f64>,
+    projection_clip: Option<f64>,
+) -> LstmWithProjection {
+    crate::seeded_init(device, seed, || {
+        LstmWithProjectionConfig {
+            d_input,
+            d_cell,
+            d_projection,
+            cell_clip,
+            projection_clip,
+        }
+        .init(device)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -303,16 +324,7 @@ mod tests {
     #[test]
     fn a_batch_equals_its_rows_run_alone() {
         let device = Device::flex();
-        let layer = crate::seeded_init(&device, 5, || {
-            LstmWithProjectionConfig {
-                d_input: 3,
-                d_cell: 6,
-                d_projection: 4,
-                cell_clip: Some(3.0),
-                projection_clip: Some(3.0),
-            }
-            .init(&device)
-        });
+        let layer = seeded_layer(&device, 5, [3, 6, 4], Some(3.0), Some(3.0));
         let lengths = [2, 5, 0, 3, 5];
         let batch = lengths.len();
         // Host values (the backend's RNG is left to `seeded_init` in this test binary).
