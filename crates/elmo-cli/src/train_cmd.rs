@@ -101,9 +101,16 @@ pub struct TrainArgs {
     /// preset's 16; 1 = bilm-tf, one file after another). Memory: their raw text.
     #[arg(long, value_name = "N")]
     pub mixed_shards: Option<usize>,
-    /// Dropout (overrides the preset).
+    /// Dropout on every LSTM input and on the top output (overrides the preset).
     #[arg(long)]
     pub dropout: Option<f64>,
+    /// Locked (variational) dropout: one mask per row and feature for all the steps of a batch.
+    #[arg(long)]
+    pub locked_dropout: bool,
+    /// Weight drop: probability of dropping each recurrent LSTM weight, one mask per layer and
+    /// batch (overrides the preset; 0 = off).
+    #[arg(long, value_name = "P")]
+    pub weight_drop: Option<f64>,
     /// Negative samples of the sampled softmax (used when the vocabulary has more than twice
     /// this many entries).
     #[arg(long, value_name = "N")]
@@ -194,6 +201,12 @@ impl TrainArgs {
         }
         if let Some(v) = self.dropout {
             config.dropout = v;
+        }
+        if self.locked_dropout {
+            config.locked_dropout = true;
+        }
+        if let Some(v) = self.weight_drop {
+            config.weight_drop = v;
         }
         if let Some(v) = self.state_reset {
             config.state_reset = v;

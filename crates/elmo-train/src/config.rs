@@ -46,6 +46,14 @@ pub struct TrainConfig {
     /// Dropout on every LSTM input and on the top output (bilm-tf: 0.1).
     #[serde(default = "defaults::dropout")]
     pub dropout: f64,
+    /// Locked (variational) dropout: one mask per row and feature for all the steps of a batch
+    /// instead of one per step (Gal & Ghahramani 2016; off in bilm-tf).
+    #[serde(default)]
+    pub locked_dropout: bool,
+    /// Weight drop: DropConnect on every LSTM's recurrent weights (`h_{t−1} → gates`), one mask
+    /// per layer and batch (Merity et al. 2018; 0 = off, as bilm-tf).
+    #[serde(default)]
+    pub weight_drop: f64,
     /// Negative samples of the sampled softmax; the full softmax is used when the vocabulary has
     /// no more than twice this many entries. Evaluation always uses the full softmax.
     #[serde(default = "defaults::negatives")]
@@ -285,6 +293,8 @@ impl TrainConfig {
             max_sentence_tokens: defaults::max_sentence_tokens(),
             n_mixed_shards: defaults::n_mixed_shards(),
             dropout: defaults::dropout(),
+            locked_dropout: false,
+            weight_drop: 0.0,
             negatives: defaults::negatives(),
             optimizer: OptimizerConfig::default(),
             clip_norm: defaults::clip_norm(),
@@ -356,6 +366,9 @@ impl TrainConfig {
         }
         if !(0.0..1.0).contains(&self.dropout) {
             return bad("dropout must be in [0, 1)");
+        }
+        if !(0.0..1.0).contains(&self.weight_drop) {
+            return bad("weight_drop must be in [0, 1)");
         }
         if self.n_mixed_shards == 0 {
             return bad("n_mixed_shards must be positive");
@@ -456,6 +469,12 @@ mod tests {
         assert!(config.differs_only_in_schedules(&averaged));
         let mut other = faster.clone();
         other.dropout = 0.3;
+        assert!(!config.differs_only_in_schedules(&other));
+        other = config.clone();
+        other.weight_drop = 0.2;
+        assert!(!config.differs_only_in_schedules(&other));
+        other = config.clone();
+        other.locked_dropout = true;
         assert!(!config.differs_only_in_schedules(&other));
         other = config.clone();
         other.optimizer = OptimizerConfig::Adam {

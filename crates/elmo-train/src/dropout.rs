@@ -1,30 +1,52 @@
 //! Inverted dropout with masks from a seeded host RNG (bilm-tf's dropout on every LSTM input and on
 //! the top output): unlike the backend's global RNG, the masks depend only on the seed, whatever
-//! else runs in the process (exact resume, reproducible runs).
+//! else runs in the process (exact resume, reproducible runs). Two variants from the regularised
+//! LSTM language models: locked (variational) masks, one per row for all the steps of a batch
+//! (Gal & Ghahramani 2016), and weight drop, DropConnect on each LSTM's recurrent weights with one
+//! mask per batch (Merity et al. 2018, "Regularizing and Optimizing LSTM Language Models", §2).
+
+use std::borrow::Cow;
 
 use burn::tensor::{Device, Tensor, TensorData};
+use elmo_model::LstmWithProjection;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+
+/// What dropout a training step applies (none at evaluation).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct DropoutConfig {
+    /// Probability on every LSTM input and on the top output.
+    pub probability: f64,
+    /// One mask per row and feature shared by all the time steps of a batch (locked, or
+    /// variational, dropout) instead of a new mask at every step.
+    pub locked: bool,
+    /// Probability of dropping each recurrent weight (`state_weight`, `h_{t−1} → gates`) of
+    /// every LSTM layer, one mask per layer and batch (weight drop).
+    pub weight_drop: f64,
+}
 
 /// A stream of dropout masks.
 pub(crate) struct DropoutMasks {
     keep: f64,
+    locked: bool,
     rng: Option<ChaCha8Rng>,
 }
 
 impl DropoutMasks {
-    /// Masks that drop with `probability`; none at all without a seed (evaluation).
-    pub(crate) fn new(probability: f64, seed: Option<u64>) -> Self {
+    /// Masks that drop with `probability` (one per row and feature for all steps when `locked`);
+    /// none at all without a seed (evaluation).
+    pub(crate) fn new(probability: f64, locked: bool, seed: Option<u64>) -> Self {
         Self {
             keep: 1.0 - probability,
+            locked,
             rng: seed
                 .filter(|_| probability > 0.0)
                 .map(ChaCha8Rng::seed_from_u64),
         }
     }
 
-    /// The next mask (each value `0` or `1/keep`), `None` when dropout is off.
-    pub(crate) fn next_mask(&mut self, dims: [usize; 3], device: &Device) -> Option<Tensor<3>> {
+    /// A mask (each value `0` or `1/keep`) of `dims`, `None` when dropout is off.
+    fn draw<const D: usize>(&mut self, dims: [usize; D], device: &Device) -> Option<Tensor<D>> {
         let rng = self.rng.as_mut()?;
         let scale = (1.0 / self.keep) as f32;
         let keep = self.keep as f32;
@@ -40,11 +62,101 @@ impl DropoutMasks {
         Some(Tensor::from_data(TensorData::new(values, dims), device))
     }
 
+    /// The next mask for activations `[B, T, d]`: `[B, T, d]`, or `[B, 1, d]` (broadcast over
+    /// the steps) when locked; `None` when dropout is off.
+    pub(crate) fn next_mask(&mut self, dims: [usize; 3], device: &Device) -> Option<Tensor<3>> {
+        let [batch, n_steps, d] = dims;
+        let n_steps = if self.locked { 1 } else { n_steps };
+        self.draw([batch, n_steps, d], device)
+    }
+
     /// `x` times the next mask.
     pub(crate) fn apply(&mut self, x: Tensor<3>) -> Tensor<3> {
         match self.next_mask(x.dims(), &x.device()) {
             Some(mask) => x * mask,
             None => x,
         }
+    }
+
+    /// `layer` with its recurrent weights times the next mask, and that mask (on the weights'
+    /// device); `layer` itself and `None` when dropout is off. Under autodiff the gradient
+    /// reaches `layer`'s own parameter through the product (same parameter id).
+    pub(crate) fn drop_recurrent<'a>(
+        &mut self,
+        layer: &'a LstmWithProjection,
+    ) -> (Cow<'a, LstmWithProjection>, Option<Tensor<2>>) {
+        let weight = &layer.state_weight;
+        let Some(mask) = self.draw(weight.shape().dims::<2>(), &weight.device()) else {
+            return (Cow::Borrowed(layer), None);
+        };
+        let mut dropped = layer.clone();
+        dropped.state_weight = dropped.state_weight.map(|w| w * mask.clone());
+        (Cow::Owned(dropped), Some(mask))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn locked_masks_are_shared_by_all_steps_and_scaled() {
+        let device = Device::flex();
+        let mut masks = DropoutMasks::new(0.5, true, Some(3));
+        let mask = masks.next_mask([4, 7, 5], &device).expect("dropout on");
+        assert_eq!(mask.dims(), [4, 1, 5]);
+        let x = Tensor::<3>::ones([4, 7, 5], &device);
+        let dropped = (x * mask).to_data().try_to_vec::<f32>().unwrap();
+        for row in dropped.chunks(35) {
+            let first = &row[..5];
+            assert!(row.chunks(5).all(|step| step == first), "{row:?}");
+        }
+        assert!(dropped.iter().all(|&v| v == 0.0 || v == 2.0));
+        assert!(dropped.contains(&0.0) && dropped.contains(&2.0));
+        let mut unlocked = DropoutMasks::new(0.5, false, Some(3));
+        let mask = unlocked.next_mask([4, 7, 5], &device).expect("dropout on");
+        assert_eq!(mask.dims(), [4, 7, 5]);
+        assert!(
+            DropoutMasks::new(0.5, true, None)
+                .next_mask([4, 7, 5], &device)
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn weight_drop_masks_only_the_recurrent_weights() {
+        let device = Device::flex();
+        let layer = elmo_model::LstmWithProjectionConfig {
+            d_input: 3,
+            d_cell: 8,
+            d_projection: 4,
+            cell_clip: None,
+            projection_clip: None,
+        }
+        .init(&device);
+        let (dropped, mask) = DropoutMasks::new(0.25, false, Some(9)).drop_recurrent(&layer);
+        let mask = mask
+            .expect("weight drop on")
+            .to_data()
+            .try_to_vec::<f32>()
+            .unwrap();
+        let values = |w: &Tensor<2>| w.to_data().try_to_vec::<f32>().unwrap();
+        let (original, got) = (
+            values(&layer.state_weight.val()),
+            values(&dropped.state_weight.val()),
+        );
+        for ((o, g), m) in original.iter().zip(&got).zip(&mask) {
+            assert!(*m == 0.0 || (*m - 4.0 / 3.0).abs() < 1e-6);
+            assert_eq!(*g, o * m);
+        }
+        let n_dropped = mask.iter().filter(|&&m| m == 0.0).count();
+        assert!((12..=52).contains(&n_dropped), "{n_dropped} of 128 dropped");
+        assert_eq!(dropped.state_weight.id, layer.state_weight.id);
+        assert_eq!(
+            values(&dropped.input_weight.val()),
+            values(&layer.input_weight.val())
+        );
+        let (same, none) = DropoutMasks::new(0.25, false, None).drop_recurrent(&layer);
+        assert!(matches!(same, Cow::Borrowed(_)) && none.is_none());
     }
 }

@@ -11,7 +11,7 @@ use elmo_model::options::BiLmOptions;
 use elmo_model::{BiLm, CharIdBatch, LstmState, LstmWithProjection};
 
 use crate::batcher::{LmBatch, Targets, TokenGrid};
-use crate::dropout::DropoutMasks;
+use crate::dropout::{DropoutConfig, DropoutMasks};
 use crate::softmax::{SampledCandidates, Softmax, SoftmaxConfig};
 
 /// Configuration of a [`BiLanguageModel`].
@@ -21,8 +21,8 @@ pub struct BiLanguageModelConfig {
     pub options: BiLmOptions,
     /// Softmax size.
     pub n_vocab: usize,
-    /// Dropout on every LSTM input and on the top output.
-    pub dropout: f64,
+    /// Dropout in training steps.
+    pub dropout: DropoutConfig,
 }
 
 impl BiLanguageModelConfig {
@@ -61,9 +61,10 @@ pub struct BiLanguageModel {
     pub bilm: BiLm,
     /// Output softmax (shared by both directions).
     pub softmax: Softmax,
-    /// Dropout probability on LSTM inputs and the top output (applied only when a dropout seed
-    /// is given to [`loss`](Self::loss)).
-    pub dropout: f64,
+    /// Dropout on LSTM inputs, the top output and the recurrent weights (applied only when a
+    /// dropout seed is given to [`loss`](Self::loss)).
+    #[module(skip)]
+    pub dropout: DropoutConfig,
 }
 
 /// LSTM state carried between batches in the stateful mode, per layer.
@@ -212,11 +213,13 @@ impl BiLanguageModel {
             go_forward,
             initial,
             mut dropout,
+            mut weight_drop,
         } = run;
         let mut x = embedded;
         let mut finals = Vec::with_capacity(layers.len());
         let mut initial = initial.map(Vec::into_iter);
         for (index, layer) in layers.iter().enumerate() {
+            let (layer, _) = weight_drop.drop_recurrent(layer);
             let input = dropout.apply(x);
             let start = initial.as_mut().and_then(Iterator::next);
             let out = layer.forward(input.clone(), lengths, go_forward, start);
@@ -266,6 +269,7 @@ impl BiLanguageModel {
         device: &Device,
     ) -> LmStep {
         let masks = |direction: u64| self.dropout_masks(dropout_seed, direction);
+        let weight_masks = |direction: u64| self.weight_drop_masks(dropout_seed, direction);
         let (forward_top, backward_top, forward_targets, backward_targets, next_state) = match batch
         {
             LmBatch::Packed {
@@ -293,6 +297,7 @@ impl BiLanguageModel {
                         go_forward: true,
                         initial: f_start,
                         dropout: masks(0),
+                        weight_drop: weight_masks(0),
                     },
                     StackRun {
                         embedded: b_in,
@@ -300,6 +305,7 @@ impl BiLanguageModel {
                         go_forward: true,
                         initial: b_start,
                         dropout: masks(1),
+                        weight_drop: weight_masks(1),
                     },
                 );
                 (
@@ -328,6 +334,7 @@ impl BiLanguageModel {
                         go_forward: true,
                         initial: None,
                         dropout: masks(0),
+                        weight_drop: weight_masks(0),
                     },
                     StackRun {
                         embedded,
@@ -335,6 +342,7 @@ impl BiLanguageModel {
                         go_forward: false,
                         initial: None,
                         dropout: masks(1),
+                        weight_drop: weight_masks(1),
                     },
                 );
                 (f_top, b_top, forward_targets, backward_targets, None)
@@ -354,8 +362,19 @@ impl BiLanguageModel {
     /// stream, so the two may run in any order or in parallel.
     pub(crate) fn dropout_masks(&self, seed: Option<u64>, direction: u64) -> DropoutMasks {
         DropoutMasks::new(
-            self.dropout,
+            self.dropout.probability,
+            self.dropout.locked,
             seed.map(|s| crate::batcher::mix_seed(&[s, direction])),
+        )
+    }
+
+    /// Recurrent-weight masks of one direction (one per layer, bottom first), a stream of their
+    /// own: the activation masks are the same with and without weight drop.
+    pub(crate) fn weight_drop_masks(&self, seed: Option<u64>, direction: u64) -> DropoutMasks {
+        DropoutMasks::new(
+            self.dropout.weight_drop,
+            false,
+            seed.map(|s| crate::batcher::mix_seed(&[s, direction, WEIGHT_DROP_STREAM])),
         )
     }
 
@@ -421,6 +440,9 @@ impl BiLanguageModel {
     }
 }
 
+/// Third word of the weight-drop masks' seed (after the run seed and the direction).
+const WEIGHT_DROP_STREAM: u64 = 2;
+
 /// One stack's input, start and dropout.
 struct StackRun<'a> {
     embedded: Tensor<3>,
@@ -428,6 +450,7 @@ struct StackRun<'a> {
     go_forward: bool,
     initial: Option<Vec<LstmState>>,
     dropout: DropoutMasks,
+    weight_drop: DropoutMasks,
 }
 
 #[cfg(test)]

@@ -28,6 +28,7 @@ mod training_step;
 pub mod vocabulary;
 
 pub use config::TrainConfig;
+pub use dropout::DropoutConfig;
 pub use error::{Result, TrainError};
 pub use evaluate::{Perplexity, evaluate};
 pub use init_from::InitFrom;

@@ -1,7 +1,9 @@
 //! One LSTM stack of a training step run outside autodiff and backpropagated by hand
 //! (`elmo_model::lstm_backward`): dropout on every layer input and on the top output, and the
 //! residual from layer 1 on adding the dropped-out input, as bilm-tf's
-//! `DropoutWrapper(ResidualWrapper(LSTMCell))` and `BiLanguageModel`'s autodiff path.
+//! `DropoutWrapper(ResidualWrapper(LSTMCell))` and `BiLanguageModel`'s autodiff path; with weight
+//! drop, each layer runs with its masked recurrent weights and the gradient of the weights is the
+//! masked weights' gradient times the mask.
 
 use burn::tensor::Tensor;
 use elmo_model::{LstmGradients, LstmState, LstmTape, LstmWeightGradients, LstmWithProjection};
@@ -17,6 +19,8 @@ pub(crate) struct RecordedStack {
     tapes: Vec<LstmTape>,
     input_masks: Vec<Option<Tensor<3>>>,
     top_mask: Option<Tensor<3>>,
+    /// Per layer with weight drop: the layer with its masked recurrent weights, and the mask.
+    dropped: Vec<Option<(LstmWithProjection, Tensor<2>)>>,
 }
 
 /// Gradients of a stack's backward pass.
@@ -35,6 +39,7 @@ pub(crate) fn forward_stack(
     embedded: Tensor<3>,
     initial: Option<Vec<LstmState>>,
     mut dropout: DropoutMasks,
+    mut weight_drop: DropoutMasks,
 ) -> RecordedStack {
     let mut x = embedded.inner();
     let device = x.device();
@@ -42,7 +47,9 @@ pub(crate) fn forward_stack(
     let mut finals = Vec::with_capacity(layers.len());
     let mut tapes = Vec::with_capacity(layers.len());
     let mut input_masks = Vec::with_capacity(layers.len());
+    let mut dropped = Vec::with_capacity(layers.len());
     for (index, layer) in layers.iter().enumerate() {
+        let (layer, weight_mask) = weight_drop.drop_recurrent(layer);
         let mask = dropout.next_mask(x.dims(), &device);
         let input = match &mask {
             Some(mask) => x * mask.clone(),
@@ -53,6 +60,7 @@ pub(crate) fn forward_stack(
         finals.push(out.final_state);
         tapes.push(tape);
         input_masks.push(mask);
+        dropped.push(weight_mask.map(|mask| (layer.into_owned(), mask.inner())));
         x = if index > 0 && use_skip_connections {
             out.outputs + input
         } else {
@@ -70,6 +78,7 @@ pub(crate) fn forward_stack(
         tapes,
         input_masks,
         top_mask,
+        dropped,
     }
 }
 
@@ -88,9 +97,20 @@ pub(crate) fn backward_stack(
     // Gradient of the current layer's output (after its residual).
     let mut grad = mask(grad_top.inner(), stack.top_mask);
     let mut per_layer = Vec::with_capacity(layers.len());
-    let recorded = stack.tapes.into_iter().zip(stack.input_masks);
-    for (index, (layer, (tape, input_mask))) in layers.iter().zip(recorded).enumerate().rev() {
-        let LstmGradients { inputs, weights } = layer.backward_recorded(tape, grad.clone());
+    let recorded = (stack.tapes.into_iter().zip(stack.input_masks)).zip(stack.dropped);
+    for (index, (layer, ((tape, input_mask), dropped))) in
+        layers.iter().zip(recorded).enumerate().rev()
+    {
+        let LstmGradients {
+            inputs,
+            mut weights,
+        } = match &dropped {
+            Some((dropped, _)) => dropped.backward_recorded(tape, grad.clone()),
+            None => layer.backward_recorded(tape, grad.clone()),
+        };
+        if let Some((_, weight_mask)) = dropped {
+            weights.state_weight = weights.state_weight * weight_mask;
+        }
         let grad_input = if index > 0 && use_skip_connections {
             inputs + grad
         } else {

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::checkpoint::RunDirectory;
 use crate::config::TrainConfig;
+use crate::dropout::DropoutConfig;
 use crate::error::{Result, TrainError, io_error};
 use crate::init_from::InitFrom;
 use crate::language_model::{BiLanguageModel, BiLanguageModelConfig};
@@ -119,7 +120,11 @@ pub fn model_config(config: &TrainConfig, vocab: &Vocabulary) -> BiLanguageModel
     BiLanguageModelConfig {
         options: config.model.clone(),
         n_vocab: vocab.len(),
-        dropout: config.dropout,
+        dropout: DropoutConfig {
+            probability: config.dropout,
+            locked: config.locked_dropout,
+            weight_drop: config.weight_drop,
+        },
     }
 }
 

@@ -70,10 +70,26 @@ impl BiLanguageModel {
         let (f_stack, b_stack) = std::thread::scope(|scope| {
             let b = scope.spawn(|| {
                 let masks = self.dropout_masks(dropout_seed, 1);
-                forward_stack(&self.bilm.backward_layers, skip, b_in, b_start, masks)
+                let weights = self.weight_drop_masks(dropout_seed, 1);
+                forward_stack(
+                    &self.bilm.backward_layers,
+                    skip,
+                    b_in,
+                    b_start,
+                    masks,
+                    weights,
+                )
             });
             let masks = self.dropout_masks(dropout_seed, 0);
-            let f = forward_stack(&self.bilm.forward_layers, skip, f_in, f_start, masks);
+            let weights = self.weight_drop_masks(dropout_seed, 0);
+            let f = forward_stack(
+                &self.bilm.forward_layers,
+                skip,
+                f_in,
+                f_start,
+                masks,
+                weights,
+            );
             (f, b.join().expect("backward LSTM thread panicked"))
         });
         step_profile::mark(device, "LSTM forward");

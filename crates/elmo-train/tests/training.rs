@@ -152,8 +152,9 @@ impl ModuleVisitor for CompareGradients<'_> {
 /// The training step's fast path (LSTMs outside autodiff with hand-written backpropagation, the
 /// full softmax differentiated by hand, the sampled one in one autodiff call for both
 /// directions) gives the loss and the gradients of plain autodiff, for
-/// every parameter, from a carried state, with dropout, full and sampled softmax. Tolerance:
-/// 1e-4 of each parameter's largest gradient (float32 sums in a different order).
+/// every parameter, from a carried state, with dropout (per step; locked with weight drop), full
+/// and sampled softmax. Tolerance: 1e-4 of each parameter's largest gradient (float32 sums in a
+/// different order).
 #[test]
 fn fast_training_step_equals_autodiff() {
     check_fast_step(Device::flex());
@@ -170,12 +171,26 @@ fn fast_training_step_equals_autodiff_on_wgpu() {
 }
 
 fn check_fast_step(device: Device) {
+    let mut regularised = tiny_config();
+    regularised.locked_dropout = true;
+    regularised.weight_drop = 0.3;
+    let mut losses = Vec::new();
+    for config in [tiny_config(), regularised] {
+        losses.push(check_fast_step_with(&config, device.clone()));
+    }
+    // The locked masks and the weight drop change the loss (they are not silently off).
+    assert!((losses[0] - losses[1]).abs() > 1e-4, "{losses:?}");
+}
+
+/// Checks the fast step against autodiff with `config`'s dropout; returns the full-softmax loss.
+fn check_fast_step_with(config: &TrainConfig, device: Device) -> f32 {
     let dir = tempfile::tempdir().unwrap();
     let corpus = write_corpus(dir.path());
     let vocab = vocab(&corpus);
     let device = device.autodiff();
-    let model = seeded_model(&tiny_config(), &vocab, 1, &device);
+    let model = seeded_model(config, &vocab, 1, &device);
     let batch = first_batch(&corpus, &vocab, true);
+    let mut full_loss = None;
     let state = model
         .loss(&batch, None, SoftmaxMode::Full, None, &device)
         .state
@@ -192,6 +207,7 @@ fn check_fast_step(device: Device) {
             (loss - expected_loss).abs() < 1e-5,
             "{loss} vs {expected_loss}"
         );
+        full_loss.get_or_insert(loss);
         let got = fast.grads.expect("finite loss");
         let mut compare = CompareGradients {
             expected: &expected,
@@ -208,6 +224,7 @@ fn check_fast_step(device: Device) {
             );
         }
     }
+    full_loss.expect("two softmax modes checked")
 }
 
 /// No LM reads what it predicts: a direction's loss at one target changes with the last token
