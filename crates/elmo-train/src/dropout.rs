@@ -25,6 +25,33 @@ pub struct DropoutConfig {
     pub weight_drop: f64,
 }
 
+/// One LSTM stack's dropout in a training step: its activation masks (every layer input, then
+/// the top output) and its recurrent-weight masks (one per layer, bottom first), two streams so
+/// that the activation masks are the same with and without weight drop.
+pub(crate) struct StackDropout {
+    pub(crate) activations: DropoutMasks,
+    pub(crate) recurrent: DropoutMasks,
+}
+
+impl StackDropout {
+    /// The streams of `direction` (0 forward, 1 backward) for a step's `seed` (`None`: no
+    /// dropout): each stack has its own, so the two may run in any order or in parallel.
+    pub(crate) fn new(config: &DropoutConfig, seed: Option<u64>, direction: u64) -> Self {
+        let seed = |parts: &[u64]| seed.map(|s| crate::batcher::mix_seed(&[&[s], parts].concat()));
+        Self {
+            activations: DropoutMasks::new(config.probability, config.locked, seed(&[direction])),
+            recurrent: DropoutMasks::new(
+                config.weight_drop,
+                false,
+                seed(&[direction, WEIGHT_DROP_STREAM]),
+            ),
+        }
+    }
+}
+
+/// Last word of the weight-drop masks' seed (after the run seed and the direction).
+const WEIGHT_DROP_STREAM: u64 = 2;
+
 /// A stream of dropout masks.
 pub(crate) struct DropoutMasks {
     keep: f64,

@@ -11,7 +11,7 @@ use elmo_model::options::BiLmOptions;
 use elmo_model::{BiLm, CharIdBatch, LstmState, LstmWithProjection};
 
 use crate::batcher::{LmBatch, Targets, TokenGrid};
-use crate::dropout::{DropoutConfig, DropoutMasks};
+use crate::dropout::{DropoutConfig, StackDropout};
 use crate::softmax::{SampledCandidates, Softmax, SoftmaxConfig};
 
 /// Configuration of a [`BiLanguageModel`].
@@ -212,8 +212,11 @@ impl BiLanguageModel {
             lengths,
             go_forward,
             initial,
-            mut dropout,
-            mut weight_drop,
+            dropout:
+                StackDropout {
+                    activations: mut dropout,
+                    recurrent: mut weight_drop,
+                },
         } = run;
         let mut x = embedded;
         let mut finals = Vec::with_capacity(layers.len());
@@ -268,8 +271,7 @@ impl BiLanguageModel {
         dropout_seed: Option<u64>,
         device: &Device,
     ) -> LmStep {
-        let masks = |direction: u64| self.dropout_masks(dropout_seed, direction);
-        let weight_masks = |direction: u64| self.weight_drop_masks(dropout_seed, direction);
+        let dropout = |direction: u64| self.stack_dropout(dropout_seed, direction);
         let (forward_top, backward_top, forward_targets, backward_targets, next_state) = match batch
         {
             LmBatch::Packed {
@@ -296,16 +298,14 @@ impl BiLanguageModel {
                         lengths: &lengths,
                         go_forward: true,
                         initial: f_start,
-                        dropout: masks(0),
-                        weight_drop: weight_masks(0),
+                        dropout: dropout(0),
                     },
                     StackRun {
                         embedded: b_in,
                         lengths: &lengths,
                         go_forward: true,
                         initial: b_start,
-                        dropout: masks(1),
-                        weight_drop: weight_masks(1),
+                        dropout: dropout(1),
                     },
                 );
                 (
@@ -333,16 +333,14 @@ impl BiLanguageModel {
                         lengths,
                         go_forward: true,
                         initial: None,
-                        dropout: masks(0),
-                        weight_drop: weight_masks(0),
+                        dropout: dropout(0),
                     },
                     StackRun {
                         embedded,
                         lengths,
                         go_forward: false,
                         initial: None,
-                        dropout: masks(1),
-                        weight_drop: weight_masks(1),
+                        dropout: dropout(1),
                     },
                 );
                 (f_top, b_top, forward_targets, backward_targets, None)
@@ -358,24 +356,9 @@ impl BiLanguageModel {
         }
     }
 
-    /// Dropout masks of one direction (0 forward, 1 backward): each stack has its own mask
-    /// stream, so the two may run in any order or in parallel.
-    pub(crate) fn dropout_masks(&self, seed: Option<u64>, direction: u64) -> DropoutMasks {
-        DropoutMasks::new(
-            self.dropout.probability,
-            self.dropout.locked,
-            seed.map(|s| crate::batcher::mix_seed(&[s, direction])),
-        )
-    }
-
-    /// Recurrent-weight masks of one direction (one per layer, bottom first), a stream of their
-    /// own: the activation masks are the same with and without weight drop.
-    pub(crate) fn weight_drop_masks(&self, seed: Option<u64>, direction: u64) -> DropoutMasks {
-        DropoutMasks::new(
-            self.dropout.weight_drop,
-            false,
-            seed.map(|s| crate::batcher::mix_seed(&[s, direction, WEIGHT_DROP_STREAM])),
-        )
+    /// One direction's dropout streams (0 forward, 1 backward) for a step's `seed`.
+    pub(crate) fn stack_dropout(&self, seed: Option<u64>, direction: u64) -> StackDropout {
+        StackDropout::new(&self.dropout, seed, direction)
     }
 
     /// The mean of the two directions' mean NLLs, from their top layers `[B, T, P]`. Both
@@ -440,17 +423,13 @@ impl BiLanguageModel {
     }
 }
 
-/// Third word of the weight-drop masks' seed (after the run seed and the direction).
-const WEIGHT_DROP_STREAM: u64 = 2;
-
 /// One stack's input, start and dropout.
 struct StackRun<'a> {
     embedded: Tensor<3>,
     lengths: &'a [usize],
     go_forward: bool,
     initial: Option<Vec<LstmState>>,
-    dropout: DropoutMasks,
-    weight_drop: DropoutMasks,
+    dropout: StackDropout,
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@
 use burn::tensor::Tensor;
 use elmo_model::{LstmGradients, LstmState, LstmTape, LstmWeightGradients, LstmWithProjection};
 
-use crate::dropout::DropoutMasks;
+use crate::dropout::StackDropout;
 
 /// A stack's forward pass and what its backward pass needs.
 pub(crate) struct RecordedStack {
@@ -38,9 +38,12 @@ pub(crate) fn forward_stack(
     use_skip_connections: bool,
     embedded: Tensor<3>,
     initial: Option<Vec<LstmState>>,
-    mut dropout: DropoutMasks,
-    mut weight_drop: DropoutMasks,
+    dropout: StackDropout,
 ) -> RecordedStack {
+    let StackDropout {
+        activations: mut dropout,
+        recurrent: mut weight_drop,
+    } = dropout;
     let mut x = embedded.inner();
     let device = x.device();
     let mut initial = initial.map(Vec::into_iter);

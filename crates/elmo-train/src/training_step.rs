@@ -69,27 +69,11 @@ impl BiLanguageModel {
         );
         let (f_stack, b_stack) = std::thread::scope(|scope| {
             let b = scope.spawn(|| {
-                let masks = self.dropout_masks(dropout_seed, 1);
-                let weights = self.weight_drop_masks(dropout_seed, 1);
-                forward_stack(
-                    &self.bilm.backward_layers,
-                    skip,
-                    b_in,
-                    b_start,
-                    masks,
-                    weights,
-                )
+                let dropout = self.stack_dropout(dropout_seed, 1);
+                forward_stack(&self.bilm.backward_layers, skip, b_in, b_start, dropout)
             });
-            let masks = self.dropout_masks(dropout_seed, 0);
-            let weights = self.weight_drop_masks(dropout_seed, 0);
-            let f = forward_stack(
-                &self.bilm.forward_layers,
-                skip,
-                f_in,
-                f_start,
-                masks,
-                weights,
-            );
+            let dropout = self.stack_dropout(dropout_seed, 0);
+            let f = forward_stack(&self.bilm.forward_layers, skip, f_in, f_start, dropout);
             (f, b.join().expect("backward LSTM thread panicked"))
         });
         step_profile::mark(device, "LSTM forward");

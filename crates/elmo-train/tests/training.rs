@@ -432,7 +432,10 @@ fn resume_reproduces_an_uninterrupted_run() {
         // With the plateau schedule (validation at steps 3, 6 and 7): step 6's validation is
         // not 90% better than step 3's, so steps 7+ run at half the rate, which the resumed run
         // only reproduces if the checkpoint of step 3 kept the schedule's best perplexity.
+        // Locked dropout and weight drop on: their masks too must follow from (seed, step).
         let mut config = tiny_config();
+        config.locked_dropout = true;
+        config.weight_drop = 0.2;
         config.lr_schedule = LrSchedule::Plateau {
             decay: 0.5,
             threshold: 0.9,
