@@ -104,15 +104,16 @@ pub(crate) fn backward_stack(
     for (index, (layer, ((tape, input_mask), dropped))) in
         layers.iter().zip(recorded).enumerate().rev()
     {
+        let (ran, weight_mask) = match &dropped {
+            Some((dropped, mask)) => (dropped, Some(mask)),
+            None => (layer, None),
+        };
         let LstmGradients {
             inputs,
             mut weights,
-        } = match &dropped {
-            Some((dropped, _)) => dropped.backward_recorded(tape, grad.clone()),
-            None => layer.backward_recorded(tape, grad.clone()),
-        };
-        if let Some((_, weight_mask)) = dropped {
-            weights.state_weight = weights.state_weight * weight_mask;
+        } = ran.backward_recorded(tape, grad.clone());
+        if let Some(mask) = weight_mask {
+            weights.state_weight = weights.state_weight * mask.clone();
         }
         let grad_input = if index > 0 && use_skip_connections {
             inputs + grad
