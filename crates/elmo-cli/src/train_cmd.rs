@@ -93,6 +93,13 @@ pub struct TrainArgs {
     /// One sentence per row from a zero state, instead of bilm-tf's stateful packing.
     #[arg(long)]
     pub sentences: bool,
+    /// Stateful batching over the corpus in file order, unshuffled, cut into one contiguous part
+    /// per batch row (Zaremba et al.'s and Kim et al.'s PTB batching): the carried LSTM state then
+    /// holds the preceding sentences of the same document. For corpora whose lines are in
+    /// document order (PTB, WikiText); the run's `elmo eval` reads text the same way. Holds the
+    /// whole corpus in memory.
+    #[arg(long, conflicts_with = "sentences")]
+    pub contiguous: bool,
     /// Stateful mode: probability that a row's carried LSTM state is zeroed before a batch
     /// (overrides the preset's 0.05; 0 = bilm-tf, never reset).
     #[arg(long, value_name = "P")]
@@ -198,6 +205,9 @@ impl TrainArgs {
         }
         if self.sentences {
             config.stateful = false;
+        }
+        if self.contiguous {
+            config.contiguous = true;
         }
         if let Some(v) = self.dropout {
             config.dropout = v;

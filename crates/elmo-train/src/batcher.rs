@@ -23,6 +23,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
+use crate::contiguous::{ContiguousBatcher, ContiguousState};
 use crate::corpus::{read_shard, split_line};
 use crate::error::{Result, TrainError};
 use crate::vocabulary::{BOS, EOS, Vocabulary};
@@ -486,6 +487,8 @@ pub enum BatcherState {
         /// Reversed stream.
         backward: PackedState,
     },
+    /// Contiguous mode: where the rows are.
+    Contiguous(ContiguousState),
     /// Sentence mode.
     Sentences {
         /// Stream position.
@@ -504,8 +507,22 @@ pub enum Batcher {
         /// Reversed stream.
         backward: PackedBatcher,
     },
+    /// Stateful mode over the corpus as one text (see [`crate::contiguous`]).
+    Contiguous(ContiguousBatcher),
     /// Sentence mode.
     Sentences(SentenceBatcher),
+}
+
+/// How sentences are laid out in batches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BatchMode {
+    /// bilm-tf's stateful packing: each row a stream of shuffled sentences, the LSTM state
+    /// carried from batch to batch.
+    Packed,
+    /// Stateful, over the corpus in file order cut into one contiguous part per row.
+    Contiguous,
+    /// One sentence per row from a zero state.
+    Sentences,
 }
 
 /// How to batch: grid size and mode.
@@ -513,10 +530,10 @@ pub enum Batcher {
 pub struct BatchShape {
     /// Rows per batch.
     pub n_rows: usize,
-    /// Steps per batch (stateful mode).
+    /// Steps per batch (stateful modes).
     pub n_steps: usize,
-    /// Stateful (packed) or sentence mode.
-    pub stateful: bool,
+    /// Packed, contiguous or sentence mode.
+    pub mode: BatchMode,
     /// Shards each stream holds and interleaves at once (see the module docs).
     pub n_mixed_shards: usize,
     /// Longest piece in sentence mode.
@@ -535,32 +552,41 @@ impl Batcher {
         let files = Arc::new(files);
         // The two directions shuffle independently, as bilm-tf's two LMDatasets do.
         let seed_for = |direction: u64| shuffle_seed.map(|s| mix_seed(&[s, direction]));
-        if shape.stateful {
-            let stream = |reverse: bool| {
-                SentenceStream::new(
-                    files.clone(),
-                    tokenize,
-                    reverse,
-                    shape.n_mixed_shards,
-                    seed_for(u64::from(reverse)),
-                )
-            };
-            Self::Packed {
-                forward: PackedBatcher::new(
-                    stream(false),
-                    vocab.clone(),
-                    shape.n_rows,
-                    shape.n_steps,
-                ),
-                backward: PackedBatcher::new(stream(true), vocab, shape.n_rows, shape.n_steps),
+        match shape.mode {
+            BatchMode::Packed => {
+                let stream = |reverse: bool| {
+                    SentenceStream::new(
+                        files.clone(),
+                        tokenize,
+                        reverse,
+                        shape.n_mixed_shards,
+                        seed_for(u64::from(reverse)),
+                    )
+                };
+                Self::Packed {
+                    forward: PackedBatcher::new(
+                        stream(false),
+                        vocab.clone(),
+                        shape.n_rows,
+                        shape.n_steps,
+                    ),
+                    backward: PackedBatcher::new(stream(true), vocab, shape.n_rows, shape.n_steps),
+                }
             }
-        } else {
-            Self::Sentences(SentenceBatcher::new(
+            BatchMode::Contiguous => Self::Contiguous(ContiguousBatcher::new(
+                files,
+                tokenize,
+                vocab,
+                shape.n_rows,
+                shape.n_steps,
+                shuffle_seed,
+            )),
+            BatchMode::Sentences => Self::Sentences(SentenceBatcher::new(
                 SentenceStream::new(files, tokenize, false, shape.n_mixed_shards, seed_for(0)),
                 vocab,
                 shape.n_rows,
                 shape.max_sentence_tokens,
-            ))
+            )),
         }
     }
 
@@ -583,6 +609,7 @@ impl Batcher {
                     backward_targets,
                 }))
             }
+            Self::Contiguous(batcher) => batcher.next_batch(),
             Self::Sentences(batcher) => batcher.next_batch(),
         }
     }
@@ -594,6 +621,7 @@ impl Batcher {
                 forward: forward.state(),
                 backward: backward.state(),
             },
+            Self::Contiguous(b) => BatcherState::Contiguous(b.state()),
             Self::Sentences(b) => BatcherState::Sentences {
                 position: b.stream.position().clone(),
                 pending: b.pending.clone(),
@@ -614,13 +642,18 @@ impl Batcher {
                 forward.restore(f)?;
                 backward.restore(b)
             }
+            (Self::Contiguous(batcher), BatcherState::Contiguous(state)) => {
+                batcher.restore(state);
+                Ok(())
+            }
             (Self::Sentences(batcher), BatcherState::Sentences { position, pending }) => {
                 batcher.stream.seek(position);
                 batcher.pending = pending;
                 Ok(())
             }
             _ => Err(TrainError::InvalidConfig(
-                "the checkpoint's batching mode (stateful or sentences) differs from the config's"
+                "the checkpoint's batching mode (packed, contiguous or sentences) differs from the \
+                 config's"
                     .into(),
             )),
         }
@@ -786,7 +819,7 @@ mod tests {
         let shape = BatchShape {
             n_rows: 3,
             n_steps: 4,
-            stateful: true,
+            mode: BatchMode::Packed,
             max_sentence_tokens: 10,
             n_mixed_shards,
         };

@@ -8,7 +8,7 @@ use elmo_model::options::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::batcher::BatchShape;
+use crate::batcher::{BatchMode, BatchShape};
 use crate::error::{Result, TrainError, io_error};
 
 /// Everything that defines a training run except the data paths.
@@ -27,6 +27,12 @@ pub struct TrainConfig {
     /// batch from a zero state.
     #[serde(default = "defaults::yes")]
     pub stateful: bool,
+    /// Stateful mode over the corpus in file order, unshuffled, cut into one contiguous part per
+    /// batch row (Zaremba et al. 2014; Kim et al. 2016 on PTB), so that the carried state holds
+    /// the preceding sentences of the same document; for corpora whose lines are in document
+    /// order. Holds the whole corpus in memory. `false`: bilm-tf's shuffled sentences.
+    #[serde(default)]
+    pub contiguous: bool,
     /// Stateful mode: probability that a row's carried LSTM state is zeroed before a batch. bilm-tf
     /// never resets, and a model trained so (seen with Adam) can come to depend on slowly drifting
     /// cells that only the carried state holds: from a zero state, as evaluation and `elmo embed`
@@ -289,6 +295,7 @@ impl TrainConfig {
             batch_size: defaults::batch_size(),
             unroll_steps: defaults::unroll_steps(),
             stateful: true,
+            contiguous: false,
             state_reset: defaults::state_reset(),
             max_sentence_tokens: defaults::max_sentence_tokens(),
             n_mixed_shards: defaults::n_mixed_shards(),
@@ -370,6 +377,11 @@ impl TrainConfig {
         if !(0.0..1.0).contains(&self.weight_drop) {
             return bad("weight_drop must be in [0, 1)");
         }
+        if self.contiguous && !self.stateful {
+            return bad(
+                "contiguous batching is stateful: it cannot be combined with sentence mode",
+            );
+        }
         if self.n_mixed_shards == 0 {
             return bad("n_mixed_shards must be positive");
         }
@@ -420,7 +432,11 @@ impl TrainConfig {
         BatchShape {
             n_rows: self.batch_size,
             n_steps: self.unroll_steps,
-            stateful: self.stateful,
+            mode: match (self.stateful, self.contiguous) {
+                (false, _) => BatchMode::Sentences,
+                (true, false) => BatchMode::Packed,
+                (true, true) => BatchMode::Contiguous,
+            },
             max_sentence_tokens: self.max_sentence_tokens,
             n_mixed_shards: self.n_mixed_shards,
         }

@@ -8,6 +8,7 @@ pub mod averaging;
 pub mod batcher;
 pub mod checkpoint;
 pub mod config;
+pub mod contiguous;
 pub mod corpus;
 mod dropout;
 pub mod error;

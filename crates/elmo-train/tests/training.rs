@@ -7,7 +7,7 @@ use std::sync::Arc;
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::GradientsParams;
 use burn::tensor::{Device, Tensor};
-use elmo_train::batcher::{BatchShape, Batcher, LmBatch, Targets, TokenGrid};
+use elmo_train::batcher::{BatchMode, BatchShape, Batcher, LmBatch, Targets, TokenGrid};
 use elmo_train::config::{Averaging, LrSchedule, OptimizerConfig, TrainConfig};
 use elmo_train::init_from::initial_model;
 use elmo_train::language_model::{CarriedState, SoftmaxMode};
@@ -59,11 +59,11 @@ use elmo_model::gradients::nonzero_gradients as gradient_map;
 #[path = "../../elmo-model/tests/support/wgpu_probe.rs"]
 mod wgpu_probe;
 
-fn first_batch(corpus: &Path, vocab: &Vocabulary, stateful: bool) -> LmBatch {
+fn first_batch(corpus: &Path, vocab: &Vocabulary, mode: BatchMode) -> LmBatch {
     let shape = BatchShape {
         n_rows: 2,
         n_steps: 5,
-        stateful,
+        mode,
         max_sentence_tokens: 50,
         n_mixed_shards: 1,
     };
@@ -86,8 +86,12 @@ fn tied_softmax_and_encoder_get_gradient_from_both_directions() {
     let vocab = vocab(&corpus);
     let device = Device::flex().autodiff();
     let model = seeded_model(&tiny_config(), &vocab, 1, &device);
-    for stateful in [true, false] {
-        let batch = first_batch(&corpus, &vocab, stateful);
+    for mode in [
+        BatchMode::Packed,
+        BatchMode::Contiguous,
+        BatchMode::Sentences,
+    ] {
+        let batch = first_batch(&corpus, &vocab, mode);
         let loss = || {
             model
                 .loss(&batch, None, SoftmaxMode::Full, Some(5), &device)
@@ -112,7 +116,7 @@ fn tied_softmax_and_encoder_get_gradient_from_both_directions() {
                     // The shared encoder, the shared softmax and this direction's LSTMs.
                     assert!(
                         nonzero,
-                        "{direction} loss gave no gradient to {path} (stateful {stateful})"
+                        "{direction} loss gave no gradient to {path} ({mode:?} batches)"
                     );
                 }
             }
@@ -189,7 +193,7 @@ fn check_fast_step_with(config: &TrainConfig, device: Device) -> f32 {
     let vocab = vocab(&corpus);
     let device = device.autodiff();
     let model = seeded_model(config, &vocab, 1, &device);
-    let batch = first_batch(&corpus, &vocab, true);
+    let batch = first_batch(&corpus, &vocab, BatchMode::Packed);
     let mut full_loss = None;
     let state = model
         .loss(&batch, None, SoftmaxMode::Full, None, &device)
@@ -336,7 +340,7 @@ fn frozen_parts_get_no_gradient() {
     let corpus = write_corpus(dir.path());
     let vocab = vocab(&corpus);
     let device = Device::flex().autodiff();
-    let batch = first_batch(&corpus, &vocab, true);
+    let batch = first_batch(&corpus, &vocab, BatchMode::Packed);
     for frozen in ["bilm.token_encoder", "bilm", "softmax"] {
         let mut model = seeded_model(&tiny_config(), &vocab, 1, &device);
         match frozen {
