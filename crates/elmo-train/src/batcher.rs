@@ -24,7 +24,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::contiguous::{ContiguousBatcher, ContiguousState};
-use crate::corpus::{read_shard, split_line};
+use crate::corpus::{display_paths, read_shard, split_line};
 use crate::error::{Result, TrainError};
 use crate::vocabulary::{BOS, EOS, Vocabulary};
 
@@ -186,11 +186,7 @@ impl SentenceStream {
             if groups_passed > self.n_groups() {
                 return Err(TrainError::Corpus(format!(
                     "no sentence in {} (only blank lines)",
-                    self.files
-                        .iter()
-                        .map(|f| f.display().to_string())
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    display_paths(&self.files)
                 )));
             }
             self.position.shard += 1;

@@ -21,7 +21,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::batcher::{LmBatch, Targets, TokenGrid, mix_seed};
-use crate::corpus::{read_shard, split_line};
+use crate::corpus::{display_paths, read_shard, split_line};
 use crate::error::{Result, TrainError};
 use crate::vocabulary::{BOS, EOS, Vocabulary};
 
@@ -77,10 +77,9 @@ impl Text {
             }
         }
         if sentences.is_empty() {
-            let names: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
             return Err(TrainError::Corpus(format!(
                 "no sentence in {} (only blank lines)",
-                names.join(", ")
+                display_paths(files)
             )));
         }
         if tokens.len() as u64 >= u64::from(STARTS_SENTENCE) {
@@ -195,11 +194,7 @@ impl ContiguousBatcher {
         if row_len == 0 {
             return Err(TrainError::Corpus(format!(
                 "{}: {len} tokens do not fill one batch of {} rows × {} steps (contiguous batching)",
-                self.files
-                    .iter()
-                    .map(|f| f.display().to_string())
-                    .collect::<Vec<_>>()
-                    .join(", "),
+                display_paths(&self.files),
                 self.n_rows,
                 self.n_steps
             )));

@@ -63,6 +63,12 @@ pub fn read_lines(path: &Path, mut f: impl FnMut(usize, &str) -> Result<()>) -> 
     }
 }
 
+/// The paths of `files`, comma-separated (for messages about a corpus).
+pub fn display_paths(files: &[PathBuf]) -> String {
+    let names: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
+    names.join(", ")
+}
+
 /// The tokens of one line.
 pub fn split_line(line: &str, tokenize: bool) -> Vec<String> {
     if tokenize {

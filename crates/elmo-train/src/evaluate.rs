@@ -53,11 +53,7 @@ pub fn evaluate(
     device: &Device,
     mut on_batch: impl FnMut(u64),
 ) -> Result<Perplexity> {
-    let names = files
-        .iter()
-        .map(|f| f.display().to_string())
-        .collect::<Vec<_>>()
-        .join(", ");
+    let names = crate::corpus::display_paths(&files);
     let mut batcher = Batcher::new(files, tokenize, vocab, shape, None);
     let mut state: Option<CarriedState> = None;
     let (mut nll_f, mut nll_b, mut n_f, mut n_b) = (0.0f64, 0.0f64, 0u64, 0u64);
