@@ -5,6 +5,8 @@
 //!   `</S>` is never an input (the next sentence starts with its `<S>`). The LSTM state carries
 //!   from one batch to the next. The backward LM reads its own, independently shuffled stream of
 //!   reversed sentences `</S> wn … w1 <S>` the same way.
+//! - **Contiguous**: stateful too, over the corpus in file order as one text cut into one part
+//!   per row ([`crate::contiguous`]).
 //! - **Sentences**: one sentence per row (long ones cut into pieces that overlap by one token, so
 //!   every target is predicted once), from a zero state; the forward LM predicts the next token,
 //!   the backward LM (reading each row right to left) the previous one.
