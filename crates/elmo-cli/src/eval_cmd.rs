@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{Result, bail};
-use elmo_train::batcher::BatchShape;
+use elmo_train::batcher::{BatchMode, BatchShape};
 use elmo_train::{TrainedRun, evaluate};
 
 use crate::backend::Backend;
@@ -21,6 +21,12 @@ pub struct EvalArgs {
     /// Rows per batch (default: the run's batch size).
     #[arg(long, value_name = "N")]
     pub batch_size: Option<usize>,
+    /// How to lay the text out in batches (default: as the run was trained). `packed` gives each
+    /// row every B-th sentence, so the carried state holds unrelated sentences; `contiguous`
+    /// gives each row one contiguous part of the text, so it holds the document's previous
+    /// sentences; `sentences` starts every sentence from a zero state.
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub batching: Option<Batching>,
     /// Compute backend.
     #[arg(long, value_enum, default_value_t = Backend::Flex)]
     pub backend: Backend,
@@ -30,6 +36,17 @@ pub struct EvalArgs {
     /// No progress bar.
     #[arg(long, short)]
     pub quiet: bool,
+}
+
+/// `--batching`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum Batching {
+    /// bilm-tf's packing (what `elmo train` does by default).
+    Packed,
+    /// The text cut into one contiguous part per row (`elmo train --contiguous`).
+    Contiguous,
+    /// One sentence per row (`elmo train --sentences`).
+    Sentences,
 }
 
 /// Runs `elmo eval`.
@@ -56,6 +73,12 @@ pub fn run(args: &EvalArgs) -> Result<()> {
     let config = &run.config;
     let shape = BatchShape {
         n_rows: args.batch_size.unwrap_or(config.batch_size),
+        mode: match args.batching {
+            None => config.batch_shape().mode,
+            Some(Batching::Packed) => BatchMode::Packed,
+            Some(Batching::Contiguous) => BatchMode::Contiguous,
+            Some(Batching::Sentences) => BatchMode::Sentences,
+        },
         ..config.batch_shape()
     };
     let bar = crate::progress::bar(

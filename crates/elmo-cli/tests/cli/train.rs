@@ -175,6 +175,21 @@ fn vocab_train_resume_eval_export_embed() {
         path(&corpus),
     ]);
     assert_ne!(trained, line);
+    // Another batching of the same text: other carried states, other perplexities.
+    for batching in ["contiguous", "sentences"] {
+        let other = ok(&[
+            "eval",
+            "--quiet",
+            "--batching",
+            batching,
+            "--model",
+            path(&run),
+            "--data",
+            path(&corpus),
+        ]);
+        assert!(other.starts_with("forward perplexity"), "{other}");
+        assert_ne!(other, line, "--batching {batching}");
+    }
 
     let export = d.join("export");
     ok(&["export", "--model", path(&run), "--out", path(&export)]);
