@@ -49,6 +49,16 @@ pub enum Batching {
     Sentences,
 }
 
+impl Batching {
+    fn mode(self) -> BatchMode {
+        match self {
+            Self::Packed => BatchMode::Packed,
+            Self::Contiguous => BatchMode::Contiguous,
+            Self::Sentences => BatchMode::Sentences,
+        }
+    }
+}
+
 /// Runs `elmo eval`.
 pub fn run(args: &EvalArgs) -> Result<()> {
     if !args.data.is_file() {
@@ -71,15 +81,11 @@ pub fn run(args: &EvalArgs) -> Result<()> {
         );
     }
     let config = &run.config;
+    let trained = config.batch_shape();
     let shape = BatchShape {
         n_rows: args.batch_size.unwrap_or(config.batch_size),
-        mode: match args.batching {
-            None => config.batch_shape().mode,
-            Some(Batching::Packed) => BatchMode::Packed,
-            Some(Batching::Contiguous) => BatchMode::Contiguous,
-            Some(Batching::Sentences) => BatchMode::Sentences,
-        },
-        ..config.batch_shape()
+        mode: args.batching.map_or(trained.mode, Batching::mode),
+        ..trained
     };
     let bar = crate::progress::bar(
         0,

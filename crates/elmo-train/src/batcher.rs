@@ -26,7 +26,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::contiguous::{ContiguousBatcher, ContiguousState};
-use crate::corpus::{display_paths, read_shard, split_line};
+use crate::corpus::{no_sentence, read_shard, split_line};
 use crate::error::{Result, TrainError};
 use crate::vocabulary::{BOS, EOS, Vocabulary};
 
@@ -186,10 +186,7 @@ impl SentenceStream {
             }
             groups_passed += 1;
             if groups_passed > self.n_groups() {
-                return Err(TrainError::Corpus(format!(
-                    "no sentence in {} (only blank lines)",
-                    display_paths(&self.files)
-                )));
+                return Err(no_sentence(&self.files));
             }
             self.position.shard += 1;
             self.position.line = 0;

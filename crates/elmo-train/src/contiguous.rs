@@ -21,7 +21,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::batcher::{LmBatch, Targets, TokenGrid, mix_seed};
-use crate::corpus::{display_paths, read_shard, split_line};
+use crate::corpus::{display_paths, no_sentence, read_shard, split_line};
 use crate::error::{Result, TrainError};
 use crate::vocabulary::{BOS, EOS, Vocabulary};
 
@@ -77,10 +77,7 @@ impl Text {
             }
         }
         if sentences.is_empty() {
-            return Err(TrainError::Corpus(format!(
-                "no sentence in {} (only blank lines)",
-                display_paths(files)
-            )));
+            return Err(no_sentence(files));
         }
         if tokens.len() as u64 >= u64::from(STARTS_SENTENCE) {
             return Err(TrainError::Corpus(
@@ -208,7 +205,10 @@ impl ContiguousBatcher {
         if self.text.is_none() {
             self.text = Some(Text::read(&self.files, self.tokenize, &self.vocab)?);
         }
-        let len = self.text.as_ref().map_or(0, Text::len);
+        let Some(text) = &self.text else {
+            unreachable!("read above")
+        };
+        let len = text.len();
         let mut layout = self.layout(len)?;
         if self.state.position >= layout.row_len {
             if self.seed.is_none() {
@@ -220,9 +220,6 @@ impl ContiguousBatcher {
             };
             layout = self.layout(len)?;
         }
-        let Some(text) = &self.text else {
-            unreachable!("read above")
-        };
         let (forward, forward_targets) = self.grid(text, &text.forward, layout);
         let (backward, backward_targets) = self.grid(text, &text.backward, layout);
         self.state.position += self.n_steps;

@@ -69,6 +69,14 @@ pub fn display_paths(files: &[PathBuf]) -> String {
     names.join(", ")
 }
 
+/// The error for a corpus whose files hold no sentence.
+pub fn no_sentence(files: &[PathBuf]) -> TrainError {
+    TrainError::Corpus(format!(
+        "no sentence in {} (only blank lines)",
+        display_paths(files)
+    ))
+}
+
 /// The tokens of one line.
 pub fn split_line(line: &str, tokenize: bool) -> Vec<String> {
     if tokenize {
