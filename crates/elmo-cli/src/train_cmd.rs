@@ -64,13 +64,14 @@ pub struct TrainArgs {
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Continue the run in --out from its newest checkpoint (same arguments as the first call;
-    /// --lr, --warmup-steps and --plateau-decay may change the rate from there on).
+    /// --lr, --warmup-steps, --plateau-decay and --constant-lr may change the rate from there on).
     #[arg(long)]
     pub resume: bool,
     /// Start a new run from trained weights: pretrained OPTIONS_JSON WEIGHTS_HDF5 (the
     /// architecture comes from them; the softmax is new), or a RUN_DIR of `elmo train` (its
     /// newest checkpoint; its softmax too when --vocab is the run's vocabulary; with no --preset
-    /// its config.json, overrides applied). Optimizer state, step and data position start anew,
+    /// its config.json, overrides applied: its rate schedule too, unless --constant-lr,
+    /// --warmup-steps or --plateau-decay replaces it). Optimizer state, step and data position start anew,
     /// e.g. to continue an Adam run with SGD, or on domain text.
     #[arg(
         long,
@@ -147,6 +148,10 @@ pub struct TrainArgs {
     /// is lowered [default: 0].
     #[arg(long, value_name = "N", requires = "plateau_decay")]
     pub plateau_patience: Option<u32>,
+    /// A constant learning rate from here on, dropping the schedule that the preset, the run's
+    /// config.json (--resume) or --init-from RUN_DIR's config.json would otherwise bring.
+    #[arg(long, conflicts_with_all = ["warmup_steps", "plateau_decay"])]
+    pub constant_lr: bool,
     /// Average the weights from step N on (Polyak averaging; with --optimizer sgd, ASGD): the
     /// mean of the weights after every step since is what validation, `elmo eval`, `export`,
     /// `embed` and `--init-from` use. May be given or changed with --resume.
@@ -245,6 +250,9 @@ impl TrainArgs {
                 threshold: self.plateau_threshold.unwrap_or(0.01),
                 patience: self.plateau_patience.unwrap_or(0),
             };
+        }
+        if self.constant_lr {
+            config.lr_schedule = LrSchedule::Constant;
         }
         if let Some(start) = self.average_from {
             config.averaging = Averaging::FromStep { start };
@@ -441,8 +449,10 @@ pub fn run(args: &TrainArgs) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::Progress;
+    use super::{Progress, TrainArgs};
+    use clap::Parser;
     use elmo_train::TrainObserver;
+    use elmo_train::config::{LrSchedule, TrainConfig};
     use indicatif::{ProgressBar, ProgressDrawTarget, TermLike};
     use std::io;
     use std::sync::{Arc, Mutex};
@@ -481,6 +491,51 @@ mod tests {
         fn flush(&self) -> io::Result<()> {
             Ok(())
         }
+    }
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        train: TrainArgs,
+    }
+
+    /// `--constant-lr` drops a plateau schedule that a config file brings (as `--init-from
+    /// RUN_DIR` does with the run's config.json); without it the schedule is kept.
+    #[test]
+    fn constant_lr_drops_an_inherited_schedule() -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let mut config = TrainConfig::from_preset_or_file("tiny")?;
+        config.lr_schedule = LrSchedule::Plateau {
+            decay: 0.5,
+            threshold: 0.01,
+            patience: 2,
+        };
+        let file = dir.path().join("config.json");
+        std::fs::write(&file, serde_json::to_string(&config)?)?;
+        let parse = |extra: &[&str]| -> anyhow::Result<TrainConfig> {
+            let mut args = vec!["elmo", "--preset", file.to_str().unwrap_or_default()];
+            args.extend(["--train", "t.txt", "--vocab", "v.txt", "--out", "run"]);
+            args.extend(extra);
+            Cli::try_parse_from(args)?.train.config(None)
+        };
+        assert_eq!(parse(&[])?.lr_schedule, config.lr_schedule);
+        assert_eq!(parse(&["--constant-lr"])?.lr_schedule, LrSchedule::Constant);
+        assert!(
+            Cli::try_parse_from([
+                "elmo",
+                "--train",
+                "t",
+                "--vocab",
+                "v",
+                "--out",
+                "o",
+                "--constant-lr",
+                "--plateau-decay",
+                "0.5"
+            ])
+            .is_err()
+        );
+        Ok(())
     }
 
     /// With a bar on a terminal, log lines are printed above it (this once recursed forever).
