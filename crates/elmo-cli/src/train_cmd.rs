@@ -71,8 +71,8 @@ pub struct TrainArgs {
     /// architecture comes from them; the softmax is new), or a RUN_DIR of `elmo train` (its
     /// newest checkpoint; its softmax too when --vocab is the run's vocabulary; with no --preset
     /// its config.json, overrides applied: its rate schedule too, unless --constant-lr,
-    /// --warmup-steps or --plateau-decay replaces it). Optimizer state, step and data position start anew,
-    /// e.g. to continue an Adam run with SGD, or on domain text.
+    /// --warmup-steps or --plateau-decay replaces it). Optimizer state, step and data position
+    /// start anew, e.g. to continue an Adam run with SGD, or on domain text.
     #[arg(
         long,
         num_args = 1..=2,
@@ -148,8 +148,9 @@ pub struct TrainArgs {
     /// is lowered [default: 0].
     #[arg(long, value_name = "N", requires = "plateau_decay")]
     pub plateau_patience: Option<u32>,
-    /// A constant learning rate from here on, dropping the schedule that the preset, the run's
-    /// config.json (--resume) or --init-from RUN_DIR's config.json would otherwise bring.
+    /// A constant learning rate from here on (--lr, or the config's rate, undecayed), dropping
+    /// the schedule that the preset, the run's config.json (--resume) or --init-from RUN_DIR's
+    /// config.json would otherwise bring.
     #[arg(long, conflicts_with_all = ["warmup_steps", "plateau_decay"])]
     pub constant_lr: bool,
     /// Average the weights from step N on (Polyak averaging; with --optimizer sgd, ASGD): the
@@ -493,10 +494,13 @@ mod tests {
         }
     }
 
-    #[derive(Debug, Parser)]
-    struct Cli {
-        #[command(flatten)]
-        train: TrainArgs,
+    /// Parses `elmo train ARGS` with the real command line and returns its arguments.
+    fn train_args(args: &[&str]) -> anyhow::Result<TrainArgs> {
+        let cli = crate::Cli::try_parse_from(["elmo", "train"].iter().chain(args))?;
+        match cli.command {
+            crate::Command::Train(args) => Ok(*args),
+            other => anyhow::bail!("parsed as {other:?}"),
+        }
     }
 
     /// `--constant-lr` drops a plateau schedule that a config file brings (as `--init-from
@@ -511,30 +515,17 @@ mod tests {
             patience: 2,
         };
         let file = dir.path().join("config.json");
-        std::fs::write(&file, serde_json::to_string(&config)?)?;
+        config.to_file(&file)?;
+        let preset = file.to_str().unwrap_or_default();
         let parse = |extra: &[&str]| -> anyhow::Result<TrainConfig> {
-            let mut args = vec!["elmo", "--preset", file.to_str().unwrap_or_default()];
-            args.extend(["--train", "t.txt", "--vocab", "v.txt", "--out", "run"]);
+            let mut args = vec!["--preset", preset, "--train", "t.txt", "--vocab", "v.txt"];
+            args.extend(["--out", "run"]);
             args.extend(extra);
-            Cli::try_parse_from(args)?.train.config(None)
+            train_args(&args)?.config(None)
         };
         assert_eq!(parse(&[])?.lr_schedule, config.lr_schedule);
         assert_eq!(parse(&["--constant-lr"])?.lr_schedule, LrSchedule::Constant);
-        assert!(
-            Cli::try_parse_from([
-                "elmo",
-                "--train",
-                "t",
-                "--vocab",
-                "v",
-                "--out",
-                "o",
-                "--constant-lr",
-                "--plateau-decay",
-                "0.5"
-            ])
-            .is_err()
-        );
+        assert!(parse(&["--constant-lr", "--plateau-decay", "0.5"]).is_err());
         Ok(())
     }
 
