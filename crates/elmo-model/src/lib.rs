@@ -21,6 +21,7 @@ pub mod bilm_state;
 pub mod char_cnn;
 pub mod char_ids;
 pub mod cpu_matmul;
+mod cube_lstm_cell;
 pub mod elmo;
 pub mod error;
 pub mod export;
@@ -47,3 +48,8 @@ pub use options::BiLmOptions;
 pub use scalar_mix::{ScalarMix, ScalarMixConfig};
 pub use seeded_init::seeded_init;
 pub use token_cache::TokenEmbeddingCache;
+
+/// The wgpu device of the integration tests, for unit tests too.
+#[cfg(test)]
+#[path = "../tests/support/wgpu_probe.rs"]
+mod wgpu_probe;

@@ -17,6 +17,7 @@
 
 use burn::tensor::Tensor;
 
+use crate::cube_lstm_cell::{self, CellKernels, CellRecords};
 use crate::gate_activation::GateActivation;
 use crate::lstm_projection::{LstmOutput, LstmState, LstmWithProjection};
 
@@ -128,7 +129,8 @@ impl LstmWithProjection {
     /// [`Self::backward_recorded`]. Outputs equal `forward`'s up to float rounding.
     ///
     /// Few operations per step (each one a kernel launch on a GPU): the gates in one
-    /// `GateActivation` pass, the steps' records written into preallocated time-major buffers.
+    /// `GateActivation` pass, the steps' records written into preallocated time-major buffers;
+    /// on a CubeCL device (wgpu) the fused cell kernels of `cube_lstm_cell` ([`CellKernels`]).
     ///
     /// # Shapes
     /// - inputs: `[B, T, d_input]`
@@ -137,6 +139,17 @@ impl LstmWithProjection {
         &self,
         inputs: Tensor<3>,
         initial_state: Option<LstmState>,
+    ) -> (LstmOutput, LstmTape) {
+        let kernels = CellKernels::for_tensor(&inputs);
+        self.forward_recorded_using(inputs, initial_state, kernels)
+    }
+
+    /// [`Self::forward_recorded`] with the cell's kernels chosen by the caller.
+    pub(crate) fn forward_recorded_using(
+        &self,
+        inputs: Tensor<3>,
+        initial_state: Option<LstmState>,
+        kernels: CellKernels,
     ) -> (LstmOutput, LstmTape) {
         let inputs = inputs.inner();
         let device = inputs.device();
@@ -164,9 +177,33 @@ impl LstmWithProjection {
         let mut tanh_memory_all = Tensor::<3>::empty([n_steps, batch, d_cell], &device);
         let mut hidden_all = Tensor::<3>::empty([n_steps, batch, d_projection], &device);
         let (mut h, mut c) = (initial.hidden.clone(), initial.memory.clone());
+        let fused = kernels == CellKernels::Fused;
         for t in 0..n_steps {
-            let pre = step(&projected, t) + h.matmul(state_weight.clone());
-            let gates = activation.activate(pre);
+            let recurrent = h.matmul(state_weight.clone());
+            if fused {
+                let records = CellRecords {
+                    gates: &gates_all,
+                    memory: &memory_all,
+                    tanh_memory: &tanh_memory_all,
+                    hidden: &hidden_all,
+                };
+                let cell_output = cube_lstm_cell::cell_forward(
+                    &projected,
+                    recurrent,
+                    &initial.memory,
+                    &records,
+                    t,
+                    self.cell_clip,
+                );
+                h = cube_lstm_cell::hidden_forward(
+                    cell_output.matmul(weights.projection.clone()),
+                    &records,
+                    t,
+                    self.projection_clip,
+                );
+                continue;
+            }
+            let gates = activation.activate(step(&projected, t) + recurrent);
             let gate = |k: usize| gates.clone().narrow(1, k * d_cell, d_cell);
             let mut memory = gate(0) * gate(2) + gate(1) * c;
             if let Some(clip) = self.cell_clip {
@@ -185,6 +222,9 @@ impl LstmWithProjection {
             hidden_all = hidden_all.slice_assign(at(d_projection), hidden.clone().unsqueeze_dim(0));
             h = hidden;
             c = memory;
+        }
+        if fused && n_steps > 0 {
+            c = step(&memory_all, n_steps - 1);
         }
         let output = LstmOutput {
             outputs: hidden_all.clone().swap_dims(0, 1),
@@ -211,13 +251,25 @@ impl LstmWithProjection {
     ///
     /// Everything that does not depend on the gradient flowing back through time (the gates'
     /// derivatives, the clip masks) is computed for all steps at once before the loop; a step
-    /// is then two matmuls and a few elementwise operations, and each weight gradient is one
-    /// matmul over all steps (`[x_t]ᵀ·[dz_t]`), as cuDNN does.
+    /// is then two matmuls and a few elementwise operations (two fused kernels on a CubeCL
+    /// device, [`CellKernels`]), and each weight gradient is one matmul over all steps
+    /// (`[x_t]ᵀ·[dz_t]`), as cuDNN does.
     ///
     /// # Shapes
     /// - grad_outputs: `[B, T, P]`
     /// - output: [`LstmGradients`]
     pub fn backward_recorded(&self, tape: LstmTape, grad_outputs: Tensor<3>) -> LstmGradients {
+        let kernels = CellKernels::for_tensor(&grad_outputs);
+        self.backward_recorded_using(tape, grad_outputs, kernels)
+    }
+
+    /// [`Self::backward_recorded`] with the cell's kernels chosen by the caller.
+    pub(crate) fn backward_recorded_using(
+        &self,
+        tape: LstmTape,
+        grad_outputs: Tensor<3>,
+        kernels: CellKernels,
+    ) -> LstmGradients {
         let grad_outputs = grad_outputs.inner();
         let device = grad_outputs.device();
         let [batch, n_steps, d_projection] = grad_outputs.dims();
@@ -235,26 +287,75 @@ impl LstmWithProjection {
                 },
             };
         }
-        let state_weight_t = weights.state.clone().transpose();
-        let projection_t = weights.projection.clone().transpose();
+        let transposed = TransposedWeights {
+            state: weights.state.clone().transpose(),
+            projection: weights.projection.clone().transpose(),
+        };
+        let StepGradients {
+            gates: grad_gates,
+            projected: grad_projected,
+        } = match kernels {
+            CellKernels::Composed => self.composed_steps(&tape, grad_outputs, &transposed),
+            CellKernels::Fused => self.fused_steps(&tape, &grad_outputs, &transposed),
+        };
         let LstmTape {
             inputs,
+            gates,
+            tanh_memory,
+            hidden,
+            initial,
+            ..
+        } = tape;
+        let rows = n_steps * batch;
+        let grad_gates = grad_gates.reshape([rows, 4 * d_cell]);
+        let hidden_prev = previous(initial.hidden, &hidden).reshape([rows, d_projection]);
+        let output_gate = gates.narrow(2, 3 * d_cell, d_cell);
+        let projection_inputs = (output_gate * tanh_memory).reshape([rows, d_cell]);
+        LstmGradients {
+            inputs: grad_gates
+                .clone()
+                .matmul(weights.input.transpose())
+                .reshape([n_steps, batch, d_input])
+                .swap_dims(0, 1),
+            weights: LstmWeightGradients {
+                input_weight: inputs.transpose().matmul(grad_gates.clone()),
+                state_weight: hidden_prev.transpose().matmul(grad_gates.clone()),
+                bias: grad_gates.sum_dim(0).reshape([4 * d_cell]),
+                projection: projection_inputs
+                    .transpose()
+                    .matmul(grad_projected.reshape([rows, d_projection])),
+            },
+        }
+    }
+
+    /// The per-step part of [`Self::backward_recorded`] with burn's tensor operations.
+    fn composed_steps(
+        &self,
+        tape: &LstmTape,
+        grad_outputs: Tensor<3>,
+        transposed: &TransposedWeights,
+    ) -> StepGradients {
+        let device = grad_outputs.device();
+        let [batch, n_steps, d_projection] = grad_outputs.dims();
+        let d_cell = self.d_cell();
+        let LstmTape {
             gates,
             memory,
             tanh_memory,
             hidden,
             initial,
+            ..
         } = tape;
         let gate = |k: usize| gates.clone().narrow(2, k * d_cell, d_cell);
         let (input_gate, forget_gate, cell_input, output_gate) =
             (gate(0), gate(1), gate(2), gate(3));
 
         // All steps at once, `[T, B, ·]`.
-        let memory_kept = kept_by_clip(&memory, self.cell_clip);
-        let hidden_kept = kept_by_clip(&hidden, self.projection_clip);
+        let memory_kept = kept_by_clip(memory, self.cell_clip);
+        let hidden_kept = kept_by_clip(hidden, self.projection_clip);
         // d memory / d(o·tanh c), with the cell clip's mask.
         let to_memory = masked(
-            output_gate.clone() * one_minus_square(tanh_memory.clone()),
+            output_gate * one_minus_square(tanh_memory.clone()),
             memory_kept.clone(),
         );
         // The memory gradient carried from step t+1 to t: `f_{t+1}`, masked at t.
@@ -269,7 +370,7 @@ impl LstmWithProjection {
         // σ' = σ(1 − σ) for i, f, o (the g block is unused).
         let sigmoid_derivative = gates.clone() * gates.clone().neg().add_scalar(1.0);
         let derivative = |k: usize| sigmoid_derivative.clone().narrow(2, k * d_cell, d_cell);
-        let memory_prev = previous(initial.memory, &memory);
+        let memory_prev = previous(initial.memory.clone(), memory);
         // d z_{i,f,g} / d memory, and d z_o / d(o·tanh c).
         let from_memory = Tensor::cat(
             vec![
@@ -295,7 +396,9 @@ impl LstmWithProjection {
                 let kept = hidden_kept.as_ref().map(|kept| step(kept, t));
                 grad_raw_hidden = grad_raw_hidden + masked(next, kept);
             }
-            let grad_cell_output = grad_raw_hidden.clone().matmul(projection_t.clone());
+            let grad_cell_output = grad_raw_hidden
+                .clone()
+                .matmul(transposed.projection.clone());
             let mut grad_memory = grad_cell_output.clone() * step(&to_memory, t);
             if let Some(next) = grad_memory_next.take() {
                 grad_memory = grad_memory + next;
@@ -312,29 +415,80 @@ impl LstmWithProjection {
             if t > 0 {
                 let carry = carry_memory.as_ref().map(|carry| step(carry, t - 1));
                 grad_memory_next = carry.map(|carry| grad_memory * carry);
-                grad_hidden_next = Some(step(&grad_gates, t).matmul(state_weight_t.clone()));
+                grad_hidden_next = Some(step(&grad_gates, t).matmul(transposed.state.clone()));
             }
         }
-        let rows = n_steps * batch;
-        let grad_gates = grad_gates.reshape([rows, 4 * d_cell]);
-        let hidden_prev = previous(initial.hidden, &hidden).reshape([rows, d_projection]);
-        let projection_inputs = (output_gate * tanh_memory).reshape([rows, d_cell]);
-        LstmGradients {
-            inputs: grad_gates
-                .clone()
-                .matmul(weights.input.transpose())
-                .reshape([n_steps, batch, d_input])
-                .swap_dims(0, 1),
-            weights: LstmWeightGradients {
-                input_weight: inputs.transpose().matmul(grad_gates.clone()),
-                state_weight: hidden_prev.transpose().matmul(grad_gates.clone()),
-                bias: grad_gates.sum_dim(0).reshape([4 * d_cell]),
-                projection: projection_inputs
-                    .transpose()
-                    .matmul(grad_projected.reshape([rows, d_projection])),
-            },
+        StepGradients {
+            gates: grad_gates,
+            projected: grad_projected,
         }
     }
+
+    /// The per-step part of [`Self::backward_recorded`] with the fused kernels of
+    /// `cube_lstm_cell`: a step is the hidden state's gradient, `·Pᵀ`, the gates' gradients and
+    /// `·Wᵀ`; nothing is computed for all steps beforehand.
+    fn fused_steps(
+        &self,
+        tape: &LstmTape,
+        grad_outputs: &Tensor<3>,
+        transposed: &TransposedWeights,
+    ) -> StepGradients {
+        let device = grad_outputs.device();
+        let [batch, n_steps, d_projection] = grad_outputs.dims();
+        let d_cell = self.d_cell();
+        let records = CellRecords {
+            gates: &tape.gates,
+            memory: &tape.memory,
+            tanh_memory: &tape.tanh_memory,
+            hidden: &tape.hidden,
+        };
+        let grad_gates = Tensor::<3>::empty([n_steps, batch, 4 * d_cell], &device);
+        let grad_projected = Tensor::<3>::empty([n_steps, batch, d_projection], &device);
+        let mut grad_hidden_next: Option<Tensor<2>> = None;
+        let mut grad_memory_next: Option<Tensor<2>> = None;
+        for t in (0..n_steps).rev() {
+            let grad_raw_hidden = cube_lstm_cell::hidden_backward(
+                grad_outputs,
+                &tape.hidden,
+                grad_hidden_next.take(),
+                &grad_projected,
+                t,
+                self.projection_clip,
+            );
+            grad_memory_next = cube_lstm_cell::cell_backward(
+                grad_raw_hidden.matmul(transposed.projection.clone()),
+                &records,
+                &tape.initial.memory,
+                grad_memory_next.take(),
+                &grad_gates,
+                t,
+                self.cell_clip,
+            );
+            if t > 0 {
+                grad_hidden_next = Some(step(&grad_gates, t).matmul(transposed.state.clone()));
+            }
+        }
+        StepGradients {
+            gates: grad_gates,
+            projected: grad_projected,
+        }
+    }
+}
+
+/// The transposed weights that backpropagation through time multiplies by at every step.
+struct TransposedWeights {
+    /// `[4C, P]`.
+    state: Tensor<2>,
+    /// `[P, C]`.
+    projection: Tensor<2>,
+}
+
+/// What the per-step part of backpropagation through time produces, time-major.
+struct StepGradients {
+    /// `[T, B, 4C]`: the gradients of the gate pre-activations.
+    gates: Tensor<3>,
+    /// `[T, B, P]`: the gradients of the projection's outputs (before its clip).
+    projected: Tensor<3>,
 }
 
 #[cfg(test)]
@@ -353,7 +507,114 @@ mod tests {
     /// active somewhere (large inputs and a small clip) and a non-zero initial state.
     #[test]
     fn hand_written_gradients_equal_autodiff() {
-        let device = Device::flex().autodiff();
+        check_against_autodiff(&Device::flex().autodiff());
+    }
+
+    /// The same on wgpu (in CI: lavapipe), where the recorded passes run the fused cell kernels.
+    #[test]
+    fn fused_kernels_equal_autodiff_on_wgpu() {
+        if let Some(device) =
+            crate::wgpu_probe::wgpu_device_or_skip("fused_kernels_equal_autodiff_on_wgpu")
+        {
+            let probe = Tensor::<1>::zeros([1], &device);
+            assert_eq!(CellKernels::for_tensor(&probe), CellKernels::Fused);
+            check_against_autodiff(&device.autodiff());
+        }
+    }
+
+    /// The fused kernels against the composed operations on the same wgpu device, at a width
+    /// that spans several workgroups, with both clips cutting: outputs, final state and every
+    /// gradient.
+    #[test]
+    fn fused_kernels_equal_composed_on_wgpu() {
+        let Some(device) =
+            crate::wgpu_probe::wgpu_device_or_skip("fused_kernels_equal_composed_on_wgpu")
+        else {
+            return;
+        };
+        let (batch, n_steps, d_input, d_cell, d_projection) = (8, 5, 12, 160, 24);
+        let layer = seeded_layer(
+            &device,
+            11,
+            [d_input, d_cell, d_projection],
+            Some(0.5),
+            Some(0.3),
+        );
+        let tensor = |n: usize, scale: f32, phase: f32, shape: [usize; 3]| {
+            Tensor::<3>::from_data(TensorData::new(values(n, scale, phase), shape), &device)
+        };
+        let inputs = tensor(
+            batch * n_steps * d_input,
+            3.0,
+            0.5,
+            [batch, n_steps, d_input],
+        );
+        let grad_outputs = tensor(
+            batch * n_steps * d_projection,
+            1.0,
+            1.5,
+            [batch, n_steps, d_projection],
+        );
+        let start = LstmState {
+            hidden: tensor(batch * d_projection, 0.3, 2.5, [1, batch, d_projection])
+                .reshape([batch, d_projection]),
+            memory: tensor(batch * d_cell, 0.8, 3.5, [1, batch, d_cell]).reshape([batch, d_cell]),
+        };
+        let run = |kernels: CellKernels| {
+            let (output, tape) =
+                layer.forward_recorded_using(inputs.clone(), Some(start.clone()), kernels);
+            let grads = layer.backward_recorded_using(tape, grad_outputs.clone(), kernels);
+            (output, grads)
+        };
+        let (composed, composed_grads) = run(CellKernels::Composed);
+        let (fused, fused_grads) = run(CellKernels::Fused);
+        let clipped = |x: &Tensor<3>, clip: f32| -> usize {
+            let cut = x.clone().abs().greater_equal_elem(clip - 1e-6);
+            cut.int().sum().into_scalar::<i64>() as usize
+        };
+        assert!(
+            clipped(&composed.outputs, 0.3) > 0,
+            "projection clip never cut"
+        );
+        let close = |name: &str, expected: Tensor<2>, got: Tensor<2>| {
+            let scale: f32 = expected.clone().abs().max().into_scalar();
+            let error: f32 = (expected - got).abs().max().into_scalar();
+            assert!(
+                error <= 1e-5 * scale.max(1.0),
+                "{name}: error {error}, scale {scale}"
+            );
+        };
+        let rows = |x: Tensor<3>| {
+            let [a, b, c] = x.dims();
+            x.reshape([a * b, c])
+        };
+        close("outputs", rows(composed.outputs), rows(fused.outputs));
+        close(
+            "final hidden",
+            composed.final_state.hidden,
+            fused.final_state.hidden,
+        );
+        close(
+            "final memory",
+            composed.final_state.memory.clone(),
+            fused.final_state.memory,
+        );
+        let memory_cut: f32 = composed.final_state.memory.abs().max().into_scalar();
+        assert!((memory_cut - 0.5).abs() < 1e-6, "cell clip never cut");
+        close(
+            "inputs",
+            rows(composed_grads.inputs),
+            rows(fused_grads.inputs),
+        );
+        let (c, f) = (composed_grads.weights, fused_grads.weights);
+        close("input_weight", c.input_weight, f.input_weight);
+        close("state_weight", c.state_weight, f.state_weight);
+        close("projection", c.projection, f.projection);
+        close("bias", c.bias.unsqueeze_dim(0), f.bias.unsqueeze_dim(0));
+    }
+
+    fn check_against_autodiff(device: &Device) {
+        let device = device.clone();
         // The last case saturates the gates (`exp` overflows to infinity in `σ(z) = 1/(1 + e⁻ᶻ)`).
         for (cell_clip, projection_clip, input_scale) in [
             (Some(0.5), Some(0.08), 2.5),

@@ -1,0 +1,472 @@
+//! Fused LSTMP cell kernels for CubeCL devices (wgpu): one time step of
+//! [`LstmWithProjection::forward_recorded`] and of its backpropagation through time as two
+//! elementwise kernels each, beside the step's two matmuls (the same equations as
+//! `lstm_backward.rs`: Sak et al. 2014 as in bilm-tf's `LSTMCell(num_proj, cell_clip,
+//! proj_clip)`).
+//!
+//! Why: on a GPU a training step's time is per-kernel overhead, not arithmetic
+//! (docs/benchmarks.md, sessions 15-16). Written with burn's tensor operations a time step of
+//! one layer is ~32 kernels (forward and backward); here it is 8: forward `h·W`, the cell
+//! (gates, memory, clip, `tanh`, `o·tanh c`, the tape written in place), the projection, its
+//! clip; backward the hidden state's gradient (clip mask, tape), `·Pᵀ`, the gates' gradients
+//! with the memory gradient carried to the previous step, `·Wᵀ`.
+//!
+//! Layout: every tensor is contiguous and row-major; `[T, B, ·]` records are time-major (row
+//! `t·B + b`) and written at step `t` in place, as `slice_assign` into a uniquely held buffer
+//! would. The gate pre-activations arrive prepared by `GateActivation` (negated, doubled for
+//! `g`), and the activation is its formula, so both paths give the same values.
+//!
+//! [`LstmWithProjection::forward_recorded`]: crate::LstmWithProjection::forward_recorded
+
+use burn::backend::cubecl::dtype_to_storage_type;
+use burn::backend::wgpu::{CubeBackend, CubeTensor};
+use burn::cubecl;
+use burn::cubecl::prelude::{CubeCount, CubeDim};
+use burn::tensor::Tensor;
+use burn_cubecl::kernel::into_contiguous;
+
+/// The kernels (CubeCL's `Tensor` is not burn's, hence a module of their own).
+mod kernels {
+    use burn::cubecl;
+    use burn::cubecl::prelude::*;
+
+    /// Largest argument given to `exp` (as `GateActivation`).
+    const EXP_LIMIT: f32 = 80.0;
+
+    /// `1 / (1 + exp(clamp(x)))`: `σ(−x)`, the activation of a prepared pre-activation.
+    #[cube]
+    fn prepared_sigmoid<F: Float>(prepared: F) -> F {
+        let limit = F::new(EXP_LIMIT);
+        F::new(1.0) / (F::new(1.0) + prepared.clamp(-limit, limit).exp())
+    }
+
+    /// `|x| < clip` as 1 or 0 (1 without a clip).
+    // The outer `if` is resolved when the kernel is compiled, the inner one when it runs.
+    #[allow(clippy::collapsible_if)]
+    #[cube]
+    fn kept<F: Float>(x: F, clip: F, #[comptime] has_clip: bool) -> F {
+        let mut kept = F::new(1.0);
+        if has_clip {
+            if x.abs() >= clip {
+                kept = F::new(0.0);
+            }
+        }
+        kept
+    }
+
+    /// One step of the cell, one unit per `(b, j)`: activates the gates, updates and clips the
+    /// memory, and writes the gates, memory and `tanh(memory)` of step `t` and `o·tanh(memory)`.
+    #[cube(launch)]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn cell_forward_kernel<F: Float>(
+        projected: &Tensor<F>,
+        recurrent: &Tensor<F>,
+        initial_memory: &Tensor<F>,
+        gates: &mut Tensor<F>,
+        memory: &mut Tensor<F>,
+        tanh_memory: &mut Tensor<F>,
+        cell_output: &mut Tensor<F>,
+        step: u32,
+        cell_clip: f32,
+        #[comptime] has_clip: bool,
+        #[define(F)] _dtype: ElemType,
+    ) {
+        let position = ABSOLUTE_POS;
+        if position >= cell_output.len() {
+            terminate!();
+        }
+        let d_cell = cell_output.shape(1);
+        let batch = cell_output.shape(0);
+        let row = position / d_cell;
+        let unit = position % d_cell;
+        let t = step as usize;
+        let gate_base = (t * batch + row) * 4 * d_cell + unit;
+        let recurrent_base = row * 4 * d_cell + unit;
+        let z_i = projected[gate_base] + recurrent[recurrent_base];
+        let z_f = projected[gate_base + d_cell] + recurrent[recurrent_base + d_cell];
+        let z_g = projected[gate_base + 2 * d_cell] + recurrent[recurrent_base + 2 * d_cell];
+        let z_o = projected[gate_base + 3 * d_cell] + recurrent[recurrent_base + 3 * d_cell];
+        let input_gate = prepared_sigmoid::<F>(z_i);
+        let forget_gate = prepared_sigmoid::<F>(z_f);
+        let cell_input = prepared_sigmoid::<F>(z_g) * F::new(2.0) - F::new(1.0);
+        let output_gate = prepared_sigmoid::<F>(z_o);
+        let previous = if t == 0 {
+            initial_memory[position]
+        } else {
+            memory[(t - 1) * batch * d_cell + position]
+        };
+        let mut next = input_gate * cell_input + forget_gate * previous;
+        if has_clip {
+            let clip = F::cast_from(cell_clip);
+            next = next.clamp(-clip, clip);
+        }
+        let squashed = next.tanh();
+        gates[gate_base] = input_gate;
+        gates[gate_base + d_cell] = forget_gate;
+        gates[gate_base + 2 * d_cell] = cell_input;
+        gates[gate_base + 3 * d_cell] = output_gate;
+        let record = t * batch * d_cell + position;
+        memory[record] = next;
+        tanh_memory[record] = squashed;
+        cell_output[position] = output_gate * squashed;
+    }
+
+    /// The projection's clip at step `t`: writes the clipped hidden state into the record and into
+    /// the state carried to the next step.
+    #[cube(launch)]
+    pub(super) fn hidden_forward_kernel<F: Float>(
+        projected: &Tensor<F>,
+        hidden: &mut Tensor<F>,
+        state: &mut Tensor<F>,
+        step: u32,
+        projection_clip: f32,
+        #[comptime] has_clip: bool,
+        #[define(F)] _dtype: ElemType,
+    ) {
+        let position = ABSOLUTE_POS;
+        if position >= state.len() {
+            terminate!();
+        }
+        let mut value = projected[position];
+        if has_clip {
+            let clip = F::cast_from(projection_clip);
+            value = value.clamp(-clip, clip);
+        }
+        hidden[step as usize * state.len() + position] = value;
+        state[position] = value;
+    }
+
+    /// The gradient of the hidden state before its clip at step `t`: the output's gradient (read
+    /// from the batch-major `[B, T, P]`) plus the one from step `t + 1`, masked by the clip; written
+    /// into the record and returned.
+    #[cube(launch)]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn hidden_backward_kernel<F: Float>(
+        grad_outputs: &Tensor<F>,
+        hidden: &Tensor<F>,
+        grad_next: &Tensor<F>,
+        grad_projected: &mut Tensor<F>,
+        grad_hidden: &mut Tensor<F>,
+        step: u32,
+        projection_clip: f32,
+        #[comptime] has_next: bool,
+        #[comptime] has_clip: bool,
+        #[define(F)] _dtype: ElemType,
+    ) {
+        let position = ABSOLUTE_POS;
+        if position >= grad_hidden.len() {
+            terminate!();
+        }
+        let n_steps = grad_outputs.shape(1);
+        let d_projection = grad_outputs.shape(2);
+        let row = position / d_projection;
+        let unit = position % d_projection;
+        let t = step as usize;
+        let record = t * grad_hidden.len() + position;
+        let mut value = grad_outputs[(row * n_steps + t) * d_projection + unit];
+        if has_next {
+            value += grad_next[position];
+        }
+        value *= kept::<F>(hidden[record], F::cast_from(projection_clip), has_clip);
+        grad_projected[record] = value;
+        grad_hidden[position] = value;
+    }
+
+    /// The gates' gradients at step `t` from the gradient of `o·tanh(memory)` and the memory
+    /// gradient carried from step `t + 1`; writes them into the record and returns the memory
+    /// gradient carried to step `t − 1` (`· f_t`, masked by the clip of memory `t − 1`).
+    #[cube(launch)]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn cell_backward_kernel<F: Float>(
+        grad_cell_output: &Tensor<F>,
+        gates: &Tensor<F>,
+        memory: &Tensor<F>,
+        tanh_memory: &Tensor<F>,
+        initial_memory: &Tensor<F>,
+        grad_memory_next: &Tensor<F>,
+        grad_gates: &mut Tensor<F>,
+        grad_memory_previous: &mut Tensor<F>,
+        step: u32,
+        cell_clip: f32,
+        #[comptime] has_next: bool,
+        #[comptime] has_clip: bool,
+        #[define(F)] _dtype: ElemType,
+    ) {
+        let position = ABSOLUTE_POS;
+        if position >= grad_cell_output.len() {
+            terminate!();
+        }
+        let batch = grad_cell_output.shape(0);
+        let d_cell = grad_cell_output.shape(1);
+        let size = grad_cell_output.len();
+        let row = position / d_cell;
+        let unit = position % d_cell;
+        let t = step as usize;
+        let clip = F::cast_from(cell_clip);
+        let one = F::new(1.0);
+        let gate_base = (t * batch + row) * 4 * d_cell + unit;
+        let input_gate = gates[gate_base];
+        let forget_gate = gates[gate_base + d_cell];
+        let cell_input = gates[gate_base + 2 * d_cell];
+        let output_gate = gates[gate_base + 3 * d_cell];
+        let record = t * size + position;
+        let squashed = tanh_memory[record];
+        let grad_output = grad_cell_output[position];
+        let mut grad_memory = grad_output
+            * (output_gate * (one - squashed * squashed))
+            * kept::<F>(memory[record], clip, has_clip);
+        if has_next {
+            grad_memory += grad_memory_next[position];
+        }
+        let previous = if t == 0 {
+            initial_memory[position]
+        } else {
+            memory[record - size]
+        };
+        grad_gates[gate_base] = grad_memory * (cell_input * (input_gate * (one - input_gate)));
+        grad_gates[gate_base + d_cell] =
+            grad_memory * (previous * (forget_gate * (one - forget_gate)));
+        grad_gates[gate_base + 2 * d_cell] =
+            grad_memory * (input_gate * (one - cell_input * cell_input));
+        grad_gates[gate_base + 3 * d_cell] =
+            grad_output * (squashed * (output_gate * (one - output_gate)));
+        if t > 0 {
+            grad_memory_previous[position] =
+                grad_memory * forget_gate * kept::<F>(previous, clip, has_clip);
+        }
+    }
+}
+
+/// A float tensor's contiguous CubeCL primitive (a kernel input).
+fn input<const D: usize>(tensor: &Tensor<D>) -> CubeTensor {
+    into_contiguous(
+        cube_primitive(tensor)
+            .expect("fused LSTM kernels run on CubeCL tensors only (`CellKernels::for_tensor`)"),
+    )
+}
+
+/// The primitive of a buffer that a kernel writes in place (made by `Tensor::empty`, so
+/// contiguous; a contiguous copy would lose the writes).
+fn written<const D: usize>(tensor: &Tensor<D>) -> CubeTensor {
+    let primitive = cube_primitive(tensor)
+        .expect("fused LSTM kernels run on CubeCL tensors only (`CellKernels::for_tensor`)");
+    assert!(
+        primitive.is_contiguous(),
+        "a fused LSTM cell record must be contiguous"
+    );
+    primitive
+}
+
+fn cube_primitive<const D: usize>(tensor: &Tensor<D>) -> Option<CubeTensor> {
+    tensor.clone().try_into_primitive::<CubeBackend>().ok()
+}
+
+/// Which kernels run a time step of the recorded LSTM passes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CellKernels {
+    /// burn's tensor operations (~32 kernels a step and layer on a GPU): every backend.
+    Composed,
+    /// The fused kernels of this module: CubeCL devices (wgpu) only.
+    Fused,
+}
+
+impl CellKernels {
+    /// `Fused` on a CubeCL device, unless the environment variable `ELMO_LSTM_KERNELS` is
+    /// `composed` (for benchmarks that compare the two); `Composed` elsewhere.
+    pub(crate) fn for_tensor<const D: usize>(tensor: &Tensor<D>) -> Self {
+        let composed_asked =
+            std::env::var("ELMO_LSTM_KERNELS").is_ok_and(|value| value == "composed");
+        if cube_primitive(&tensor.clone().inner()).is_some() && !composed_asked {
+            Self::Fused
+        } else {
+            Self::Composed
+        }
+    }
+}
+
+/// One unit per element of `like`.
+fn elementwise(like: &CubeTensor) -> (CubeCount, CubeDim) {
+    let n = like.meta.shape().num_elements();
+    let cube_dim = CubeDim::new(&like.client, n);
+    (
+        cubecl::calculate_cube_count_elemwise(&like.client, n, cube_dim),
+        cube_dim,
+    )
+}
+
+/// A clip as the kernels take it: the value (unused without one) and whether there is one.
+fn clip_arguments(clip: Option<f64>) -> (f32, bool) {
+    (clip.unwrap_or(0.0) as f32, clip.is_some())
+}
+
+/// The `[T, B, ·]` records of a layer's forward pass, written at each step.
+pub(crate) struct CellRecords<'a> {
+    /// `[T, B, 4C]`: the activated gates.
+    pub gates: &'a Tensor<3>,
+    /// `[T, B, C]`: the clipped memory.
+    pub memory: &'a Tensor<3>,
+    /// `[T, B, C]`: its `tanh`.
+    pub tanh_memory: &'a Tensor<3>,
+    /// `[T, B, P]`: the clipped hidden state.
+    pub hidden: &'a Tensor<3>,
+}
+
+/// Step `t` of the cell: writes the step's gates, memory and `tanh(memory)` and returns
+/// `o·tanh(memory)`, the projection's input.
+///
+/// # Shapes
+/// - projected: `[T, B, 4C]`, the prepared input contributions (bias included) of all steps
+/// - recurrent: `[B, 4C]`, the prepared `h_{t−1}·W`
+/// - initial_memory: `[B, C]`
+/// - output: `[B, C]`
+pub(crate) fn cell_forward(
+    projected: &Tensor<3>,
+    recurrent: Tensor<2>,
+    initial_memory: &Tensor<2>,
+    records: &CellRecords<'_>,
+    step: usize,
+    cell_clip: Option<f64>,
+) -> Tensor<2> {
+    let cell_output = Tensor::<2>::empty(initial_memory.dims(), &initial_memory.device());
+    let out = written(&cell_output);
+    let (count, dim) = elementwise(&out);
+    let (clip, has_clip) = clip_arguments(cell_clip);
+    let dtype = dtype_to_storage_type(out.dtype);
+    let client = out.client.clone();
+    kernels::cell_forward_kernel::launch(
+        &client,
+        count,
+        dim,
+        input(projected).into_tensor_arg(),
+        input(&recurrent).into_tensor_arg(),
+        input(initial_memory).into_tensor_arg(),
+        written(records.gates).into_tensor_arg(),
+        written(records.memory).into_tensor_arg(),
+        written(records.tanh_memory).into_tensor_arg(),
+        out.into_tensor_arg(),
+        step as u32,
+        clip,
+        has_clip,
+        dtype,
+    );
+    cell_output
+}
+
+/// Step `t`'s projection clip: writes the hidden state into its record and returns it.
+///
+/// # Shapes
+/// - projected: `[B, P]`
+/// - output: `[B, P]`
+pub(crate) fn hidden_forward(
+    projected: Tensor<2>,
+    records: &CellRecords<'_>,
+    step: usize,
+    projection_clip: Option<f64>,
+) -> Tensor<2> {
+    let state = Tensor::<2>::empty(projected.dims(), &projected.device());
+    let out = written(&state);
+    let (count, dim) = elementwise(&out);
+    let (clip, has_clip) = clip_arguments(projection_clip);
+    let dtype = dtype_to_storage_type(out.dtype);
+    let client = out.client.clone();
+    kernels::hidden_forward_kernel::launch(
+        &client,
+        count,
+        dim,
+        input(&projected).into_tensor_arg(),
+        written(records.hidden).into_tensor_arg(),
+        out.into_tensor_arg(),
+        step as u32,
+        clip,
+        has_clip,
+        dtype,
+    );
+    state
+}
+
+/// Step `t`'s gradient of the hidden state before its clip (the output's plus `grad_next`
+/// from step `t + 1`), written into `grad_projected` and returned.
+///
+/// # Shapes
+/// - grad_outputs: `[B, T, P]`; hidden, grad_projected: `[T, B, P]`; grad_next: `[B, P]`
+/// - output: `[B, P]`
+pub(crate) fn hidden_backward(
+    grad_outputs: &Tensor<3>,
+    hidden: &Tensor<3>,
+    grad_next: Option<Tensor<2>>,
+    grad_projected: &Tensor<3>,
+    step: usize,
+    projection_clip: Option<f64>,
+) -> Tensor<2> {
+    let [_, batch, d_projection] = hidden.dims();
+    let grad_hidden = Tensor::<2>::empty([batch, d_projection], &hidden.device());
+    let out = written(&grad_hidden);
+    let (count, dim) = elementwise(&out);
+    let (clip, has_clip) = clip_arguments(projection_clip);
+    let dtype = dtype_to_storage_type(out.dtype);
+    let client = out.client.clone();
+    let has_next = grad_next.is_some();
+    // Without a next step the kernel reads no `grad_next`; any tensor fills the argument.
+    let next = match &grad_next {
+        Some(next) => input(next),
+        None => input(grad_outputs),
+    };
+    kernels::hidden_backward_kernel::launch(
+        &client,
+        count,
+        dim,
+        input(grad_outputs).into_tensor_arg(),
+        input(hidden).into_tensor_arg(),
+        next.into_tensor_arg(),
+        written(grad_projected).into_tensor_arg(),
+        out.into_tensor_arg(),
+        step as u32,
+        clip,
+        has_next,
+        has_clip,
+        dtype,
+    );
+    grad_hidden
+}
+
+/// Step `t`'s gate gradients from the gradient of `o·tanh(memory)` (`[B, C]`) and the memory
+/// gradient carried from step `t + 1`, written into `grad_gates` (`[T, B, 4C]`); returns the
+/// memory gradient carried to step `t − 1` (`None` at step 0).
+pub(crate) fn cell_backward(
+    grad_cell_output: Tensor<2>,
+    records: &CellRecords<'_>,
+    initial_memory: &Tensor<2>,
+    grad_memory_next: Option<Tensor<2>>,
+    grad_gates: &Tensor<3>,
+    step: usize,
+    cell_clip: Option<f64>,
+) -> Option<Tensor<2>> {
+    let grad_memory = Tensor::<2>::empty(grad_cell_output.dims(), &grad_cell_output.device());
+    let out = written(&grad_memory);
+    let (count, dim) = elementwise(&out);
+    let (clip, has_clip) = clip_arguments(cell_clip);
+    let dtype = dtype_to_storage_type(out.dtype);
+    let client = out.client.clone();
+    let has_next = grad_memory_next.is_some();
+    // Without a next step the kernel reads no `grad_memory_next`; any tensor fills it.
+    let next = input(grad_memory_next.as_ref().unwrap_or(&grad_cell_output));
+    kernels::cell_backward_kernel::launch(
+        &client,
+        count,
+        dim,
+        input(&grad_cell_output).into_tensor_arg(),
+        input(records.gates).into_tensor_arg(),
+        input(records.memory).into_tensor_arg(),
+        input(records.tanh_memory).into_tensor_arg(),
+        input(initial_memory).into_tensor_arg(),
+        next.into_tensor_arg(),
+        written(grad_gates).into_tensor_arg(),
+        out.into_tensor_arg(),
+        step as u32,
+        clip,
+        has_next,
+        has_clip,
+        dtype,
+    );
+    (step > 0).then_some(grad_memory)
+}
