@@ -18,12 +18,9 @@
 //!
 //! [`LstmWithProjection::forward_recorded`]: crate::LstmWithProjection::forward_recorded
 
-use burn::backend::cubecl::dtype_to_storage_type;
-use burn::backend::wgpu::{CubeBackend, CubeTensor};
-use burn::cubecl;
-use burn::cubecl::prelude::{CubeCount, CubeDim};
 use burn::tensor::Tensor;
-use burn_cubecl::kernel::into_contiguous;
+
+use crate::cube_tensor::{ElementwiseOutput, fused_kernels_for, kernel_in_place, kernel_input};
 
 /// The kernels (CubeCL's `Tensor` is not burn's, hence a module of their own).
 mod kernels {
@@ -237,30 +234,6 @@ mod kernels {
     }
 }
 
-/// A float tensor's contiguous CubeCL primitive (a kernel input).
-fn input<const D: usize>(tensor: &Tensor<D>) -> CubeTensor {
-    into_contiguous(
-        cube_primitive(tensor)
-            .expect("fused LSTM kernels run on CubeCL tensors only (`CellKernels::for_tensor`)"),
-    )
-}
-
-/// The primitive of a buffer that a kernel writes in place (made by `Tensor::empty`, so
-/// contiguous; a contiguous copy would lose the writes).
-fn written<const D: usize>(tensor: &Tensor<D>) -> CubeTensor {
-    let primitive = cube_primitive(tensor)
-        .expect("fused LSTM kernels run on CubeCL tensors only (`CellKernels::for_tensor`)");
-    assert!(
-        primitive.is_contiguous(),
-        "a fused LSTM cell record must be contiguous"
-    );
-    primitive
-}
-
-fn cube_primitive<const D: usize>(tensor: &Tensor<D>) -> Option<CubeTensor> {
-    tensor.clone().try_into_primitive::<CubeBackend>().ok()
-}
-
 /// Which kernels run a time step of the recorded LSTM passes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum CellKernels {
@@ -271,27 +244,15 @@ pub(crate) enum CellKernels {
 }
 
 impl CellKernels {
-    /// `Fused` on a CubeCL device, unless the environment variable `ELMO_LSTM_KERNELS` is
-    /// `composed` (for benchmarks that compare the two); `Composed` elsewhere.
+    /// `Fused` on a CubeCL device, unless `ELMO_FUSED_KERNELS=off` (for benchmarks that
+    /// compare the two, [`fused_kernels_for`]); `Composed` elsewhere.
     pub(crate) fn for_tensor<const D: usize>(tensor: &Tensor<D>) -> Self {
-        let composed_asked =
-            std::env::var("ELMO_LSTM_KERNELS").is_ok_and(|value| value == "composed");
-        if cube_primitive(&tensor.clone().inner()).is_some() && !composed_asked {
+        if fused_kernels_for(tensor) {
             Self::Fused
         } else {
             Self::Composed
         }
     }
-}
-
-/// One unit per element of `like`.
-fn elementwise(like: &CubeTensor) -> (CubeCount, CubeDim) {
-    let n = like.meta.shape().num_elements();
-    let cube_dim = CubeDim::new(&like.client, n);
-    (
-        cubecl::calculate_cube_count_elemwise(&like.client, n, cube_dim),
-        cube_dim,
-    )
 }
 
 /// A clip as the kernels take it: the value (unused without one) and whether there is one.
@@ -327,29 +288,25 @@ pub(crate) fn cell_forward(
     step: usize,
     cell_clip: Option<f64>,
 ) -> Tensor<2> {
-    let cell_output = Tensor::<2>::empty(initial_memory.dims(), &initial_memory.device());
-    let out = written(&cell_output);
-    let (count, dim) = elementwise(&out);
+    let out = ElementwiseOutput::new(initial_memory.dims(), &initial_memory.device());
     let (clip, has_clip) = clip_arguments(cell_clip);
-    let dtype = dtype_to_storage_type(out.dtype);
-    let client = out.client.clone();
     kernels::cell_forward_kernel::launch(
-        &client,
-        count,
-        dim,
-        input(projected).into_tensor_arg(),
-        input(&recurrent).into_tensor_arg(),
-        input(initial_memory).into_tensor_arg(),
-        written(records.gates).into_tensor_arg(),
-        written(records.memory).into_tensor_arg(),
-        written(records.tanh_memory).into_tensor_arg(),
-        out.into_tensor_arg(),
+        &out.client,
+        out.count.clone(),
+        out.dim,
+        kernel_input(projected).into_tensor_arg(),
+        kernel_input(&recurrent).into_tensor_arg(),
+        kernel_input(initial_memory).into_tensor_arg(),
+        kernel_in_place(records.gates).into_tensor_arg(),
+        kernel_in_place(records.memory).into_tensor_arg(),
+        kernel_in_place(records.tanh_memory).into_tensor_arg(),
+        out.primitive.into_tensor_arg(),
         step as u32,
         clip,
         has_clip,
-        dtype,
+        out.dtype,
     );
-    cell_output
+    out.tensor
 }
 
 /// Step `t`'s projection clip: writes the hidden state into its record and returns it.
@@ -363,25 +320,21 @@ pub(crate) fn hidden_forward(
     step: usize,
     projection_clip: Option<f64>,
 ) -> Tensor<2> {
-    let state = Tensor::<2>::empty(projected.dims(), &projected.device());
-    let out = written(&state);
-    let (count, dim) = elementwise(&out);
+    let out = ElementwiseOutput::new(projected.dims(), &projected.device());
     let (clip, has_clip) = clip_arguments(projection_clip);
-    let dtype = dtype_to_storage_type(out.dtype);
-    let client = out.client.clone();
     kernels::hidden_forward_kernel::launch(
-        &client,
-        count,
-        dim,
-        input(&projected).into_tensor_arg(),
-        written(records.hidden).into_tensor_arg(),
-        out.into_tensor_arg(),
+        &out.client,
+        out.count.clone(),
+        out.dim,
+        kernel_input(&projected).into_tensor_arg(),
+        kernel_in_place(records.hidden).into_tensor_arg(),
+        out.primitive.into_tensor_arg(),
         step as u32,
         clip,
         has_clip,
-        dtype,
+        out.dtype,
     );
-    state
+    out.tensor
 }
 
 /// Step `t`'s gradient of the hidden state before its clip (the output's plus `grad_next`
@@ -399,34 +352,30 @@ pub(crate) fn hidden_backward(
     projection_clip: Option<f64>,
 ) -> Tensor<2> {
     let [_, batch, d_projection] = hidden.dims();
-    let grad_hidden = Tensor::<2>::empty([batch, d_projection], &hidden.device());
-    let out = written(&grad_hidden);
-    let (count, dim) = elementwise(&out);
+    let out = ElementwiseOutput::new([batch, d_projection], &hidden.device());
     let (clip, has_clip) = clip_arguments(projection_clip);
-    let dtype = dtype_to_storage_type(out.dtype);
-    let client = out.client.clone();
     let has_next = grad_next.is_some();
     // Without a next step the kernel reads no `grad_next`; any tensor fills the argument.
     let next = match &grad_next {
-        Some(next) => input(next),
-        None => input(grad_outputs),
+        Some(next) => kernel_input(next),
+        None => kernel_input(grad_outputs),
     };
     kernels::hidden_backward_kernel::launch(
-        &client,
-        count,
-        dim,
-        input(grad_outputs).into_tensor_arg(),
-        input(hidden).into_tensor_arg(),
+        &out.client,
+        out.count.clone(),
+        out.dim,
+        kernel_input(grad_outputs).into_tensor_arg(),
+        kernel_input(hidden).into_tensor_arg(),
         next.into_tensor_arg(),
-        written(grad_projected).into_tensor_arg(),
-        out.into_tensor_arg(),
+        kernel_in_place(grad_projected).into_tensor_arg(),
+        out.primitive.into_tensor_arg(),
         step as u32,
         clip,
         has_next,
         has_clip,
-        dtype,
+        out.dtype,
     );
-    grad_hidden
+    out.tensor
 }
 
 /// Step `t`'s gate gradients from the gradient of `o·tanh(memory)` (`[B, C]`) and the memory
@@ -441,32 +390,28 @@ pub(crate) fn cell_backward(
     step: usize,
     cell_clip: Option<f64>,
 ) -> Option<Tensor<2>> {
-    let grad_memory = Tensor::<2>::empty(grad_cell_output.dims(), &grad_cell_output.device());
-    let out = written(&grad_memory);
-    let (count, dim) = elementwise(&out);
+    let out = ElementwiseOutput::new(grad_cell_output.dims(), &grad_cell_output.device());
     let (clip, has_clip) = clip_arguments(cell_clip);
-    let dtype = dtype_to_storage_type(out.dtype);
-    let client = out.client.clone();
     let has_next = grad_memory_next.is_some();
     // Without a next step the kernel reads no `grad_memory_next`; any tensor fills it.
-    let next = input(grad_memory_next.as_ref().unwrap_or(&grad_cell_output));
+    let next = kernel_input(grad_memory_next.as_ref().unwrap_or(&grad_cell_output));
     kernels::cell_backward_kernel::launch(
-        &client,
-        count,
-        dim,
-        input(&grad_cell_output).into_tensor_arg(),
-        input(records.gates).into_tensor_arg(),
-        input(records.memory).into_tensor_arg(),
-        input(records.tanh_memory).into_tensor_arg(),
-        input(initial_memory).into_tensor_arg(),
+        &out.client,
+        out.count.clone(),
+        out.dim,
+        kernel_input(&grad_cell_output).into_tensor_arg(),
+        kernel_input(records.gates).into_tensor_arg(),
+        kernel_input(records.memory).into_tensor_arg(),
+        kernel_input(records.tanh_memory).into_tensor_arg(),
+        kernel_input(initial_memory).into_tensor_arg(),
         next.into_tensor_arg(),
-        written(grad_gates).into_tensor_arg(),
-        out.into_tensor_arg(),
+        kernel_in_place(grad_gates).into_tensor_arg(),
+        out.primitive.into_tensor_arg(),
         step as u32,
         clip,
         has_next,
         has_clip,
-        dtype,
+        out.dtype,
     );
-    (step > 0).then_some(grad_memory)
+    (step > 0).then_some(out.tensor)
 }

@@ -10,6 +10,7 @@ pub mod checkpoint;
 pub mod config;
 pub mod contiguous;
 pub mod corpus;
+mod cube_adagrad;
 mod dropout;
 pub mod error;
 pub mod evaluate;
@@ -37,3 +38,8 @@ pub use language_model::{BiLanguageModel, BiLanguageModelConfig};
 pub use run::TrainedRun;
 pub use trainer::{TrainObserver, TrainOptions, TrainSummary, train};
 pub use vocabulary::Vocabulary;
+
+/// The wgpu device of the integration tests, for unit tests too.
+#[cfg(test)]
+#[path = "../../elmo-model/tests/support/wgpu_probe.rs"]
+mod wgpu_probe;

@@ -9,6 +9,7 @@ use burn::optim::{
 use burn::tensor::{Device, Tensor};
 
 use crate::config::OptimizerConfig;
+use crate::cube_adagrad::{AdagradUpdate, fused_adagrad_step};
 
 /// Adagrad as `tf.train.AdagradOptimizer`: `acc ← acc + g²; θ ← θ − lr · g / √acc`, the
 /// accumulator starting at `initial_accumulator` (no epsilon).
@@ -38,6 +39,29 @@ impl<const D: usize> RecordState for AdagradState<D> {
     }
 }
 
+impl Adagrad {
+    /// The update with burn's operations (every backend; one kernel each on a GPU, where
+    /// [`fused_adagrad_step`] runs instead).
+    fn composed_step<const D: usize>(
+        &self,
+        lr: LearningRate,
+        tensor: Tensor<D>,
+        grad: Tensor<D>,
+        accumulator: Option<Tensor<D>>,
+    ) -> AdagradUpdate<D> {
+        let squared = grad.clone().square();
+        let accumulator = match accumulator {
+            Some(accumulator) => accumulator + squared,
+            None => squared.add_scalar(self.initial_accumulator),
+        };
+        let update = grad.div(accumulator.clone().sqrt()).mul_scalar(lr);
+        AdagradUpdate {
+            parameter: tensor - update,
+            accumulator,
+        }
+    }
+}
+
 impl Optimizer for Adagrad {
     type State<const D: usize> = AdagradState<D>;
 
@@ -48,13 +72,24 @@ impl Optimizer for Adagrad {
         grad: Tensor<D>,
         state: Option<Self::State<D>>,
     ) -> (Tensor<D>, Option<Self::State<D>>) {
-        let squared = grad.clone().square();
-        let accumulator = match state {
-            Some(state) => state.accumulator + squared,
-            None => squared.add_scalar(self.initial_accumulator),
+        let accumulator = state.map(|state| state.accumulator);
+        let fused = fused_adagrad_step(
+            &tensor,
+            &grad,
+            accumulator.as_ref(),
+            self.initial_accumulator,
+            lr,
+        );
+        let update = match fused {
+            Some(update) => update,
+            None => self.composed_step(lr, tensor, grad, accumulator),
         };
-        let update = grad.div(accumulator.clone().sqrt()).mul_scalar(lr);
-        (tensor - update, Some(AdagradState { accumulator }))
+        (
+            update.parameter,
+            Some(AdagradState {
+                accumulator: update.accumulator,
+            }),
+        )
     }
 
     fn to_device<const D: usize>(state: Self::State<D>, device: &Device) -> Self::State<D> {
@@ -163,7 +198,11 @@ mod tests {
     /// `a = [1, −2]`, `b = 0.5` (2 × 2) and the gradients of `loss = 3·Σa + Σb²`: 3 for `a`,
     /// `2b = 1` for `b`.
     fn two_with_gradients() -> (Two, GradientsParams) {
-        let device = Device::flex().autodiff();
+        two_with_gradients_on(&Device::flex().autodiff())
+    }
+
+    fn two_with_gradients_on(device: &Device) -> (Two, GradientsParams) {
+        let device = device.clone();
         let model = Two {
             a: Param::from_tensor(Tensor::from_data(
                 TensorData::new(vec![1.0f32, -2.0], [2]),
@@ -181,7 +220,81 @@ mod tests {
 
     #[test]
     fn adagrad_matches_tensorflow_and_clipping_scales() {
-        let (model, mut grads) = two_with_gradients();
+        adagrad_matches_tensorflow_on(&Device::flex().autodiff());
+    }
+
+    /// The same through the fused kernel on wgpu (in CI: lavapipe).
+    #[test]
+    fn fused_adagrad_matches_tensorflow_on_wgpu() {
+        if let Some(device) =
+            crate::wgpu_probe::wgpu_device_or_skip("fused_adagrad_matches_tensorflow_on_wgpu")
+        {
+            adagrad_matches_tensorflow_on(&device.autodiff());
+        }
+    }
+
+    /// The fused kernel against the composed operations on the same wgpu device: two steps
+    /// (the first without an accumulator) over several workgroups' worth of elements.
+    #[test]
+    fn fused_adagrad_equals_composed_on_wgpu() {
+        let Some(device) =
+            crate::wgpu_probe::wgpu_device_or_skip("fused_adagrad_equals_composed_on_wgpu")
+        else {
+            return;
+        };
+        let n = 3000;
+        let wave = |scale: f32, phase: f32| {
+            let values = (0..n)
+                .map(|i| scale * (i as f32 * 0.37 + phase).sin())
+                .collect();
+            Tensor::<1>::from_data(TensorData::new(values, [n]), &device)
+        };
+        let adagrad = Adagrad {
+            initial_accumulator: 0.5,
+        };
+        let (parameter, first, second) = (wave(1.0, 0.0), wave(2.0, 1.0), wave(0.3, 2.0));
+        let fused = |parameter: &Tensor<1>, grad: &Tensor<1>, accumulator: Option<&Tensor<1>>| {
+            fused_adagrad_step(parameter, grad, accumulator, 0.5, 0.2)
+                .expect("the fused kernel runs on wgpu")
+        };
+        let fused_first = fused(&parameter, &first, None);
+        let fused_second = fused(
+            &fused_first.parameter,
+            &second,
+            Some(&fused_first.accumulator),
+        );
+        let composed_first = adagrad.composed_step(0.2, parameter, first, None);
+        let composed_second = adagrad.composed_step(
+            0.2,
+            composed_first.parameter.clone(),
+            second,
+            Some(composed_first.accumulator.clone()),
+        );
+        let max_error = |a: Tensor<1>, b: Tensor<1>| -> f32 { (a - b).abs().max().into_scalar() };
+        for (name, error) in [
+            (
+                "first accumulator",
+                max_error(fused_first.accumulator, composed_first.accumulator),
+            ),
+            (
+                "first parameter",
+                max_error(fused_first.parameter, composed_first.parameter),
+            ),
+            (
+                "second accumulator",
+                max_error(fused_second.accumulator, composed_second.accumulator),
+            ),
+            (
+                "second parameter",
+                max_error(fused_second.parameter, composed_second.parameter),
+            ),
+        ] {
+            assert!(error < 1e-6, "{name}: {error}");
+        }
+    }
+
+    fn adagrad_matches_tensorflow_on(device: &Device) {
+        let (model, mut grads) = two_with_gradients_on(device);
         let norm = clip_global_norm(&model, &mut grads, 1.0);
         assert!((norm - (9.0f64 * 2.0 + 4.0).sqrt()).abs() < 1e-5);
         assert!((global_norm(&model, &grads) - 1.0).abs() < 1e-5);

@@ -1,0 +1,97 @@
+//! Launching custom CubeCL kernels on burn tensors (wgpu): a tensor's `CubeTensor` primitive,
+//! contiguous inputs, in-place outputs, and one kernel unit per output element. Used by the fused
+//! LSTM cell (`cube_lstm_cell.rs`) and elmo-train's fused Adagrad.
+//!
+//! burn 0.22 gives the primitive through `Tensor::try_into_primitive` (its `extension` feature);
+//! with burn's `fusion` feature on, or on another backend, there is none, and callers keep their
+//! composed burn operations.
+
+use burn::backend::cubecl::dtype_to_storage_type;
+use burn::backend::wgpu::{CubeBackend, CubeTensor};
+use burn::cubecl;
+use burn::cubecl::client::Client;
+use burn::cubecl::ir::ElemType;
+use burn::cubecl::prelude::{CubeCount, CubeDim};
+use burn::tensor::{Device, Tensor};
+use burn_cubecl::kernel::into_contiguous;
+
+/// The environment variable that turns the fused kernels off (`off`), so that one binary can
+/// measure them against burn's composed operations.
+pub const FUSED_KERNELS_VARIABLE: &str = "ELMO_FUSED_KERNELS";
+
+/// A tensor's CubeCL primitive, `None` on another backend (or with burn's `fusion`).
+pub fn cube_primitive<const D: usize>(tensor: &Tensor<D>) -> Option<CubeTensor> {
+    tensor
+        .clone()
+        .inner()
+        .try_into_primitive::<CubeBackend>()
+        .ok()
+}
+
+/// Whether the fused kernels run for `tensor`: it lives on a CubeCL device and
+/// `ELMO_FUSED_KERNELS` is not `off`.
+pub fn fused_kernels_for<const D: usize>(tensor: &Tensor<D>) -> bool {
+    let off = std::env::var(FUSED_KERNELS_VARIABLE).is_ok_and(|value| value == "off");
+    !off && cube_primitive(tensor).is_some()
+}
+
+/// A kernel input: the tensor's primitive, made contiguous (a copy only when it is not).
+///
+/// # Panics
+/// If `tensor` is not on a CubeCL device (check [`fused_kernels_for`] first).
+pub fn kernel_input<const D: usize>(tensor: &Tensor<D>) -> CubeTensor {
+    into_contiguous(cube_primitive(tensor).expect("a CubeCL tensor (see `fused_kernels_for`)"))
+}
+
+/// The primitive of a buffer that a kernel writes in place: it must be contiguous (made by
+/// `Tensor::empty`), since a contiguous copy would lose the writes.
+///
+/// # Panics
+/// If `tensor` is not on a CubeCL device or not contiguous.
+pub fn kernel_in_place<const D: usize>(tensor: &Tensor<D>) -> CubeTensor {
+    let primitive = cube_primitive(tensor).expect("a CubeCL tensor (see `fused_kernels_for`)");
+    assert!(
+        primitive.is_contiguous(),
+        "a buffer written in place by a kernel must be contiguous"
+    );
+    primitive
+}
+
+/// A fresh output tensor and what launching an elementwise kernel over it takes: one unit per
+/// element.
+pub struct ElementwiseOutput<const D: usize> {
+    /// The output, returned once the kernel is launched.
+    pub tensor: Tensor<D>,
+    /// Its primitive (the kernel argument).
+    pub primitive: CubeTensor,
+    /// The device's compute client.
+    pub client: Client,
+    /// Cubes to launch.
+    pub count: CubeCount,
+    /// Units per cube.
+    pub dim: CubeDim,
+    /// The element type (the kernels' `#[define(F)]`).
+    pub dtype: ElemType,
+}
+
+impl<const D: usize> ElementwiseOutput<D> {
+    /// An uninitialised output of `shape` on `device`.
+    ///
+    /// # Panics
+    /// If `device` is not a CubeCL device.
+    pub fn new(shape: [usize; D], device: &Device) -> Self {
+        let tensor = Tensor::<D>::empty(shape, device);
+        let primitive = kernel_in_place(&tensor);
+        let n = primitive.meta.shape().num_elements();
+        let client = primitive.client.clone();
+        let dim = CubeDim::new(&client, n);
+        Self {
+            count: cubecl::calculate_cube_count_elemwise(&client, n, dim),
+            dim,
+            dtype: dtype_to_storage_type(primitive.dtype),
+            client,
+            primitive,
+            tensor,
+        }
+    }
+}

@@ -1,0 +1,91 @@
+//! Adagrad's update as one fused CubeCL kernel per parameter on wgpu (TensorFlow's
+//! `ApplyAdagrad`, bilm-tf's optimizer: `acc ← acc + g²; θ ← θ − lr · g / √acc`).
+//!
+//! Why: with burn's operations one parameter's update is six kernels (square, add, sqrt, div,
+//! scale, subtract), ~200 a training step for the biLM's ~35 parameter tensors, each a launch
+//! whatever its size (docs/benchmarks.md, session 38). Elsewhere, or with
+//! `ELMO_FUSED_KERNELS=off`, [`crate::optimizer::Adagrad`] keeps the composed operations.
+
+use burn::tensor::Tensor;
+use elmo_model::cube_tensor::{ElementwiseOutput, fused_kernels_for, kernel_input};
+
+/// The kernel (CubeCL's `Tensor` is not burn's, hence a module of its own).
+mod kernels {
+    use burn::cubecl;
+    use burn::cubecl::prelude::*;
+
+    /// One unit per element: the new accumulator and the new parameter.
+    #[cube(launch)]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn adagrad_kernel<F: Float>(
+        parameter: &Tensor<F>,
+        gradient: &Tensor<F>,
+        accumulator: &Tensor<F>,
+        new_parameter: &mut Tensor<F>,
+        new_accumulator: &mut Tensor<F>,
+        learning_rate: f32,
+        initial_accumulator: f32,
+        #[comptime] has_accumulator: bool,
+        #[define(F)] _dtype: ElemType,
+    ) {
+        let position = ABSOLUTE_POS;
+        if position >= new_parameter.len() {
+            terminate!();
+        }
+        let grad = gradient[position];
+        let squared = grad * grad;
+        let sum = if has_accumulator {
+            accumulator[position] + squared
+        } else {
+            squared + F::cast_from(initial_accumulator)
+        };
+        new_accumulator[position] = sum;
+        new_parameter[position] =
+            parameter[position] - grad / sum.sqrt() * F::cast_from(learning_rate);
+    }
+}
+
+/// The updated parameter and accumulator.
+pub(crate) struct AdagradUpdate<const D: usize> {
+    /// `θ − lr · g / √acc`.
+    pub parameter: Tensor<D>,
+    /// `acc + g²` (or `g² + initial_accumulator` on the first step).
+    pub accumulator: Tensor<D>,
+}
+
+/// One Adagrad step in one kernel; `None` where the fused kernels do not run
+/// ([`fused_kernels_for`]).
+pub(crate) fn fused_adagrad_step<const D: usize>(
+    parameter: &Tensor<D>,
+    gradient: &Tensor<D>,
+    accumulator: Option<&Tensor<D>>,
+    initial_accumulator: f64,
+    learning_rate: f64,
+) -> Option<AdagradUpdate<D>> {
+    if !fused_kernels_for(parameter) {
+        return None;
+    }
+    let device = parameter.device();
+    let new_parameter = ElementwiseOutput::new(parameter.dims(), &device);
+    let new_accumulator = ElementwiseOutput::new(parameter.dims(), &device);
+    // Without an accumulator the kernel reads none; the gradient fills the argument.
+    let accumulator_argument = kernel_input(accumulator.unwrap_or(gradient));
+    kernels::adagrad_kernel::launch(
+        &new_parameter.client,
+        new_parameter.count.clone(),
+        new_parameter.dim,
+        kernel_input(parameter).into_tensor_arg(),
+        kernel_input(gradient).into_tensor_arg(),
+        accumulator_argument.into_tensor_arg(),
+        new_parameter.primitive.into_tensor_arg(),
+        new_accumulator.primitive.into_tensor_arg(),
+        learning_rate as f32,
+        initial_accumulator as f32,
+        accumulator.is_some(),
+        new_parameter.dtype,
+    );
+    Some(AdagradUpdate {
+        parameter: new_parameter.tensor,
+        accumulator: new_accumulator.tensor,
+    })
+}
