@@ -3,9 +3,13 @@
 //! (`xtask/peer/bilm_train_pytorch.py`) of the same shape in the same run.
 //!
 //! Each backend runs in its own child process so that its peak RSS (`VmHWM`) is its own.
-//! Flags: `--preset small` (or a config JSON), `--backends flex,ndarray[,wgpu]`, `--steps 3` (after one warm-up),
+//! Flags: `--preset small` (or a config JSON), `--backends flex,ndarray[,wgpu][,wgpu-unfused]`
+//! (`wgpu-unfused`: wgpu with `ELMO_FUSED_KERNELS=off`, burn's operations instead of the fused
+//! kernels, the baseline that the fused ones are measured against), `--steps 3` (after one warm-up),
 //! `--batch-size 32`, `--unroll-steps 20`, `--vocab-size 50000`, `--negatives 8192`,
-//! `--peer PYTHON` (a Python with torch), `--peer-device cpu|cuda` (where the peer runs), `--threads N`, `--rounds N` (run every implementation
+//! `--peer PYTHON` (a Python with torch), `--peer-device cpu|cuda` (where the peer runs),
+//! `--peer-script PATH` (default: the repository's `xtask/peer/bilm_train_pytorch.py` at build
+//! time, for a binary run elsewhere), `--threads N`, `--rounds N` (run every implementation
 //! N times, alternating, and report each one's median and its ratio to the peer's: on a shared,
 //! noisy machine the ratio of medians taken in the same minutes is the number to quote).
 //! With `ELMO_STEP_PROFILE=1` each backend also prints its step's phases (ms per step, the
@@ -151,6 +155,13 @@ fn main() {
     let threads = get("--threads", "");
     let peer = get("--peer", "");
     let peer_device = get("--peer-device", "cpu");
+    let peer_script = get(
+        "--peer-script",
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../xtask/peer/bilm_train_pytorch.py"
+        ),
+    );
     let rounds = number("--rounds", "1").max(1);
     let exe = std::env::current_exe().expect("own path");
     let common = [
@@ -179,7 +190,12 @@ fn main() {
         .split(',')
         .map(|backend| {
             let mut command = Command::new(&exe);
-            command.args(["--child", backend]);
+            if backend == "wgpu-unfused" {
+                command.args(["--child", "wgpu"]);
+                command.env(elmo_model::cube_tensor::FUSED_KERNELS_VARIABLE, "off");
+            } else {
+                command.args(["--child", backend]);
+            }
             for (flag, value) in &common {
                 command.args([flag, value.as_str()]);
             }
@@ -187,12 +203,8 @@ fn main() {
         })
         .collect();
     if !peer.is_empty() {
-        let script = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../xtask/peer/bilm_train_pytorch.py"
-        );
         let mut command = Command::new(&peer);
-        command.arg(script);
+        command.arg(&peer_script);
         for (flag, value) in &common {
             command.args([flag, value.as_str()]);
         }

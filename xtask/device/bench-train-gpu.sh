@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Runs on the lent GPU machine (the device tool's `run`, from the repository root), after
+# `xtask/device/prepare.sh` here:
+#   run(command="bash xtask/device/bench-train-gpu.sh", carry=[".gl", ".device"], timeout_s=540)
+# `cargo xtask bench train` on one GPU: elmo-rs through wgpu with its fused kernels, the same
+# binary with burn's operations (`wgpu-unfused`, ELMO_FUSED_KERNELS=off), and the PyTorch peer on
+# CUDA, for the shapes of docs/benchmarks.md (session 15), one after the other in the same minutes.
+# Output: $OUT/bench-train-gpu.log (also printed), $OUT/gpu-memory.csv (nvidia-smi every 100 ms).
+set -uo pipefail
+OUT="${OUT:-/tmp/out}"
+mkdir -p "$OUT"
+log="$OUT/bench-train-gpu.log"
+
+for f in .gl/*.deb; do dpkg -x "$f" /; done
+ldconfig
+if [ -f /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ]; then
+    export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+fi
+xz -dc .device/bench_train.xz > /tmp/bench_train && chmod +x /tmp/bench_train
+
+{
+    echo "commit $(cat .device/commit 2>/dev/null || echo unknown), $(date -u)"
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+    python3 -c 'import torch; print("torch", torch.__version__, torch.cuda.get_device_name(0))'
+} 2>&1 | tee "$log"
+
+nvidia-smi --query-gpu=timestamp,memory.used,utilization.gpu --format=csv -lms 100 \
+    > "$OUT/gpu-memory.csv" 2>/dev/null &
+sampler=$!
+
+export CUBECL_AUTOTUNE_LEVEL="${CUBECL_AUTOTUNE_LEVEL:-minimal}"
+bench() {
+    echo "== $*" | tee -a "$log"
+    timeout 120 /tmp/bench_train --backends wgpu-unfused,wgpu --peer python3 --peer-device cuda \
+        --peer-script xtask/peer/bilm_train_pytorch.py --steps 10 "$@" 2>&1 \
+        | grep -v XDG_RUNTIME_DIR | tee -a "$log"
+}
+bench --preset examples/configs/ptb-large.json --batch-size 64 --unroll-steps 35 --vocab-size 10002
+bench --preset examples/configs/ptb-small.json --batch-size 128 --unroll-steps 35 --vocab-size 10002
+bench --preset small --batch-size 32 --unroll-steps 20
+ELMO_STEP_PROFILE=1 bench --preset examples/configs/ptb-large.json --batch-size 64 --unroll-steps 35 \
+    --vocab-size 10002
+
+kill "$sampler" 2>/dev/null
