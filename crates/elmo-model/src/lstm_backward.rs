@@ -9,8 +9,9 @@
 //! Here the backward pass computes the per-step gate gradients and then each weight gradient
 //! with ONE matmul over all steps (`[x_t]ᵀ·[dz_t]`), as cuDNN does, and a caller can run the
 //! two directions' backward passes on two threads. Both passes keep the operations per time
-//! step few (~32 for forward and backward together, each a kernel launch on a GPU; counted in
-//! docs/benchmarks.md, session 16).
+//! step few: ~32 for forward and backward together with burn's operations, each a kernel launch
+//! on a GPU, and 8 with the fused kernels of `cube_lstm_cell` that run on a CubeCL device
+//! (counted in docs/benchmarks.md, sessions 16 and 38).
 //!
 //! Scope: every row runs all `T` steps left to right (the packed stateful batches of biLM
 //! training); no gradient flows into the initial state (it is cut at batch boundaries).
@@ -251,9 +252,10 @@ impl LstmWithProjection {
     ///
     /// Everything that does not depend on the gradient flowing back through time (the gates'
     /// derivatives, the clip masks) is computed for all steps at once before the loop; a step
-    /// is then two matmuls and a few elementwise operations (two fused kernels on a CubeCL
-    /// device, [`CellKernels`]), and each weight gradient is one matmul over all steps
-    /// (`[x_t]ᵀ·[dz_t]`), as cuDNN does.
+    /// is then two matmuls and a few elementwise operations, and each weight gradient is one
+    /// matmul over all steps (`[x_t]ᵀ·[dz_t]`), as cuDNN does. On a CubeCL device the fused
+    /// kernels ([`CellKernels`]) compute those factors inside the step instead: a step is two
+    /// matmuls and two kernels, with nothing computed beforehand.
     ///
     /// # Shapes
     /// - grad_outputs: `[B, T, P]`
