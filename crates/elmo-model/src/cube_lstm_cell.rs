@@ -20,15 +20,16 @@
 
 use burn::tensor::Tensor;
 
-use crate::cube_tensor::{ElementwiseOutput, fused_kernels_for, kernel_in_place, kernel_input};
+use crate::cube_tensor::{
+    ElementwiseOutput, fused_kernels_for, kernel_in_place, kernel_input, kernel_input_or,
+};
 
 /// The kernels (CubeCL's `Tensor` is not burn's, hence a module of their own).
 mod kernels {
     use burn::cubecl;
     use burn::cubecl::prelude::*;
 
-    /// Largest argument given to `exp` (as `GateActivation`).
-    const EXP_LIMIT: f32 = 80.0;
+    use crate::gate_activation::EXP_LIMIT;
 
     /// `1 / (1 + exp(clamp(x)))`: `σ(−x)`, the activation of a prepared pre-activation.
     #[cube]
@@ -355,11 +356,8 @@ pub(crate) fn hidden_backward(
     let out = ElementwiseOutput::new([batch, d_projection], &hidden.device());
     let (clip, has_clip) = clip_arguments(projection_clip);
     let has_next = grad_next.is_some();
-    // Without a next step the kernel reads no `grad_next`; any tensor fills the argument.
-    let next = match &grad_next {
-        Some(next) => kernel_input(next),
-        None => kernel_input(grad_outputs),
-    };
+    // Without a next step the kernel reads no `grad_next`.
+    let next = kernel_input_or(grad_next.as_ref(), grad_outputs);
     kernels::hidden_backward_kernel::launch(
         &out.client,
         out.count.clone(),
@@ -393,8 +391,8 @@ pub(crate) fn cell_backward(
     let out = ElementwiseOutput::new(grad_cell_output.dims(), &grad_cell_output.device());
     let (clip, has_clip) = clip_arguments(cell_clip);
     let has_next = grad_memory_next.is_some();
-    // Without a next step the kernel reads no `grad_memory_next`; any tensor fills it.
-    let next = kernel_input(grad_memory_next.as_ref().unwrap_or(&grad_cell_output));
+    // Without a next step the kernel reads no `grad_memory_next`.
+    let next = kernel_input_or(grad_memory_next.as_ref(), &grad_cell_output);
     kernels::cell_backward_kernel::launch(
         &out.client,
         out.count.clone(),

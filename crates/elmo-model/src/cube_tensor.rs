@@ -43,6 +43,21 @@ pub fn kernel_input<const D: usize>(tensor: &Tensor<D>) -> CubeTensor {
     into_contiguous(cube_primitive(tensor).expect("a CubeCL tensor (see `fused_kernels_for`)"))
 }
 
+/// The input of an optional kernel argument: `tensor`'s, or where there is none (and the kernel,
+/// told so by a comptime flag, reads nothing) `filler`'s, since every argument needs a tensor.
+///
+/// # Panics
+/// As [`kernel_input`].
+pub fn kernel_input_or<const D: usize, const E: usize>(
+    tensor: Option<&Tensor<D>>,
+    filler: &Tensor<E>,
+) -> CubeTensor {
+    match tensor {
+        Some(tensor) => kernel_input(tensor),
+        None => kernel_input(filler),
+    }
+}
+
 /// The primitive of a buffer that a kernel writes in place: it must be contiguous (made by
 /// `Tensor::empty`), since a contiguous copy would lose the writes.
 ///

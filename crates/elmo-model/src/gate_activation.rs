@@ -15,8 +15,8 @@
 
 use burn::tensor::{Device, Tensor, TensorData};
 
-/// Largest argument given to `exp`.
-const EXP_LIMIT: f64 = 80.0;
+/// Largest argument given to `exp` (here and in the fused cell kernels of `cube_lstm_cell.rs`).
+pub(crate) const EXP_LIMIT: f32 = 80.0;
 
 /// Column constants over the gates `i, f, g, o` (`[1, 4C]` rows).
 #[derive(Debug, Clone)]
@@ -54,7 +54,7 @@ impl GateActivation {
     /// σ(o)`.
     pub(crate) fn activate(&self, prepared: Tensor<2>) -> Tensor<2> {
         prepared
-            .clamp(-EXP_LIMIT, EXP_LIMIT)
+            .clamp(-f64::from(EXP_LIMIT), f64::from(EXP_LIMIT))
             .exp()
             .add_scalar(1.0)
             .recip()

@@ -7,7 +7,11 @@
 //! `ELMO_FUSED_KERNELS=off`, [`crate::optimizer::Adagrad`] keeps the composed operations.
 
 use burn::tensor::Tensor;
-use elmo_model::cube_tensor::{ElementwiseOutput, fused_kernels_for, kernel_input};
+use elmo_model::cube_tensor::{
+    ElementwiseOutput, fused_kernels_for, kernel_input, kernel_input_or,
+};
+
+use crate::optimizer::AdagradUpdate;
 
 /// The kernel (CubeCL's `Tensor` is not burn's, hence a module of its own).
 mod kernels {
@@ -45,14 +49,6 @@ mod kernels {
     }
 }
 
-/// The updated parameter and accumulator.
-pub(crate) struct AdagradUpdate<const D: usize> {
-    /// `θ − lr · g / √acc`.
-    pub parameter: Tensor<D>,
-    /// `acc + g²` (or `g² + initial_accumulator` on the first step).
-    pub accumulator: Tensor<D>,
-}
-
 /// One Adagrad step in one kernel; `None` where the fused kernels do not run
 /// ([`fused_kernels_for`]).
 pub(crate) fn fused_adagrad_step<const D: usize>(
@@ -68,8 +64,8 @@ pub(crate) fn fused_adagrad_step<const D: usize>(
     let device = parameter.device();
     let new_parameter = ElementwiseOutput::new(parameter.dims(), &device);
     let new_accumulator = ElementwiseOutput::new(parameter.dims(), &device);
-    // Without an accumulator the kernel reads none; the gradient fills the argument.
-    let accumulator_argument = kernel_input(accumulator.unwrap_or(gradient));
+    // Without an accumulator (the first step) the kernel reads none.
+    let accumulator_argument = kernel_input_or(accumulator, gradient);
     kernels::adagrad_kernel::launch(
         &new_parameter.client,
         new_parameter.count.clone(),

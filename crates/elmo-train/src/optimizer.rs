@@ -9,7 +9,7 @@ use burn::optim::{
 use burn::tensor::{Device, Tensor};
 
 use crate::config::OptimizerConfig;
-use crate::cube_adagrad::{AdagradUpdate, fused_adagrad_step};
+use crate::cube_adagrad::fused_adagrad_step;
 
 /// Adagrad as `tf.train.AdagradOptimizer`: `acc ← acc + g²; θ ← θ − lr · g / √acc`, the
 /// accumulator starting at `initial_accumulator` (no epsilon).
@@ -37,6 +37,14 @@ impl<const D: usize> RecordState for AdagradState<D> {
             accumulator: Tensor::from_data(data, device),
         })
     }
+}
+
+/// One Adagrad step's result, from the fused kernel or burn's operations.
+pub(crate) struct AdagradUpdate<const D: usize> {
+    /// `θ − lr · g / √acc`.
+    pub parameter: Tensor<D>,
+    /// `acc + g²` (or `g² + initial_accumulator` on the first step).
+    pub accumulator: Tensor<D>,
 }
 
 impl Adagrad {
