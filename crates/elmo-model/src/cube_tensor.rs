@@ -43,6 +43,18 @@ pub fn kernel_input<const D: usize>(tensor: &Tensor<D>) -> CubeTensor {
     into_contiguous(cube_primitive(tensor).expect("a CubeCL tensor (see `fused_kernels_for`)"))
 }
 
+/// `tensor` with a contiguous layout, as a burn tensor: made once before a loop of kernels that
+/// read it, since [`kernel_input`] would copy a strided tensor at every launch. Unchanged when it
+/// is contiguous already or not on a CubeCL device.
+pub fn contiguous<const D: usize>(tensor: Tensor<D>) -> Tensor<D> {
+    match cube_primitive(&tensor) {
+        Some(primitive) if !primitive.is_contiguous() => {
+            Tensor::from_primitive::<CubeBackend>(into_contiguous(primitive))
+        }
+        _ => tensor,
+    }
+}
+
 /// The input of an optional kernel argument: `tensor`'s, or where there is none (and the kernel,
 /// told so by a comptime flag, reads nothing) `filler`'s, since every argument needs a tensor.
 ///

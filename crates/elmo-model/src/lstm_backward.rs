@@ -19,6 +19,7 @@
 use burn::tensor::Tensor;
 
 use crate::cube_lstm_cell::{self, CellKernels, CellRecords};
+use crate::cube_tensor;
 use crate::gate_activation::GateActivation;
 use crate::lstm_projection::{LstmOutput, LstmState, LstmWithProjection};
 
@@ -446,6 +447,8 @@ impl LstmWithProjection {
         };
         let grad_gates = Tensor::<3>::empty([n_steps, batch, 4 * d_cell], &device);
         let grad_projected = Tensor::<3>::empty([n_steps, batch, d_projection], &device);
+        // Every step's kernel reads it: one copy here when it is strided, not one a step.
+        let grad_outputs = &cube_tensor::contiguous(grad_outputs.clone());
         let mut grad_hidden_next: Option<Tensor<2>> = None;
         let mut grad_memory_next: Option<Tensor<2>> = None;
         for t in (0..n_steps).rev() {

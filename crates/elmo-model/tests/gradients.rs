@@ -1,5 +1,6 @@
 //! Gradient checks: every trainable parameter gets a gradient, a frozen biLM gets none, and the
-//! LSTMP's analytic gradients agree with central finite differences.
+//! analytic gradients of the LSTMP and of a character convolution agree with central finite
+//! differences.
 
 mod common;
 
@@ -7,6 +8,7 @@ use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::Gradients;
 use burn::tensor::{Device, Distribution, Tensor};
 use common::*;
+use elmo_model::char_cnn::CharConvolution;
 use elmo_model::{ElmoConfig, LstmWithProjectionConfig};
 
 /// Records, for every float parameter, whether it received a non-zero gradient.
@@ -158,6 +160,134 @@ fn lstm_gradients_match_finite_differences() {
                 (a - numeric).abs() <= 2e-3 + 2e-2 * numeric.abs(),
                 "go_forward={go_forward} dW[{row},{col}]: analytic {a} vs numeric {numeric}"
             );
+        }
+    }
+}
+
+/// `Σ w ⊙ conv(chars)`, over all positions or (with `extent`) the first ones and the padding window.
+fn convolution_loss(
+    conv: &CharConvolution,
+    chars: &Tensor<3>,
+    padding_char: &Tensor<1>,
+    extent: Option<usize>,
+    w: &Tensor<2>,
+) -> Tensor<1> {
+    let out = match extent {
+        Some(extent) => conv.forward_with_extent(chars.clone(), extent, Some(padding_char.clone())),
+        None => conv.forward(chars.clone()),
+    };
+    (out * w.clone()).sum()
+}
+
+/// The gradient with respect to the characters (the windows are gathered by slot, the gradient
+/// scattered back and added where windows overlap) and to the padding character, for a window
+/// of one slot and of three, over all positions and over the first ones plus the padding window.
+#[test]
+fn char_convolution_gradients_match_finite_differences() {
+    let device = Device::flex().autodiff();
+    let plain = Device::flex();
+    let (n_tokens, n_slots, d_char, n_filters) = (2, 9, 4, 5);
+    for width in [1, 3] {
+        for extent in [None, Some(5)] {
+            device.seed(11);
+            let conv = CharConvolution {
+                weight: Param::from_tensor(Tensor::random(
+                    [width * d_char, n_filters],
+                    Distribution::Normal(0.0, 1.0),
+                    &device,
+                )),
+                bias: Param::from_tensor(Tensor::random(
+                    [n_filters],
+                    Distribution::Normal(0.0, 1.0),
+                    &device,
+                )),
+                width,
+            };
+            let chars = Tensor::<3>::random(
+                [n_tokens, n_slots, d_char],
+                Distribution::Normal(0.0, 1.0),
+                &device,
+            )
+            .require_grad();
+            let padding_char =
+                Tensor::<1>::random([d_char], Distribution::Normal(0.0, 1.0), &device)
+                    .require_grad();
+            let w = Tensor::<2>::random(
+                [n_tokens, n_filters],
+                Distribution::Normal(0.0, 1.0),
+                &device,
+            );
+            let grads = convolution_loss(&conv, &chars, &padding_char, extent, &w).backward();
+            let analytic = |x: &Tensor<3>| -> Vec<f32> {
+                x.grad(&grads)
+                    .expect("grad")
+                    .into_data()
+                    .try_into_vec_as()
+                    .expect("f32")
+            };
+            let analytic_chars = analytic(&chars);
+            // Without an extent the padding character is not read: no gradient, as numerically.
+            let analytic_padding: Vec<f32> =
+                padding_char.grad(&grads).map_or(vec![0.0; d_char], |g| {
+                    g.into_data().try_into_vec_as().expect("f32")
+                });
+
+            // Central differences on plain (no autodiff) copies.
+            let conv = conv.valid().to_device(&plain);
+            let chars = chars.detach().to_device(&plain);
+            let padding_char = padding_char.detach().to_device(&plain);
+            let w = w.detach().to_device(&plain);
+            // Small: a max over positions has kinks, and a wider step crosses one (1e-2 does here).
+            let eps = 1e-3f32;
+            let numeric = |bumped: &dyn Fn(f32) -> (Tensor<3>, Tensor<1>)| {
+                let loss = |delta: f32| {
+                    let (c, p) = bumped(delta);
+                    convolution_loss(&conv, &c, &p, extent, &w).into_scalar::<f32>()
+                };
+                (loss(eps) - loss(-eps)) / (2.0 * eps)
+            };
+            let check = |what: String, a: f32, numeric: f32| {
+                assert!(
+                    (a - numeric).abs() <= 5e-3 + 1e-2 * numeric.abs(),
+                    "width {width}, extent {extent:?}, {what}: analytic {a} vs numeric {numeric}"
+                );
+            };
+            let one_hot = |n: usize, index: usize| {
+                let mut values = vec![0.0f32; n];
+                values[index] = 1.0;
+                values
+            };
+            let n = n_tokens * n_slots * d_char;
+            for index in 0..n {
+                let hot = Tensor::<3>::from_data(
+                    burn::tensor::TensorData::new(one_hot(n, index), [n_tokens, n_slots, d_char]),
+                    &plain,
+                );
+                let numeric = numeric(&|delta| {
+                    (
+                        chars.clone() + hot.clone().mul_scalar(delta),
+                        padding_char.clone(),
+                    )
+                });
+                check(format!("chars[{index}]"), analytic_chars[index], numeric);
+            }
+            for index in 0..d_char {
+                let hot = Tensor::<1>::from_data(
+                    burn::tensor::TensorData::new(one_hot(d_char, index), [d_char]),
+                    &plain,
+                );
+                let numeric = numeric(&|delta| {
+                    (
+                        chars.clone(),
+                        padding_char.clone() + hot.clone().mul_scalar(delta),
+                    )
+                });
+                check(
+                    format!("padding[{index}]"),
+                    analytic_padding[index],
+                    numeric,
+                );
+            }
         }
     }
 }

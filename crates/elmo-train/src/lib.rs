@@ -11,6 +11,7 @@ pub mod config;
 pub mod contiguous;
 pub mod corpus;
 mod cube_adagrad;
+mod cube_norm;
 mod dropout;
 pub mod error;
 pub mod evaluate;

@@ -10,6 +10,7 @@ use burn::tensor::{Device, Tensor};
 
 use crate::config::OptimizerConfig;
 use crate::cube_adagrad::fused_adagrad_step;
+use crate::cube_norm::fused_squared_norm;
 
 /// Adagrad as `tf.train.AdagradOptimizer`: `acc ← acc + g²; θ ← θ − lr · g / √acc`, the
 /// accumulator starting at `initial_accumulator` (no epsilon).
@@ -121,19 +122,17 @@ pub fn build_optimizer(config: &OptimizerConfig) -> ModuleOptimizer {
     }
 }
 
-struct SquaredNorm<'a> {
+/// Every gradient of a module, flattened (a view for contiguous ones).
+struct FlatGradients<'a> {
     grads: &'a GradientsParams,
-    total: Option<Tensor<1>>,
+    flat: Vec<Tensor<1>>,
 }
 
-impl ModuleVisitor for SquaredNorm<'_> {
+impl ModuleVisitor for FlatGradients<'_> {
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
         if let Some(grad) = self.grads.get::<D>(param.id) {
-            let part = grad.square().sum();
-            self.total = Some(match self.total.take() {
-                Some(total) => total + part,
-                None => part,
-            });
+            let n: usize = grad.dims().iter().product();
+            self.flat.push(grad.reshape([n]));
         }
     }
 }
@@ -170,12 +169,21 @@ pub fn move_gradients<M: Module>(module: &M, from: GradientsParams, to: &mut Gra
     module.visit(&mut MoveGradients { from, to });
 }
 
-/// The global L2 norm of all gradients of `module`.
+/// The global L2 norm of all gradients of `module`: one fused kernel per gradient on wgpu
+/// ([`fused_squared_norm`]), burn's operations elsewhere.
 pub fn global_norm<M: Module>(module: &M, grads: &GradientsParams) -> f64 {
-    let mut visitor = SquaredNorm { grads, total: None };
+    let mut visitor = FlatGradients {
+        grads,
+        flat: Vec::new(),
+    };
     module.visit(&mut visitor);
-    visitor
-        .total
+    let flat = visitor.flat;
+    if let Some(squared) = fused_squared_norm(&flat) {
+        return squared.sqrt();
+    }
+    flat.into_iter()
+        .map(|grad| grad.square().sum())
+        .reduce(|total, part| total + part)
         .map_or(0.0, |t| f64::from(t.into_scalar::<f32>()).sqrt())
 }
 
