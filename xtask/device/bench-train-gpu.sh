@@ -4,7 +4,8 @@
 #   run(command="bash xtask/device/bench-train-gpu.sh", carry=[".gl", ".device"], timeout_s=540)
 # `cargo xtask bench train` on one GPU: elmo-rs through wgpu with its fused kernels, the same
 # binary with burn's operations (`wgpu-unfused`, ELMO_FUSED_KERNELS=off), and the PyTorch peer on
-# CUDA, for the shapes of docs/benchmarks.md (session 15), one after the other in the same minutes.
+# CUDA, for the shapes of docs/benchmarks.md (session 15), one after the other in the same minutes;
+# first, the cost of one kernel launch on each (`bench_train --launch-probe`, a torch loop).
 # Output: $OUT/bench-train-gpu.log (also printed), $OUT/gpu-memory.csv (nvidia-smi every 100 ms).
 set -uo pipefail
 OUT="${OUT:-/tmp/out}"
@@ -29,6 +30,30 @@ nvidia-smi --query-gpu=timestamp,memory.used,utilization.gpu --format=csv -lms 1
 sampler=$!
 
 export CUBECL_AUTOTUNE_LEVEL="${CUBECL_AUTOTUNE_LEVEL:-minimal}"
+
+# The cost of one kernel launch (µs per elementwise op issued in a row, to the results): wgpu as
+# built (and with cubecl's submissions batched by 128 tasks instead of 32), then PyTorch on CUDA.
+{
+    echo "== launch probe"
+    timeout 60 /tmp/bench_train --launch-probe wgpu
+    CUBECL_WGPU_MAX_TASKS=128 timeout 60 /tmp/bench_train --launch-probe wgpu | sed 's/^LAUNCH /LAUNCH max_tasks=128 /'
+    timeout 60 python3 - <<'PY'
+import time, torch
+for shape, n in [((1, 1), 5000), ((64, 1200), 2000)]:
+    x = torch.zeros(shape, device="cuda")
+    for _ in range(100):
+        x = x + 1.0
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(n):
+        x = x + 1.0
+    issued = time.perf_counter() - start
+    torch.cuda.synchronize()
+    total = time.perf_counter() - start
+    print(f"LAUNCH backend=torch-cuda shape={shape[0]}x{shape[1]} ops={n} "
+          f"issue_us={1e6 * issued / n:.1f} total_us={1e6 * total / n:.1f}")
+PY
+} 2>&1 | grep -v XDG_RUNTIME_DIR | tee -a "$log"
 bench() {
     echo "== $*" | tee -a "$log"
     timeout 120 /tmp/bench_train --backends wgpu-unfused,wgpu --peer python3 --peer-device cuda \

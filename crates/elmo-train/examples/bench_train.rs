@@ -14,6 +14,9 @@
 //! noisy machine the ratio of medians taken in the same minutes is the number to quote).
 //! With `ELMO_STEP_PROFILE=1` each backend also prints its step's phases (ms per step, the
 //! device synchronised at every phase boundary: see `elmo_train::step_profile`).
+//! `--launch-probe BACKEND` instead times one elementwise operation issued many times in a row
+//! (µs per operation on a 1-element and a `[64, 1200]` tensor, to the device's results): on a
+//! GPU, the cost of one kernel launch that a training step pays ~1,700 times (docs/benchmarks.md).
 
 use std::io::Write;
 use std::process::Command;
@@ -124,6 +127,35 @@ fn child(backend: &str, s: &Settings) {
     );
 }
 
+/// `--launch-probe`: µs per `add_scalar` issued `n` times in a row, after a warm-up, to the read
+/// of the result (which waits for the device).
+fn launch_probe(backend: &str) {
+    use burn::tensor::Tensor;
+    let device = device(backend);
+    for (shape, n) in [([1, 1], 5000), ([64, 1200], 2000)] {
+        let mut x = Tensor::<2>::zeros(shape, &device);
+        for _ in 0..100 {
+            x = x.add_scalar(1.0);
+        }
+        let _ = x.clone().sum().into_scalar::<f32>();
+        let start = Instant::now();
+        for _ in 0..n {
+            x = x.add_scalar(1.0);
+        }
+        let issued = start.elapsed();
+        let value = x.slice([0..1, 0..1]).into_scalar::<f32>();
+        let total = start.elapsed();
+        let micros = |d: std::time::Duration| 1e6 * d.as_secs_f64() / n as f64;
+        println!(
+            "LAUNCH backend={backend} shape={}x{} ops={n} issue_us={:.1} total_us={:.1} (value {value})",
+            shape[0],
+            shape[1],
+            micros(issued),
+            micros(total)
+        );
+    }
+}
+
 fn field(line: &str, key: &str) -> String {
     line.split_whitespace()
         .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
@@ -147,6 +179,10 @@ fn main() {
         vocab_size: number("--vocab-size", "50000"),
         negatives: number("--negatives", "8192"),
     };
+    if let Some(i) = args.iter().position(|a| a == "--launch-probe") {
+        launch_probe(args.get(i + 1).map_or("wgpu", String::as_str));
+        return;
+    }
     if let Some(i) = args.iter().position(|a| a == "--child") {
         child(&args[i + 1], &settings);
         return;
