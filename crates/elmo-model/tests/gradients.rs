@@ -258,7 +258,8 @@ fn char_convolution_gradients_match_finite_differences() {
                 values
             };
             let n = n_tokens * n_slots * d_char;
-            for index in 0..n {
+            assert_eq!(analytic_chars.len(), n);
+            for (index, &analytic) in analytic_chars.iter().enumerate() {
                 let hot = Tensor::<3>::from_data(
                     burn::tensor::TensorData::new(one_hot(n, index), [n_tokens, n_slots, d_char]),
                     &plain,
@@ -269,9 +270,9 @@ fn char_convolution_gradients_match_finite_differences() {
                         padding_char.clone(),
                     )
                 });
-                check(format!("chars[{index}]"), analytic_chars[index], numeric);
+                check(format!("chars[{index}]"), analytic, numeric);
             }
-            for index in 0..d_char {
+            for (index, &analytic) in analytic_padding.iter().enumerate() {
                 let hot = Tensor::<1>::from_data(
                     burn::tensor::TensorData::new(one_hot(d_char, index), [d_char]),
                     &plain,
@@ -282,11 +283,7 @@ fn char_convolution_gradients_match_finite_differences() {
                         padding_char.clone() + hot.clone().mul_scalar(delta),
                     )
                 });
-                check(
-                    format!("padding[{index}]"),
-                    analytic_padding[index],
-                    numeric,
-                );
+                check(format!("padding[{index}]"), analytic, numeric);
             }
         }
     }
