@@ -41,6 +41,8 @@ mod kernels {
         }
         shared[UNIT_POS as usize] = sum;
         sync_cube();
+        // `CUBE_DIM` is `units_per_cube` (the launch's cube size); the tree's counter is the
+        // runtime value, since a comptime value cannot be a loop's changing variable.
         let mut active = CUBE_DIM;
         while active > 1 {
             active /= 2;
