@@ -65,5 +65,13 @@ bench --preset examples/configs/ptb-small.json --batch-size 128 --unroll-steps 3
 bench --preset small --batch-size 32 --unroll-steps 20
 ELMO_STEP_PROFILE=1 bench --preset examples/configs/ptb-large.json --batch-size 64 --unroll-steps 35 \
     --vocab-size 10002
+# The largest batches of session 15, while the call has time left (the machine's minutes are few).
+if [ "$SECONDS" -lt 330 ]; then
+    bench --preset examples/configs/ptb-large.json --batch-size 256 --unroll-steps 35 --vocab-size 10002
+fi
+if [ "$SECONDS" -lt 420 ]; then
+    bench --preset examples/configs/ptb-small.json --batch-size 512 --unroll-steps 35 --vocab-size 10002
+fi
+echo "done after ${SECONDS} s" | tee -a "$log"
 
 kill "$sampler" 2>/dev/null
