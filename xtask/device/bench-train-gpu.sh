@@ -8,16 +8,8 @@
 # first, the cost of one kernel launch on each (`bench_train --launch-probe`, a torch loop).
 # Output: $OUT/bench-train-gpu.log (also printed), $OUT/gpu-memory.csv (nvidia-smi every 100 ms).
 set -uo pipefail
-OUT="${OUT:-/tmp/out}"
-mkdir -p "$OUT"
+source xtask/device/setup.sh
 log="$OUT/bench-train-gpu.log"
-
-for f in .gl/*.deb; do dpkg -x "$f" /; done
-ldconfig
-if [ -f /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ]; then
-    export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-fi
-xz -dc .device/bench_train.xz > /tmp/bench_train && chmod +x /tmp/bench_train
 
 {
     echo "commit $(cat .device/commit 2>/dev/null || echo unknown), $(date -u)"
@@ -28,8 +20,6 @@ xz -dc .device/bench_train.xz > /tmp/bench_train && chmod +x /tmp/bench_train
 nvidia-smi --query-gpu=timestamp,memory.used,utilization.gpu --format=csv -lms 100 \
     > "$OUT/gpu-memory.csv" 2>/dev/null &
 sampler=$!
-
-export CUBECL_AUTOTUNE_LEVEL="${CUBECL_AUTOTUNE_LEVEL:-minimal}"
 
 # The cost of one kernel launch (µs per elementwise op issued in a row, to the results): wgpu as
 # built (and with cubecl's submissions batched by 128 tasks instead of 32), then PyTorch on CUDA.
