@@ -5,12 +5,14 @@
 use burn::module::{Module, Param, ParamId};
 use burn::nn::{Initializer, Linear, LinearConfig};
 use burn::tensor::activation::{relu, tanh};
-use burn::tensor::module::embedding;
 use burn::tensor::{Device, Distribution, Int, Tensor, TensorData};
 
 use crate::char_ids::MAX_CHARS_PER_TOKEN;
+use crate::cube_tensor::fused_kernels_for;
 use crate::highway::{Highway, HighwayConfig};
+use crate::index_add;
 use crate::options::{BiLmOptions, CnnActivation};
+use crate::split_product::{slices_for, split_enabled};
 
 /// Configuration of a [`CharCnnEncoder`], taken from [`BiLmOptions`].
 #[derive(Debug, Clone)]
@@ -169,7 +171,7 @@ impl CharConvolution {
         };
         let windows = windows.reshape([n_tokens * n_positions, self.width * d_char]);
         let weight = self.weight.val();
-        let convolved = windows.matmul(weight.clone());
+        let convolved = windows_product(windows, weight.clone());
         let [_, n_filters] = convolved.dims();
         let mut pooled = convolved
             .reshape([n_tokens, n_positions, n_filters])
@@ -186,6 +188,32 @@ impl CharConvolution {
         }
         pooled + self.bias.val().unsqueeze_dim(0)
     }
+}
+
+/// `windows · weight`. On a CubeCL device (with the fused kernels) as a batched product over S
+/// slices of the windows against the one weight, the same values: the weight's gradient
+/// `windowsᵀ · ∂`, whose inner dimension is every window of the batch (~98,000 at `ptb-large`
+/// 64 × 35) and whose output is one or two cubes, then comes as S partial products summed by
+/// autodiff (split-K, `split_product`): profiled on an H200, these products took 1.4-2.4 ms each,
+/// 14 a training step (docs/benchmarks.md, session 40).
+///
+/// # Shapes
+/// - windows: `[n_windows, width · d_char]`; weight: `[width · d_char, n_filters]`
+/// - output: `[n_windows, n_filters]`
+fn windows_product(windows: Tensor<2>, weight: Tensor<2>) -> Tensor<2> {
+    let [n_windows, d_window] = windows.dims();
+    let n_filters = weight.dims()[1];
+    let n_slices = match fused_kernels_for(&weight) && split_enabled() {
+        true => slices_for(n_windows),
+        false => 1,
+    };
+    if n_slices == 1 {
+        return windows.matmul(weight);
+    }
+    windows
+        .reshape([n_slices, n_windows / n_slices, d_window])
+        .matmul(weight.unsqueeze_dim(0))
+        .reshape([n_windows, n_filters])
 }
 
 /// The id of the padding character after the end of a word (AllenNLP's 260, plus one).
@@ -263,7 +291,7 @@ impl CharCnnEncoder {
                 .narrow(0, usize::from(PADDING_CHAR_ID), 1)
                 .reshape([table.dims()[1]])
         });
-        let chars = embedding(table, flat);
+        let chars = index_add::embedding(table, flat);
         let pooled: Vec<Tensor<2>> = self
             .convolutions
             .iter()

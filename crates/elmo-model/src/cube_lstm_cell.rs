@@ -13,7 +13,9 @@
 //!
 //! Layout: every tensor is contiguous and row-major; `[T, B, ·]` records are time-major (row
 //! `t·B + b`) and written at step `t` in place, as `slice_assign` into a uniquely held buffer
-//! would. The gate pre-activations arrive prepared by `GateActivation` (negated, doubled for
+//! would. The step products are split along K (`split_product`): each kernel writes the next
+//! product's left factor in the sliced layout `[S, B, K/S]` and sums the partial products
+//! `[S, B, N]` it reads, so the split costs no copy and no kernel. The gate pre-activations arrive prepared by `GateActivation` (negated, doubled for
 //! `g`), and the activation is its formula, so both paths give the same values.
 //!
 //! [`LstmWithProjection::forward_recorded`]: crate::LstmWithProjection::forward_recorded
@@ -38,6 +40,26 @@ mod kernels {
         F::new(1.0) / (F::new(1.0) + prepared.clamp(-limit, limit).exp())
     }
 
+    /// Where `(row, column)` of a `[B, K]` matrix lies in its split layout `[K / width, B,
+    /// width]` (`split_product`: the slices of K one after the other); row-major at `width = K`.
+    #[cube]
+    fn split_index(row: usize, column: usize, batch: usize, width: usize) -> usize {
+        (column / width) * batch * width + row * width + column % width
+    }
+
+    /// `Σ_s partials[s, ·]` at `index` of one `[B, N]` plane: the sum, in order, of a split
+    /// product's partial products `[S, B, N]` (`split_product`; one plane when whole).
+    #[cube]
+    fn summed<F: Float>(partials: &Tensor<F>, index: usize) -> F {
+        let n_partials = partials.shape(0);
+        let plane = partials.len() / n_partials;
+        let mut total = partials[index];
+        for s in 1..n_partials {
+            total += partials[s * plane + index];
+        }
+        total
+    }
+
     /// `|x| < clip` as 1 or 0 (1 without a clip).
     // The outer `if` is resolved when the kernel is compiled, the inner one when it runs.
     #[allow(clippy::collapsible_if)]
@@ -53,7 +75,8 @@ mod kernels {
     }
 
     /// One step of the cell, one unit per `(b, j)`: activates the gates, updates and clips the
-    /// memory, and writes the gates, memory and `tanh(memory)` of step `t` and `o·tanh(memory)`.
+    /// memory, and writes the gates, memory and `tanh(memory)` of step `t` and `o·tanh(memory)`
+    /// (in the split layout of `slice_width` for the projection's product).
     #[cube(launch)]
     #[allow(clippy::too_many_arguments)]
     pub(super) fn cell_forward_kernel<F: Float>(
@@ -66,24 +89,27 @@ mod kernels {
         cell_output: &mut Tensor<F>,
         step: u32,
         cell_clip: f32,
+        slice_width: u32,
         #[comptime] has_clip: bool,
         #[define(F)] _dtype: ElemType,
     ) {
         let position = ABSOLUTE_POS;
-        if position >= cell_output.len() {
+        if position >= initial_memory.len() {
             terminate!();
         }
-        let d_cell = cell_output.shape(1);
-        let batch = cell_output.shape(0);
+        let d_cell = initial_memory.shape(1);
+        let batch = initial_memory.shape(0);
         let row = position / d_cell;
         let unit = position % d_cell;
         let t = step as usize;
         let gate_base = (t * batch + row) * 4 * d_cell + unit;
         let recurrent_base = row * 4 * d_cell + unit;
-        let z_i = projected[gate_base] + recurrent[recurrent_base];
-        let z_f = projected[gate_base + d_cell] + recurrent[recurrent_base + d_cell];
-        let z_g = projected[gate_base + 2 * d_cell] + recurrent[recurrent_base + 2 * d_cell];
-        let z_o = projected[gate_base + 3 * d_cell] + recurrent[recurrent_base + 3 * d_cell];
+        let z_i = projected[gate_base] + summed::<F>(recurrent, recurrent_base);
+        let z_f = projected[gate_base + d_cell] + summed::<F>(recurrent, recurrent_base + d_cell);
+        let z_g =
+            projected[gate_base + 2 * d_cell] + summed::<F>(recurrent, recurrent_base + 2 * d_cell);
+        let z_o =
+            projected[gate_base + 3 * d_cell] + summed::<F>(recurrent, recurrent_base + 3 * d_cell);
         let input_gate = prepared_sigmoid::<F>(z_i);
         let forget_gate = prepared_sigmoid::<F>(z_f);
         let cell_input = prepared_sigmoid::<F>(z_g) * F::new(2.0) - F::new(1.0);
@@ -106,37 +132,43 @@ mod kernels {
         let record = t * batch * d_cell + position;
         memory[record] = next;
         tanh_memory[record] = squashed;
-        cell_output[position] = output_gate * squashed;
+        cell_output[split_index(row, unit, batch, slice_width as usize)] = output_gate * squashed;
     }
 
     /// The projection's clip at step `t`: writes the clipped hidden state into the record and into
-    /// the state carried to the next step.
+    /// the state carried to the next step (in the split layout of `slice_width`).
     #[cube(launch)]
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn hidden_forward_kernel<F: Float>(
         projected: &Tensor<F>,
         hidden: &mut Tensor<F>,
         state: &mut Tensor<F>,
         step: u32,
         projection_clip: f32,
+        slice_width: u32,
         #[comptime] has_clip: bool,
         #[define(F)] _dtype: ElemType,
     ) {
         let position = ABSOLUTE_POS;
-        if position >= state.len() {
+        let batch = hidden.shape(1);
+        let d_projection = hidden.shape(2);
+        let size = batch * d_projection;
+        if position >= size {
             terminate!();
         }
-        let mut value = projected[position];
+        let mut value = summed::<F>(projected, position);
         if has_clip {
             let clip = F::cast_from(projection_clip);
             value = value.clamp(-clip, clip);
         }
-        hidden[step as usize * state.len() + position] = value;
-        state[position] = value;
+        hidden[step as usize * size + position] = value;
+        let (row, unit) = (position / d_projection, position % d_projection);
+        state[split_index(row, unit, batch, slice_width as usize)] = value;
     }
 
     /// The gradient of the hidden state before its clip at step `t`: the output's gradient (read
     /// from the batch-major `[B, T, P]`) plus the one from step `t + 1`, masked by the clip; written
-    /// into the record and returned.
+    /// into the record and returned (in the split layout of `slice_width`).
     #[cube(launch)]
     #[allow(clippy::too_many_arguments)]
     pub(super) fn hidden_backward_kernel<F: Float>(
@@ -147,6 +179,7 @@ mod kernels {
         grad_hidden: &mut Tensor<F>,
         step: u32,
         projection_clip: f32,
+        slice_width: u32,
         #[comptime] has_next: bool,
         #[comptime] has_clip: bool,
         #[define(F)] _dtype: ElemType,
@@ -155,6 +188,7 @@ mod kernels {
         if position >= grad_hidden.len() {
             terminate!();
         }
+        let batch = grad_outputs.shape(0);
         let n_steps = grad_outputs.shape(1);
         let d_projection = grad_outputs.shape(2);
         let row = position / d_projection;
@@ -163,16 +197,17 @@ mod kernels {
         let record = t * grad_hidden.len() + position;
         let mut value = grad_outputs[(row * n_steps + t) * d_projection + unit];
         if has_next {
-            value += grad_next[position];
+            value += summed::<F>(grad_next, position);
         }
         value *= kept::<F>(hidden[record], F::cast_from(projection_clip), has_clip);
         grad_projected[record] = value;
-        grad_hidden[position] = value;
+        grad_hidden[split_index(row, unit, batch, slice_width as usize)] = value;
     }
 
     /// The gates' gradients at step `t` from the gradient of `o·tanh(memory)` and the memory
-    /// gradient carried from step `t + 1`; writes them into the record and returns the memory
-    /// gradient carried to step `t − 1` (`· f_t`, masked by the clip of memory `t − 1`).
+    /// gradient carried from step `t + 1`; writes them into the record and, in the split layout
+    /// of `slice_width`, into `grad_gates_split` (for the product with `Wᵀ`), and returns the
+    /// memory gradient carried to step `t − 1` (`· f_t`, masked by the clip of memory `t − 1`).
     #[cube(launch)]
     #[allow(clippy::too_many_arguments)]
     pub(super) fn cell_backward_kernel<F: Float>(
@@ -183,20 +218,22 @@ mod kernels {
         initial_memory: &Tensor<F>,
         grad_memory_next: &Tensor<F>,
         grad_gates: &mut Tensor<F>,
+        grad_gates_split: &mut Tensor<F>,
         grad_memory_previous: &mut Tensor<F>,
         step: u32,
         cell_clip: f32,
+        slice_width: u32,
         #[comptime] has_next: bool,
         #[comptime] has_clip: bool,
         #[define(F)] _dtype: ElemType,
     ) {
         let position = ABSOLUTE_POS;
-        if position >= grad_cell_output.len() {
+        if position >= initial_memory.len() {
             terminate!();
         }
-        let batch = grad_cell_output.shape(0);
-        let d_cell = grad_cell_output.shape(1);
-        let size = grad_cell_output.len();
+        let batch = initial_memory.shape(0);
+        let d_cell = initial_memory.shape(1);
+        let size = initial_memory.len();
         let row = position / d_cell;
         let unit = position % d_cell;
         let t = step as usize;
@@ -209,7 +246,7 @@ mod kernels {
         let output_gate = gates[gate_base + 3 * d_cell];
         let record = t * size + position;
         let squashed = tanh_memory[record];
-        let grad_output = grad_cell_output[position];
+        let grad_output = summed::<F>(grad_cell_output, position);
         let mut grad_memory = grad_output
             * (output_gate * (one - squashed * squashed))
             * kept::<F>(memory[record], clip, has_clip);
@@ -221,13 +258,19 @@ mod kernels {
         } else {
             memory[record - size]
         };
-        grad_gates[gate_base] = grad_memory * (cell_input * (input_gate * (one - input_gate)));
-        grad_gates[gate_base + d_cell] =
-            grad_memory * (previous * (forget_gate * (one - forget_gate)));
-        grad_gates[gate_base + 2 * d_cell] =
-            grad_memory * (input_gate * (one - cell_input * cell_input));
-        grad_gates[gate_base + 3 * d_cell] =
-            grad_output * (squashed * (output_gate * (one - output_gate)));
+        let grad_i = grad_memory * (cell_input * (input_gate * (one - input_gate)));
+        let grad_f = grad_memory * (previous * (forget_gate * (one - forget_gate)));
+        let grad_g = grad_memory * (input_gate * (one - cell_input * cell_input));
+        let grad_o = grad_output * (squashed * (output_gate * (one - output_gate)));
+        grad_gates[gate_base] = grad_i;
+        grad_gates[gate_base + d_cell] = grad_f;
+        grad_gates[gate_base + 2 * d_cell] = grad_g;
+        grad_gates[gate_base + 3 * d_cell] = grad_o;
+        let width = slice_width as usize;
+        grad_gates_split[split_index(row, unit, batch, width)] = grad_i;
+        grad_gates_split[split_index(row, unit + d_cell, batch, width)] = grad_f;
+        grad_gates_split[split_index(row, unit + 2 * d_cell, batch, width)] = grad_g;
+        grad_gates_split[split_index(row, unit + 3 * d_cell, batch, width)] = grad_o;
         if t > 0 {
             grad_memory_previous[position] =
                 grad_memory * forget_gate * kept::<F>(previous, clip, has_clip);
@@ -273,23 +316,30 @@ pub(crate) struct CellRecords<'a> {
     pub hidden: &'a Tensor<3>,
 }
 
+/// `[B, K]` as the split layout `[S, B, K / S]` of `n_slices` slices (`split_product`).
+fn split_shape([batch, k]: [usize; 2], n_slices: usize) -> [usize; 3] {
+    [n_slices, batch, k / n_slices]
+}
+
 /// Step `t` of the cell: writes the step's gates, memory and `tanh(memory)` and returns
-/// `o·tanh(memory)`, the projection's input.
+/// `o·tanh(memory)`, the projection's input, in the split layout of `n_slices` slices.
 ///
 /// # Shapes
 /// - projected: `[T, B, 4C]`, the prepared input contributions (bias included) of all steps
-/// - recurrent: `[B, 4C]`, the prepared `h_{t−1}·W`
+/// - recurrent: `[S', B, 4C]`, the prepared `h_{t−1}·W` as partial products (summed here)
 /// - initial_memory: `[B, C]`
-/// - output: `[B, C]`
+/// - output: `[S, B, C / S]`
 pub(crate) fn cell_forward(
     projected: &Tensor<3>,
-    recurrent: Tensor<2>,
+    recurrent: Tensor<3>,
     initial_memory: &Tensor<2>,
     records: &CellRecords<'_>,
     step: usize,
     cell_clip: Option<f64>,
-) -> Tensor<2> {
-    let out = ElementwiseOutput::new(initial_memory.dims(), &initial_memory.device());
+    n_slices: usize,
+) -> Tensor<3> {
+    let shape = split_shape(initial_memory.dims(), n_slices);
+    let out = ElementwiseOutput::new(shape, &initial_memory.device());
     let (clip, has_clip) = clip_arguments(cell_clip);
     kernels::cell_forward_kernel::launch(
         &out.client,
@@ -304,24 +354,29 @@ pub(crate) fn cell_forward(
         out.primitive.into_tensor_arg(),
         step as u32,
         clip,
+        shape[2] as u32,
         has_clip,
         out.dtype,
     );
     out.tensor
 }
 
-/// Step `t`'s projection clip: writes the hidden state into its record and returns it.
+/// Step `t`'s projection clip: writes the hidden state into its record and returns it, in the
+/// split layout of `n_slices` slices (the next step's product).
 ///
 /// # Shapes
-/// - projected: `[B, P]`
-/// - output: `[B, P]`
+/// - projected: `[S', B, P]`, the projection's partial products (summed here)
+/// - output: `[S, B, P / S]`
 pub(crate) fn hidden_forward(
-    projected: Tensor<2>,
+    projected: Tensor<3>,
     records: &CellRecords<'_>,
     step: usize,
     projection_clip: Option<f64>,
-) -> Tensor<2> {
-    let out = ElementwiseOutput::new(projected.dims(), &projected.device());
+    n_slices: usize,
+) -> Tensor<3> {
+    let [_, batch, d_projection] = records.hidden.dims();
+    let shape = split_shape([batch, d_projection], n_slices);
+    let out = ElementwiseOutput::new(shape, &projected.device());
     let (clip, has_clip) = clip_arguments(projection_clip);
     kernels::hidden_forward_kernel::launch(
         &out.client,
@@ -332,6 +387,7 @@ pub(crate) fn hidden_forward(
         out.primitive.into_tensor_arg(),
         step as u32,
         clip,
+        shape[2] as u32,
         has_clip,
         out.dtype,
     );
@@ -339,21 +395,25 @@ pub(crate) fn hidden_forward(
 }
 
 /// Step `t`'s gradient of the hidden state before its clip (the output's plus `grad_next`
-/// from step `t + 1`), written into `grad_projected` and returned.
+/// from step `t + 1`), written into `grad_projected` and returned in the split layout of
+/// `n_slices` slices (the product with `Pᵀ`).
 ///
 /// # Shapes
-/// - grad_outputs: `[B, T, P]`; hidden, grad_projected: `[T, B, P]`; grad_next: `[B, P]`
-/// - output: `[B, P]`
+/// - grad_outputs: `[B, T, P]`; hidden, grad_projected: `[T, B, P]`
+/// - grad_next: `[S', B, P]`, partial products (summed here)
+/// - output: `[S, B, P / S]`
 pub(crate) fn hidden_backward(
     grad_outputs: &Tensor<3>,
     hidden: &Tensor<3>,
-    grad_next: Option<Tensor<2>>,
+    grad_next: Option<Tensor<3>>,
     grad_projected: &Tensor<3>,
     step: usize,
     projection_clip: Option<f64>,
-) -> Tensor<2> {
+    n_slices: usize,
+) -> Tensor<3> {
     let [_, batch, d_projection] = hidden.dims();
-    let out = ElementwiseOutput::new([batch, d_projection], &hidden.device());
+    let shape = split_shape([batch, d_projection], n_slices);
+    let out = ElementwiseOutput::new(shape, &hidden.device());
     let (clip, has_clip) = clip_arguments(projection_clip);
     let has_next = grad_next.is_some();
     // Without a next step the kernel reads no `grad_next`.
@@ -369,6 +429,7 @@ pub(crate) fn hidden_backward(
         out.primitive.into_tensor_arg(),
         step as u32,
         clip,
+        shape[2] as u32,
         has_next,
         has_clip,
         out.dtype,
@@ -376,19 +437,33 @@ pub(crate) fn hidden_backward(
     out.tensor
 }
 
-/// Step `t`'s gate gradients from the gradient of `o·tanh(memory)` (`[B, C]`) and the memory
-/// gradient carried from step `t + 1`, written into `grad_gates` (`[T, B, 4C]`); returns the
-/// memory gradient carried to step `t − 1` (`None` at step 0).
+/// What [`cell_backward`] returns.
+pub(crate) struct CellBackwardOutput {
+    /// `[B, C]`: the memory gradient carried to step `t − 1` (`None` at step 0).
+    pub grad_memory_previous: Option<Tensor<2>>,
+    /// `[S, B, 4C / S]`: step `t`'s gate gradients in the split layout (the product with `Wᵀ`).
+    pub grad_gates: Tensor<3>,
+}
+
+/// Step `t`'s gate gradients from the gradient of `o·tanh(memory)` (`[S', B, C]` partial
+/// products, summed here) and the memory gradient carried from step `t + 1`, written into
+/// `grad_gates` (`[T, B, 4C]`) and returned in the split layout of `n_slices` slices, with the
+/// memory gradient carried to step `t − 1`.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn cell_backward(
-    grad_cell_output: Tensor<2>,
+    grad_cell_output: Tensor<3>,
     records: &CellRecords<'_>,
     initial_memory: &Tensor<2>,
     grad_memory_next: Option<Tensor<2>>,
     grad_gates: &Tensor<3>,
     step: usize,
     cell_clip: Option<f64>,
-) -> Option<Tensor<2>> {
-    let out = ElementwiseOutput::new(grad_cell_output.dims(), &grad_cell_output.device());
+    n_slices: usize,
+) -> CellBackwardOutput {
+    let out = ElementwiseOutput::new(initial_memory.dims(), &initial_memory.device());
+    let [batch, d_cell] = initial_memory.dims();
+    let split = split_shape([batch, 4 * d_cell], n_slices);
+    let grad_gates_split = Tensor::<3>::empty(split, &initial_memory.device());
     let (clip, has_clip) = clip_arguments(cell_clip);
     let has_next = grad_memory_next.is_some();
     // Without a next step the kernel reads no `grad_memory_next`.
@@ -404,12 +479,17 @@ pub(crate) fn cell_backward(
         kernel_input(initial_memory).into_tensor_arg(),
         next.into_tensor_arg(),
         kernel_in_place(grad_gates).into_tensor_arg(),
+        kernel_in_place(&grad_gates_split).into_tensor_arg(),
         out.primitive.into_tensor_arg(),
         step as u32,
         clip,
+        split[2] as u32,
         has_next,
         has_clip,
         out.dtype,
     );
-    (step > 0).then_some(out.tensor)
+    CellBackwardOutput {
+        grad_memory_previous: (step > 0).then_some(out.tensor),
+        grad_gates: grad_gates_split,
+    }
 }

@@ -29,11 +29,13 @@ pub mod export;
 mod gate_activation;
 pub mod gradients;
 pub mod highway;
+pub mod index_add;
 pub mod lstm_backward;
 pub mod lstm_projection;
 pub mod options;
 pub mod scalar_mix;
 pub mod seeded_init;
+pub mod split_product;
 pub mod token_cache;
 pub mod weights;
 

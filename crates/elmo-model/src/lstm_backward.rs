@@ -22,6 +22,7 @@ use crate::cube_lstm_cell::{self, CellKernels, CellRecords};
 use crate::cube_tensor;
 use crate::gate_activation::GateActivation;
 use crate::lstm_projection::{LstmOutput, LstmState, LstmWithProjection};
+use crate::split_product::SplitWeight;
 
 /// The record of [`LstmWithProjection::forward_recorded`], consumed by
 /// [`LstmWithProjection::backward_recorded`]. Time-major (row `t·B + b`), so that one step is a
@@ -180,9 +181,17 @@ impl LstmWithProjection {
         let mut hidden_all = Tensor::<3>::empty([n_steps, batch, d_projection], &device);
         let (mut h, mut c) = (initial.hidden.clone(), initial.memory.clone());
         let fused = kernels == CellKernels::Fused;
+        // With the fused kernels (a GPU) the step products are split along K (`split_product`),
+        // and the kernels write the products' left factors in the split layout.
+        let state_product = SplitWeight::for_products(state_weight, fused);
+        let projection_product = SplitWeight::for_products(weights.projection.clone(), fused);
+        let mut split_state: Option<Tensor<3>> = None;
         for t in 0..n_steps {
-            let recurrent = h.matmul(state_weight.clone());
             if fused {
+                let recurrent = match split_state.take() {
+                    Some(state) => state_product.split_left_partials(state),
+                    None => state_product.left_partials(h.clone()),
+                };
                 let records = CellRecords {
                     gates: &gates_all,
                     memory: &memory_all,
@@ -196,15 +205,18 @@ impl LstmWithProjection {
                     &records,
                     t,
                     self.cell_clip,
+                    projection_product.n_slices(),
                 );
-                h = cube_lstm_cell::hidden_forward(
-                    cell_output.matmul(weights.projection.clone()),
+                split_state = Some(cube_lstm_cell::hidden_forward(
+                    projection_product.split_left_partials(cell_output),
                     &records,
                     t,
                     self.projection_clip,
-                );
+                    state_product.n_slices(),
+                ));
                 continue;
             }
+            let recurrent = state_product.left_product(h.clone());
             let gates = activation.activate(step(&projected, t) + recurrent);
             let gate = |k: usize| gates.clone().narrow(1, k * d_cell, d_cell);
             let mut memory = gate(0) * gate(2) + gate(1) * c;
@@ -212,7 +224,7 @@ impl LstmWithProjection {
                 memory = memory.clamp(-clip, clip);
             }
             let tanh_memory = memory.clone().tanh();
-            let mut hidden = (gate(3) * tanh_memory.clone()).matmul(weights.projection.clone());
+            let mut hidden = projection_product.left_product(gate(3) * tanh_memory.clone());
             if let Some(clip) = self.projection_clip {
                 hidden = hidden.clamp(-clip, clip);
             }
@@ -226,6 +238,7 @@ impl LstmWithProjection {
             c = memory;
         }
         if fused && n_steps > 0 {
+            h = step(&hidden_all, n_steps - 1);
             c = step(&memory_all, n_steps - 1);
         }
         let output = LstmOutput {
@@ -449,7 +462,9 @@ impl LstmWithProjection {
         let grad_projected = Tensor::<3>::empty([n_steps, batch, d_projection], &device);
         // Every step's kernel reads it: one copy here when it is strided, not one a step.
         let grad_outputs = &cube_tensor::contiguous(grad_outputs.clone());
-        let mut grad_hidden_next: Option<Tensor<2>> = None;
+        let state_product = SplitWeight::for_products(transposed.state.clone(), true);
+        let projection_product = SplitWeight::for_products(transposed.projection.clone(), true);
+        let mut grad_hidden_next: Option<Tensor<3>> = None;
         let mut grad_memory_next: Option<Tensor<2>> = None;
         for t in (0..n_steps).rev() {
             let grad_raw_hidden = cube_lstm_cell::hidden_backward(
@@ -459,18 +474,21 @@ impl LstmWithProjection {
                 &grad_projected,
                 t,
                 self.projection_clip,
+                projection_product.n_slices(),
             );
-            grad_memory_next = cube_lstm_cell::cell_backward(
-                grad_raw_hidden.matmul(transposed.projection.clone()),
+            let cell = cube_lstm_cell::cell_backward(
+                projection_product.split_left_partials(grad_raw_hidden),
                 &records,
                 &tape.initial.memory,
                 grad_memory_next.take(),
                 &grad_gates,
                 t,
                 self.cell_clip,
+                state_product.n_slices(),
             );
+            grad_memory_next = cell.grad_memory_previous;
             if t > 0 {
-                grad_hidden_next = Some(step(&grad_gates, t).matmul(transposed.state.clone()));
+                grad_hidden_next = Some(state_product.split_left_partials(cell.grad_gates));
             }
         }
         StepGradients {
@@ -529,7 +547,8 @@ mod tests {
 
     /// The fused kernels against the composed operations on the same wgpu device, at a width
     /// that spans several workgroups, with both clips cutting: outputs, final state and every
-    /// gradient.
+    /// gradient. The widths (C = P = 256, 4C = 1024) make the fused path split all four step
+    /// products along K (`split_product`: 2, 2, 2 and 8 slices).
     #[test]
     fn fused_kernels_equal_composed_on_wgpu() {
         let Some(device) =
@@ -537,7 +556,7 @@ mod tests {
         else {
             return;
         };
-        let (batch, n_steps, d_input, d_cell, d_projection) = (8, 5, 12, 160, 24);
+        let (batch, n_steps, d_input, d_cell, d_projection) = (8, 5, 12, 256, 256);
         let layer = seeded_layer(
             &device,
             11,

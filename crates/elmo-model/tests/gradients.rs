@@ -8,6 +8,8 @@ use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::Gradients;
 use burn::tensor::{Device, Distribution, Tensor};
 use common::*;
+#[path = "support/wgpu_probe.rs"]
+mod wgpu_probe;
 use elmo_model::char_cnn::CharConvolution;
 use elmo_model::{ElmoConfig, LstmWithProjectionConfig};
 
@@ -285,6 +287,88 @@ fn char_convolution_gradients_match_finite_differences() {
                 });
                 check(format!("padding[{index}]"), analytic, numeric);
             }
+        }
+    }
+}
+
+/// On wgpu the convolution's product runs over slices of the windows (so that its weight
+/// gradient is split along them): the output and every gradient equal flex's whole product.
+/// 8 tokens of 50 slots: 400 windows at width 1 (2 slices), 392 at width 2 (2 slices), 384 at
+/// width 3 (3 slices).
+#[test]
+fn char_convolution_on_wgpu_equals_flex() {
+    let Some(wgpu) = wgpu_probe::wgpu_device_or_skip("char_convolution_on_wgpu_equals_flex") else {
+        return;
+    };
+    let (n_tokens, n_slots, d_char, n_filters) = (8, 50, 4, 5);
+    let plain = Device::flex();
+    for width in [1, 2, 3] {
+        plain.seed(5);
+        let weight = Tensor::<2>::random(
+            [width * d_char, n_filters],
+            Distribution::Normal(0.0, 1.0),
+            &plain,
+        );
+        let bias = Tensor::<1>::random([n_filters], Distribution::Normal(0.0, 1.0), &plain);
+        let chars = Tensor::<3>::random(
+            [n_tokens, n_slots, d_char],
+            Distribution::Normal(0.0, 1.0),
+            &plain,
+        );
+        let w = Tensor::<2>::random(
+            [n_tokens, n_filters],
+            Distribution::Normal(0.0, 1.0),
+            &plain,
+        );
+        let run = |device: &Device| -> Vec<Vec<f32>> {
+            let device = device.clone().autodiff();
+            let conv = CharConvolution {
+                weight: Param::from_tensor(
+                    Tensor::from_data(weight.to_data(), &device).require_grad(),
+                ),
+                bias: Param::from_tensor(Tensor::from_data(bias.to_data(), &device).require_grad()),
+                width,
+            };
+            let chars = Tensor::<3>::from_data(chars.to_data(), &device).require_grad();
+            let w = Tensor::<2>::from_data(w.to_data(), &device);
+            let padding = Tensor::<1>::zeros([d_char], &device);
+            let loss =
+                convolution_loss(&conv, &chars, &padding, None, &w.clone().to_device(&device));
+            let grads = loss.clone().backward();
+            let values =
+                |t: Tensor<2>| -> Vec<f32> { t.into_data().try_into_vec_as().expect("f32") };
+            vec![
+                values(loss.reshape([1, 1])),
+                values(conv.weight.val().grad(&grads).expect("weight gradient")),
+                values(
+                    conv.bias
+                        .val()
+                        .grad(&grads)
+                        .expect("bias gradient")
+                        .reshape([1, n_filters]),
+                ),
+                values(
+                    chars
+                        .grad(&grads)
+                        .expect("chars gradient")
+                        .reshape([n_tokens, n_slots * d_char]),
+                ),
+            ]
+        };
+        let (expected, got) = (run(&plain), run(&wgpu));
+        for (name, (a, b)) in ["loss", "weight", "bias", "chars"]
+            .iter()
+            .zip(expected.iter().zip(&got))
+        {
+            let scale = a.iter().fold(1.0f32, |m, v| m.max(v.abs()));
+            let error = a
+                .iter()
+                .zip(b)
+                .fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
+            assert!(
+                error <= 1e-5 * scale,
+                "width {width}, {name}: error {error}, scale {scale}"
+            );
         }
     }
 }

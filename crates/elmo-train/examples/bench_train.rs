@@ -3,9 +3,11 @@
 //! (`xtask/peer/bilm_train_pytorch.py`) of the same shape in the same run.
 //!
 //! Each backend runs in its own child process so that its peak RSS (`VmHWM`) is its own.
-//! Flags: `--preset small` (or a config JSON), `--backends flex,ndarray[,wgpu][,wgpu-unfused]`
-//! (`wgpu-unfused`: wgpu with `ELMO_FUSED_KERNELS=off`, burn's operations instead of the fused
-//! kernels, the baseline that the fused ones are measured against), `--steps 3` (after one warm-up),
+//! Flags: `--preset small` (or a config JSON),
+//! `--backends flex,ndarray[,wgpu][,wgpu-unfused][,wgpu-whole]` (`wgpu-unfused`: wgpu with
+//! `ELMO_FUSED_KERNELS=off`, burn's operations instead of the fused kernels, the baseline that the
+//! fused ones are measured against; `wgpu-whole`: the fused kernels with the LSTM's step products
+//! not split along K, `ELMO_SPLIT_PRODUCTS=off`), `--steps 3` (after one warm-up),
 //! `--batch-size 32`, `--unroll-steps 20`, `--vocab-size 50000`, `--negatives 8192`,
 //! `--peer PYTHON` (a Python with torch), `--peer-device cpu|cuda` (where the peer runs),
 //! `--peer-script PATH` (default: the repository's `xtask/peer/bilm_train_pytorch.py` at build
@@ -226,11 +228,18 @@ fn main() {
         .split(',')
         .map(|backend| {
             let mut command = Command::new(&exe);
-            if backend == "wgpu-unfused" {
-                command.args(["--child", "wgpu"]);
-                command.env(elmo_model::cube_tensor::FUSED_KERNELS_VARIABLE, "off");
-            } else {
-                command.args(["--child", backend]);
+            match backend {
+                "wgpu-unfused" => {
+                    command.args(["--child", "wgpu"]);
+                    command.env(elmo_model::cube_tensor::FUSED_KERNELS_VARIABLE, "off");
+                }
+                "wgpu-whole" => {
+                    command.args(["--child", "wgpu"]);
+                    command.env(elmo_model::split_product::SPLIT_PRODUCTS_VARIABLE, "off");
+                }
+                _ => {
+                    command.args(["--child", backend]);
+                }
             }
             for (flag, value) in &common {
                 command.args([flag, value.as_str()]);

@@ -6,7 +6,8 @@
 //! [`BiLanguageModel::loss`] (tested in `tests/training.rs`).
 
 use burn::optim::GradientsParams;
-use burn::tensor::{Device, IndexingUpdateOp, Tensor};
+use burn::tensor::{Device, Tensor};
+use elmo_model::index_add::add_rows;
 
 use crate::batcher::{LmBatch, Targets};
 use crate::language_model::{
@@ -194,11 +195,10 @@ impl BiLanguageModel {
             let n = cells.len();
             let grad = match n {
                 0 => zeros,
-                _ => zeros.select_assign(
-                    0,
+                _ => add_rows(
+                    zeros,
                     positions_tensor(cells, &device),
                     out.hidden.clone().narrow(0, start, n),
-                    IndexingUpdateOp::Add,
                 ),
             };
             start += n;

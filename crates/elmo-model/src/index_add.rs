@@ -1,0 +1,164 @@
+//! Rows gathered and added back by index (an embedding lookup and its gradient), in the form
+//! that runs in parallel on a GPU: burn's `select_assign` gives a CubeCL device one thread per
+//! column, each walking all the indices in turn, where `scatter` gives one thread per element.
+//!
+//! Measured on an H200 through wgpu (docs/benchmarks.md, session 40): the char embedding's
+//! gradient (`ptb-large.json`, 64 × 35 tokens × 50 chars, 15 columns) took 10-16 ms in one
+//! cube, the softmax's target rows (4,480 rows of 256) 1.5 ms. On a CubeCL device (unless
+//! `ELMO_FUSED_KERNELS=off`) these use `gather` / `scatter` with `Add`, which burn runs with
+//! atomic float additions where the device has them: the order of the additions into one row
+//! then varies between runs (last-bit differences, as with PyTorch's CUDA `index_add_`). On
+//! the CPU backends the deterministic `select` / `select_assign` stay.
+
+use burn::tensor::{Int, Tensor, module::embedding as select_embedding, ops::IndexingUpdateOp};
+
+use crate::cube_tensor::fused_kernels_for;
+
+/// `target` with the rows of `values` added at the rows `indices` (repeated indices add up).
+///
+/// # Shapes
+/// - target: `[n_rows, d]`; indices: `[n]` (each `< n_rows`); values: `[n, d]`
+/// - output: `[n_rows, d]`
+pub fn add_rows(target: Tensor<2>, indices: Tensor<1, Int>, values: Tensor<2>) -> Tensor<2> {
+    let [n, d] = values.dims();
+    if n == 0 {
+        return target;
+    }
+    if !fused_kernels_for(&values) {
+        return target.select_assign(0, indices, values, IndexingUpdateOp::Add);
+    }
+    let indices = indices.reshape([n, 1]).expand([n, d]);
+    target.scatter(0, indices, values, IndexingUpdateOp::Add)
+}
+
+/// `target` with `values` added at the positions `indices` (repeated indices add up).
+///
+/// # Shapes
+/// - target: `[n_rows]`; indices: `[n]`; values: `[n]`; output: `[n_rows]`
+pub fn add_elements(target: Tensor<1>, indices: Tensor<1, Int>, values: Tensor<1>) -> Tensor<1> {
+    if values.dims()[0] == 0 {
+        return target;
+    }
+    if !fused_kernels_for(&values) {
+        return target.select_assign(0, indices, values, IndexingUpdateOp::Add);
+    }
+    target.scatter(0, indices, values, IndexingUpdateOp::Add)
+}
+
+/// The rows of `table` at `ids` (an embedding lookup), differentiable; its gradient is
+/// [`add_rows`]'s form of a scatter-add on a CubeCL device.
+///
+/// # Shapes
+/// - table: `[n_rows, d]`; ids: `[batch, n]`; output: `[batch, n, d]`
+pub fn embedding(table: Tensor<2>, ids: Tensor<2, Int>) -> Tensor<3> {
+    let [batch, n] = ids.dims();
+    if batch * n == 0 || !fused_kernels_for(&table) {
+        return select_embedding(table, ids);
+    }
+    let d = table.dims()[1];
+    let indices = ids.reshape([batch * n, 1]).expand([batch * n, d]);
+    table.gather(0, indices).reshape([batch, n, d])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::tensor::{Device, TensorData, Tolerance};
+
+    use crate::wgpu_probe::wgpu_device_or_skip;
+
+    /// Rows 0..n_rows of a small table, ids with repeats (and one row never picked).
+    fn case(device: &Device) -> (Tensor<2>, Tensor<2, Int>, Tensor<3>) {
+        let table = Tensor::<2>::from_data(
+            TensorData::new((0..20).map(|v| v as f32 * 0.25 - 1.0).collect(), [5, 4]),
+            device,
+        );
+        let ids =
+            Tensor::<2, Int>::from_data(TensorData::new(vec![3i64, 0, 3, 1, 4, 3], [2, 3]), device);
+        let upstream = Tensor::<3>::from_data(
+            TensorData::new(
+                (0..24).map(|v| (v as f32 * 0.37).sin()).collect(),
+                [2, 3, 4],
+            ),
+            device,
+        );
+        (table, ids, upstream)
+    }
+
+    /// The lookup and its gradient on `device`, as host data.
+    fn lookup_and_gradient(device: &Device) -> (TensorData, TensorData, TensorData) {
+        let (table, ids, upstream) = case(device);
+        let autodiff = device.clone().autodiff();
+        let table = Tensor::<2>::from_data(table.into_data(), &autodiff).require_grad();
+        let ids = Tensor::<2, Int>::from_data(ids.into_data(), &autodiff);
+        let upstream = Tensor::<3>::from_data(upstream.into_data(), &autodiff);
+        let out = embedding(table.clone(), ids.clone());
+        let grads = (out.clone() * upstream.clone()).sum().backward();
+        let grad = table.grad(&grads).expect("the table gets a gradient");
+        let added = add_rows(
+            Tensor::zeros([5, 4], &autodiff),
+            ids.clone().reshape([6]),
+            upstream.clone().reshape([6, 4]),
+        );
+        let elements = add_elements(
+            Tensor::zeros([5], &autodiff),
+            ids.reshape([6]),
+            upstream.narrow(2, 0, 1).reshape([6]),
+        );
+        (out.into_data(), grad.into_data(), {
+            let mut both = added.into_data().try_to_vec::<f32>().expect("f32");
+            both.extend(elements.into_data().try_to_vec::<f32>().expect("f32"));
+            TensorData::new(both, [25])
+        })
+    }
+
+    #[test]
+    fn lookup_and_scatter_add_match_a_host_reference() {
+        let (table, ids, upstream) = case(&Device::flex());
+        let table = table.into_data().try_to_vec::<f32>().expect("f32");
+        let ids: Vec<i64> = ids
+            .into_data()
+            .convert::<i64>()
+            .try_to_vec::<i64>()
+            .expect("i64");
+        let upstream = upstream.into_data().try_to_vec::<f32>().expect("f32");
+        let mut rows = Vec::new();
+        let mut added = vec![0.0f32; 25];
+        for (i, &id) in ids.iter().enumerate() {
+            let id = id as usize;
+            rows.extend_from_slice(&table[id * 4..id * 4 + 4]);
+            for j in 0..4 {
+                added[id * 4 + j] += upstream[i * 4 + j];
+            }
+            added[20 + id] += upstream[i * 4];
+        }
+        let expected_rows = TensorData::new(rows, [2, 3, 4]);
+        let expected_grad = TensorData::new(added[..20].to_vec(), [5, 4]);
+        let expected_added = TensorData::new(added, [25]);
+        let mut devices = vec![Device::flex()];
+        devices.extend(wgpu_device_or_skip(
+            "lookup_and_scatter_add_match_a_host_reference",
+        ));
+        for device in devices {
+            let (rows, grad, added) = lookup_and_gradient(&device);
+            rows.assert_approx_eq::<f32>(&expected_rows, Tolerance::absolute(1e-6));
+            grad.assert_approx_eq::<f32>(&expected_grad, Tolerance::absolute(1e-5));
+            added.assert_approx_eq::<f32>(&expected_added, Tolerance::absolute(1e-5));
+            // Nothing to look up or add: an empty lookup, the target unchanged.
+            let table = Tensor::<2>::ones([5, 4], &device);
+            let none = Tensor::<1, Int>::zeros([0], &device);
+            assert_eq!(
+                embedding(table.clone(), Tensor::<2, Int>::zeros([1, 0], &device)).dims(),
+                [1, 0, 4]
+            );
+            let kept = add_rows(table.clone(), none.clone(), Tensor::zeros([0, 4], &device));
+            let kept_elements = add_elements(
+                Tensor::ones([5], &device),
+                none,
+                Tensor::zeros([0], &device),
+            );
+            assert_eq!(kept.sum().into_scalar::<f32>(), 20.0);
+            assert_eq!(kept_elements.sum().into_scalar::<f32>(), 5.0);
+        }
+    }
+}

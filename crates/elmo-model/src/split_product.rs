@@ -1,0 +1,185 @@
+//! Matrix products with a long inner dimension split into independent slices that are summed
+//! afterwards (split-K), for the small per-step products of the LSTM recurrence and the
+//! softmax's `∂/∂z · W` on a GPU.
+//!
+//! burn's CubeCL matmul (without its `autotune` feature) gives each cube a 64 × 128 block of the
+//! output and walks the whole inner dimension K in it, so a step's `[64, 256]` output runs on
+//! two cubes whatever K is. Profiled on an H200 through wgpu (docs/benchmarks.md, session 40),
+//! a cube's time grew with K at 0.45-0.9 µs per unit whatever the grid: `dz_t · Wᵀ`
+//! (`[64, 4800]·[4800, 256]`, `ptb-large.json`) took 2.1 ms and the projection `[64, 1200]·[1200,
+//! 256]` 0.95 ms, on 2 of the GPU's 132 multiprocessors: together 58% of a training step's GPU
+//! time. Split into S slices of K, the product is one batched matmul of `2·S` cubes and a sum
+//! over the slices (one reduction kernel, in a fixed order).
+
+use burn::tensor::Tensor;
+
+use crate::cube_tensor::contiguous;
+
+/// The environment variable that keeps the products whole (`off`), so that one binary can
+/// measure the split against burn's single matmul.
+pub const SPLIT_PRODUCTS_VARIABLE: &str = "ELMO_SPLIT_PRODUCTS";
+
+/// The least inner dimension of one slice.
+const MIN_SLICE: usize = 128;
+/// The most slices of one product.
+const MAX_SLICES: usize = 32;
+
+/// The slices that `k` is split into: the most slices (at most 32) that divide `k` into equal
+/// slices of at least 128; 1 (no split) when `k` is below 256 or has no such divisor.
+pub fn slices_for(k: usize) -> usize {
+    (2..=MAX_SLICES.min(k / MIN_SLICE))
+        .rev()
+        .find(|s| k.is_multiple_of(*s))
+        .unwrap_or(1)
+}
+
+/// Whether products are split: unless `ELMO_SPLIT_PRODUCTS=off`.
+pub fn split_enabled() -> bool {
+    std::env::var(SPLIT_PRODUCTS_VARIABLE).map_or(true, |value| value != "off")
+}
+
+/// A right-hand factor `[K, N]` prepared once for many products `x · W` (one per time step).
+#[derive(Clone, Debug)]
+pub enum SplitWeight {
+    /// `[K, N]`, the products not split.
+    Whole(Tensor<2>),
+    /// `[S, K / S, N]`: the slices of K, contiguous.
+    Sliced(Tensor<3>),
+}
+
+impl SplitWeight {
+    /// `weight` `[K, N]` in `n_slices` slices of K (`n_slices` divides K; 1 keeps it whole).
+    pub fn new(weight: Tensor<2>, n_slices: usize) -> Self {
+        let [k, n] = weight.dims();
+        assert!(
+            n_slices >= 1 && k.is_multiple_of(n_slices),
+            "{n_slices} slices do not divide an inner dimension of {k}"
+        );
+        match n_slices {
+            1 => Self::Whole(weight),
+            // Contiguous once here: a transposed weight reshapes to a strided view, which the
+            // matmul would otherwise repack at every product.
+            _ => Self::Sliced(contiguous(weight.reshape([n_slices, k / n_slices, n]))),
+        }
+    }
+
+    /// `weight` split as [`slices_for`] its inner dimension when `split` (the caller runs on a
+    /// CubeCL device with the fused kernels) and [`split_enabled`]; whole otherwise.
+    pub fn for_products(weight: Tensor<2>, split: bool) -> Self {
+        let n_slices = match split && split_enabled() {
+            true => slices_for(weight.dims()[0]),
+            false => 1,
+        };
+        Self::new(weight, n_slices)
+    }
+
+    /// The slices of K (1 when whole).
+    pub fn n_slices(&self) -> usize {
+        match self {
+            Self::Whole(_) => 1,
+            Self::Sliced(slices) => slices.dims()[0],
+        }
+    }
+
+    /// `lhs · W`. Split, `lhs` is first rearranged into the split layout (on a GPU, copies:
+    /// the fused LSTM kernels write their outputs in that layout instead, for
+    /// [`split_left_partials`](Self::split_left_partials)).
+    ///
+    /// # Shapes
+    /// - lhs: `[B, K]`; output: `[B, N]`
+    pub fn left_product(&self, lhs: Tensor<2>) -> Tensor<2> {
+        match self {
+            Self::Whole(whole) => lhs.matmul(whole.clone()),
+            Self::Sliced(_) => {
+                let partials = self.left_partials(lhs);
+                let [_, batch, n] = partials.dims();
+                partials.sum_dim(0).reshape([batch, n])
+            }
+        }
+    }
+
+    /// The partial products of `lhs · W` for `lhs` in the split layout, `[S, B, K / S]` with
+    /// slice `s` holding columns `s·K/S .. (s+1)·K/S` (row-major `[1, B, K]` when whole): one
+    /// batched matmul, `[S, B, N]` (`[1, B, N]` when whole), whose sum over the first dimension
+    /// is the product. The fused LSTM kernels add them up as they read them.
+    ///
+    /// # Shapes
+    /// - lhs: `[S, B, K / S]`; output: `[S, B, N]`
+    pub fn split_left_partials(&self, lhs: Tensor<3>) -> Tensor<3> {
+        let [n_slices, batch, k_slice] = lhs.dims();
+        match self {
+            Self::Whole(whole) => lhs
+                .reshape([batch, n_slices * k_slice])
+                .matmul(whole.clone())
+                .unsqueeze_dim(0),
+            Self::Sliced(slices) => lhs.matmul(slices.clone()),
+        }
+    }
+
+    /// [`split_left_partials`](Self::split_left_partials) for a row-major `lhs` `[B, K]`
+    /// (rearranged into the split layout first: a copy when split).
+    pub fn left_partials(&self, lhs: Tensor<2>) -> Tensor<3> {
+        let [batch, k] = lhs.dims();
+        let n_slices = self.n_slices();
+        let split = lhs.reshape([batch, n_slices, k / n_slices]).swap_dims(0, 1);
+        self.split_left_partials(split)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::tensor::{Device, Distribution, Tolerance};
+
+    use crate::wgpu_probe::wgpu_device_or_skip;
+
+    #[test]
+    fn slices_divide_k_into_slices_of_at_least_128() {
+        // ptb-large (4C = 4800, C = 1200), ptb-small (1792, 448), small (4096, 1024), original.
+        let cases = [
+            (4800, 32),
+            (1200, 8),
+            (1792, 14),
+            (448, 2),
+            (4096, 32),
+            (1024, 8),
+            (16384, 32),
+            (256, 2),
+            (255, 1),
+            (130, 1),
+            (0, 1),
+        ];
+        for (k, expected) in cases {
+            assert_eq!(slices_for(k), expected, "k = {k}");
+        }
+        // A prime above 256 has no divisor: kept whole.
+        assert_eq!(slices_for(257), 1);
+    }
+
+    #[test]
+    fn split_products_equal_the_whole_product() {
+        let mut devices = vec![Device::flex()];
+        devices.extend(wgpu_device_or_skip(
+            "split_products_equal_the_whole_product",
+        ));
+        for device in devices {
+            let lhs = Tensor::<2>::random([5, 600], Distribution::Normal(0.0, 1.0), &device);
+            let weight = Tensor::<2>::random([600, 7], Distribution::Normal(0.0, 1.0), &device);
+            let expected = lhs.clone().matmul(weight.clone()).into_data();
+            for n_slices in [1, 2, 4, 5] {
+                let split = SplitWeight::new(weight.clone(), n_slices);
+                split
+                    .left_product(lhs.clone())
+                    .into_data()
+                    .assert_approx_eq::<f32>(&expected, Tolerance::absolute(1e-4));
+            }
+            // A transposed (strided) weight and a row of a larger tensor, as in the LSTM loop.
+            let transposed = weight.clone().transpose().transpose();
+            let rows = Tensor::cat(vec![lhs.clone(), lhs.clone()], 0).narrow(0, 5, 5);
+            SplitWeight::new(transposed, 4)
+                .left_product(rows)
+                .into_data()
+                .assert_approx_eq::<f32>(&expected, Tolerance::absolute(1e-4));
+        }
+    }
+}
