@@ -3,7 +3,7 @@
 //! column, each walking all the indices in turn, where `scatter` gives one thread per element.
 //!
 //! Measured on an H200 through wgpu (docs/benchmarks.md, session 40): the char embedding's
-//! gradient (`ptb-large.json`, 64 × 35 tokens × 50 chars, 15 columns) took 10-16 ms in one
+//! gradient (`ptb-large.json`, 64 × 35 tokens × 50 chars, 16 columns) took 10-16 ms in one
 //! cube, the softmax's target rows (4,480 rows of 256) 1.5 ms. On a CubeCL device (unless
 //! `ELMO_FUSED_KERNELS=off`) these use `gather` / `scatter` with `Add`, which burn runs with
 //! atomic float additions where the device has them: the order of the additions into one row
