@@ -1,6 +1,7 @@
 //! Matrix products with a long inner dimension split into independent slices that are summed
 //! afterwards (split-K), for the small per-step products of the LSTM recurrence and the
-//! softmax's `∂/∂z · W` on a GPU.
+//! softmax's `∂/∂z · W` on a GPU (the char CNN's weight gradients use the same rule,
+//! `char_cnn.rs`).
 //!
 //! burn's CubeCL matmul (without its `autotune` feature) gives each cube a 64 × 128 block of the
 //! output and walks the whole inner dimension K in it, so a step's `[64, 256]` output runs on
@@ -9,7 +10,8 @@
 //! (`[64, 4800]·[4800, 256]`, `ptb-large.json`) took 2.1 ms and the projection `[64, 1200]·[1200,
 //! 256]` 0.95 ms, on 2 of the GPU's 132 multiprocessors: together 58% of a training step's GPU
 //! time. Split into S slices of K, the product is one batched matmul of `2·S` cubes and a sum
-//! over the slices (one reduction kernel, in a fixed order).
+//! over the slices, in a fixed order: inside the fused LSTM kernels that read the partial
+//! products, one reduction kernel elsewhere.
 
 use burn::tensor::Tensor;
 
