@@ -12,7 +12,7 @@ use crate::cube_tensor::fused_kernels_for;
 use crate::highway::{Highway, HighwayConfig};
 use crate::index_add;
 use crate::options::{BiLmOptions, CnnActivation};
-use crate::split_product::{slices_for, split_enabled};
+use crate::split_product::slices_when;
 
 /// Configuration of a [`CharCnnEncoder`], taken from [`BiLmOptions`].
 #[derive(Debug, Clone)]
@@ -203,10 +203,7 @@ impl CharConvolution {
 fn windows_product(windows: Tensor<2>, weight: Tensor<2>) -> Tensor<2> {
     let [n_windows, d_window] = windows.dims();
     let n_filters = weight.dims()[1];
-    let n_slices = match fused_kernels_for(&weight) && split_enabled() {
-        true => slices_for(n_windows),
-        false => 1,
-    };
+    let n_slices = slices_when(fused_kernels_for(&weight), n_windows);
     if n_slices == 1 {
         return windows.matmul(weight);
     }

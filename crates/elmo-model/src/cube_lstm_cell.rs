@@ -15,8 +15,9 @@
 //! `t·B + b`) and written at step `t` in place, as `slice_assign` into a uniquely held buffer
 //! would. The step products are split along K (`split_product`): each kernel writes the next
 //! product's left factor in the sliced layout `[S, B, K/S]` and sums the partial products
-//! `[S, B, N]` it reads, so the split costs no copy and no kernel. The gate pre-activations arrive prepared by `GateActivation` (negated, doubled for
-//! `g`), and the activation is its formula, so both paths give the same values.
+//! `[S, B, N]` it reads, so the split costs no copy and no kernel. The gate pre-activations
+//! arrive prepared by `GateActivation` (negated, doubled for `g`), and the activation is its
+//! formula, so both paths give the same values.
 //!
 //! [`LstmWithProjection::forward_recorded`]: crate::LstmWithProjection::forward_recorded
 
@@ -25,6 +26,7 @@ use burn::tensor::Tensor;
 use crate::cube_tensor::{
     ElementwiseOutput, fused_kernels_for, kernel_in_place, kernel_input, kernel_input_or,
 };
+use crate::split_product::split_shape;
 
 /// The kernels (CubeCL's `Tensor` is not burn's, hence a module of their own).
 mod kernels {
@@ -314,11 +316,6 @@ pub(crate) struct CellRecords<'a> {
     pub tanh_memory: &'a Tensor<3>,
     /// `[T, B, P]`: the clipped hidden state.
     pub hidden: &'a Tensor<3>,
-}
-
-/// `[B, K]` as the split layout `[S, B, K / S]` of `n_slices` slices (`split_product`).
-fn split_shape([batch, k]: [usize; 2], n_slices: usize) -> [usize; 3] {
-    [n_slices, batch, k / n_slices]
 }
 
 /// Step `t` of the cell: writes the step's gates, memory and `tanh(memory)` and returns

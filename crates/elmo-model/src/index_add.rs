@@ -36,13 +36,8 @@ pub fn add_rows(target: Tensor<2>, indices: Tensor<1, Int>, values: Tensor<2>) -
 /// # Shapes
 /// - target: `[n_rows]`; indices: `[n]`; values: `[n]`; output: `[n_rows]`
 pub fn add_elements(target: Tensor<1>, indices: Tensor<1, Int>, values: Tensor<1>) -> Tensor<1> {
-    if values.dims()[0] == 0 {
-        return target;
-    }
-    if !fused_kernels_for(&values) {
-        return target.select_assign(0, indices, values, IndexingUpdateOp::Add);
-    }
-    target.scatter(0, indices, values, IndexingUpdateOp::Add)
+    let ([n_rows], [n]) = (target.dims(), values.dims());
+    add_rows(target.reshape([n_rows, 1]), indices, values.reshape([n, 1])).reshape([n_rows])
 }
 
 /// The rows of `table` at `ids` (an embedding lookup), differentiable; its gradient is

@@ -40,6 +40,21 @@ pub fn split_enabled() -> bool {
     std::env::var(SPLIT_PRODUCTS_VARIABLE).map_or(true, |value| value != "off")
 }
 
+/// The slices of an inner dimension `k`: [`slices_for`] it when `split` (the caller runs on a
+/// CubeCL device with the fused kernels) and [`split_enabled`]; 1 (whole) otherwise.
+pub fn slices_when(split: bool, k: usize) -> usize {
+    match split && split_enabled() {
+        true => slices_for(k),
+        false => 1,
+    }
+}
+
+/// The split layout of a `[B, K]` matrix in `n_slices` slices of K: `[S, B, K / S]`, slice `s`
+/// holding columns `s·K/S .. (s+1)·K/S`.
+pub fn split_shape([batch, k]: [usize; 2], n_slices: usize) -> [usize; 3] {
+    [n_slices, batch, k / n_slices]
+}
+
 /// A right-hand factor `[K, N]` prepared once for many products `x · W` (one per time step).
 #[derive(Clone, Debug)]
 pub enum SplitWeight {
@@ -65,13 +80,9 @@ impl SplitWeight {
         }
     }
 
-    /// `weight` split as [`slices_for`] its inner dimension when `split` (the caller runs on a
-    /// CubeCL device with the fused kernels) and [`split_enabled`]; whole otherwise.
+    /// `weight` in the slices [`slices_when`] gives its inner dimension.
     pub fn for_products(weight: Tensor<2>, split: bool) -> Self {
-        let n_slices = match split && split_enabled() {
-            true => slices_for(weight.dims()[0]),
-            false => 1,
-        };
+        let n_slices = slices_when(split, weight.dims()[0]);
         Self::new(weight, n_slices)
     }
 
@@ -121,9 +132,8 @@ impl SplitWeight {
     /// [`split_left_partials`](Self::split_left_partials) for a row-major `lhs` `[B, K]`
     /// (rearranged into the split layout first: a copy when split).
     pub fn left_partials(&self, lhs: Tensor<2>) -> Tensor<3> {
-        let [batch, k] = lhs.dims();
-        let n_slices = self.n_slices();
-        let split = lhs.reshape([batch, n_slices, k / n_slices]).swap_dims(0, 1);
+        let [n_slices, batch, k_slice] = split_shape(lhs.dims(), self.n_slices());
+        let split = lhs.reshape([batch, n_slices, k_slice]).swap_dims(0, 1);
         self.split_left_partials(split)
     }
 }
