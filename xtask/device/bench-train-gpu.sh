@@ -3,9 +3,10 @@
 # `xtask/device/prepare.sh` here:
 #   run(command="bash xtask/device/bench-train-gpu.sh", carry=[".gl", ".device"], timeout_s=540)
 # `cargo xtask bench train` on one GPU: elmo-rs through wgpu with its fused kernels, the same
-# binary with burn's operations (`wgpu-unfused`, ELMO_FUSED_KERNELS=off) and with the LSTM's step
-# products not split (`wgpu-whole`, ELMO_SPLIT_PRODUCTS=off), and the PyTorch peer on CUDA, for
-# the shapes of docs/benchmarks.md (session 15), one after the other in the same minutes;
+# binary with the two directions' LSTM stacks run apart (`wgpu-apart`, ELMO_PAIRED_DIRECTIONS=off)
+# and with the LSTM's step products not split (`wgpu-whole`, ELMO_SPLIT_PRODUCTS=off), and the
+# PyTorch peer on CUDA, for the shapes of docs/benchmarks.md (session 15), one after the other in
+# the same minutes (burn's own operations, `wgpu-unfused`, were measured in session 40);
 # first, the cost of one kernel launch on each (`bench_train --launch-probe`, a torch loop).
 # Output: $OUT/bench-train-gpu.log (also printed), $OUT/gpu-memory.csv (nvidia-smi every 100 ms).
 set -uo pipefail
@@ -47,7 +48,7 @@ PY
 } 2>&1 | grep -v XDG_RUNTIME_DIR | tee -a "$log"
 bench() {
     echo "== $*" | tee -a "$log"
-    timeout 150 /tmp/bench_train --backends wgpu-unfused,wgpu-whole,wgpu --peer python3 --peer-device cuda \
+    timeout 150 /tmp/bench_train --backends wgpu-apart,wgpu-whole,wgpu --peer python3 --peer-device cuda \
         --peer-script xtask/peer/bilm_train_pytorch.py --steps 10 "$@" 2>&1 \
         | grep -v XDG_RUNTIME_DIR | tee -a "$log"
 }

@@ -15,7 +15,10 @@
 //! `t·B + b`) and written at step `t` in place, as `slice_assign` into a uniquely held buffer
 //! would. The step products are split along K (`split_product`): each kernel writes the next
 //! product's left factor in the sliced layout `[S, B, K/S]` and sums the partial products
-//! `[S, B, N]` it reads, so the split costs no copy and no kernel. The gate pre-activations
+//! `[S, B, N]` it reads, so the split costs no copy and no kernel. A group of G layers (the two
+//! directions of a biLM layer, `LstmGroup`) runs as one: its rows are stacked (`[T, G·B, ·]`
+//! records), each product is one batched matmul over the groups' weights, and the split layout
+//! is `[G·S, B, K/S]` (`SplitLayout`), so a step's kernels serve all G. The gate pre-activations
 //! arrive prepared by `GateActivation` (negated, doubled for `g`), and the activation is its
 //! formula, so both paths give the same values.
 //!
@@ -26,7 +29,7 @@ use burn::tensor::Tensor;
 use crate::cube_tensor::{
     ElementwiseOutput, fused_kernels_for, kernel_in_place, kernel_input, kernel_input_or,
 };
-use crate::split_product::split_shape;
+use crate::split_product::SplitLayout;
 
 /// The kernels (CubeCL's `Tensor` is not burn's, hence a module of their own).
 mod kernels {
@@ -42,19 +45,33 @@ mod kernels {
         F::new(1.0) / (F::new(1.0) + prepared.clamp(-limit, limit).exp())
     }
 
-    /// Where `(row, column)` of a `[B, K]` matrix lies in its split layout `[K / width, B,
-    /// width]` (`split_product`: the slices of K one after the other); row-major at `width = K`.
+    /// Where `(row, column)` of a `[G·B, K]` matrix lies in its split layout `[G·S, B, K / S]`
+    /// (`split_product::SplitLayout`: per group of B rows, the S slices of K one after the
+    /// other; row-major at one group and one slice), `[n_planes, batch, width]` being the shape
+    /// `[G·S, B, K / S]` of the split tensor.
     #[cube]
-    fn split_index(row: usize, column: usize, batch: usize, width: usize) -> usize {
-        (column / width) * batch * width + row * width + column % width
+    fn split_index(
+        row: usize,
+        column: usize,
+        n_planes: usize,
+        batch: usize,
+        width: usize,
+        n_groups: u32,
+    ) -> usize {
+        let n_slices = n_planes / n_groups as usize;
+        ((row / batch * n_slices + column / width) * batch + row % batch) * width + column % width
     }
 
-    /// `Σ_s partials[s, ·]` at `index` of one `[B, N]` plane: the sum, in order, of a split
-    /// product's partial products `[S, B, N]` (`split_product`; one plane when whole).
+    /// `Σ_s partials[g·S + s, b, column]` for `row = g·B + b`: the sum, in order, of a split
+    /// product's partial products `[G·S, B, N]` (`split_product::SplitLayout`; one plane per
+    /// group when whole).
     #[cube]
-    fn summed<F: Float>(partials: &Tensor<F>, index: usize) -> F {
-        let n_partials = partials.shape(0);
-        let plane = partials.len() / n_partials;
+    fn summed<F: Float>(partials: &Tensor<F>, row: usize, column: usize, n_groups: u32) -> F {
+        let n_partials = partials.shape(0) / n_groups as usize;
+        let batch = partials.shape(1);
+        let width = partials.shape(2);
+        let plane = batch * width;
+        let index = (row / batch) * n_partials * plane + (row % batch) * width + column;
         let mut total = partials[index];
         for s in 1..n_partials {
             total += partials[s * plane + index];
@@ -78,7 +95,7 @@ mod kernels {
 
     /// One step of the cell, one unit per `(b, j)`: activates the gates, updates and clips the
     /// memory, and writes the gates, memory and `tanh(memory)` of step `t` and `o·tanh(memory)`
-    /// (in the split layout of `slice_width` for the projection's product).
+    /// (in the split layout of `cell_output`'s shape, for the projection's product).
     #[cube(launch)]
     #[allow(clippy::too_many_arguments)]
     pub(super) fn cell_forward_kernel<F: Float>(
@@ -91,7 +108,7 @@ mod kernels {
         cell_output: &mut Tensor<F>,
         step: u32,
         cell_clip: f32,
-        slice_width: u32,
+        n_groups: u32,
         #[comptime] has_clip: bool,
         #[define(F)] _dtype: ElemType,
     ) {
@@ -105,13 +122,13 @@ mod kernels {
         let unit = position % d_cell;
         let t = step as usize;
         let gate_base = (t * batch + row) * 4 * d_cell + unit;
-        let recurrent_base = row * 4 * d_cell + unit;
-        let z_i = projected[gate_base] + summed::<F>(recurrent, recurrent_base);
-        let z_f = projected[gate_base + d_cell] + summed::<F>(recurrent, recurrent_base + d_cell);
-        let z_g =
-            projected[gate_base + 2 * d_cell] + summed::<F>(recurrent, recurrent_base + 2 * d_cell);
-        let z_o =
-            projected[gate_base + 3 * d_cell] + summed::<F>(recurrent, recurrent_base + 3 * d_cell);
+        let z_i = projected[gate_base] + summed::<F>(recurrent, row, unit, n_groups);
+        let z_f =
+            projected[gate_base + d_cell] + summed::<F>(recurrent, row, unit + d_cell, n_groups);
+        let z_g = projected[gate_base + 2 * d_cell]
+            + summed::<F>(recurrent, row, unit + 2 * d_cell, n_groups);
+        let z_o = projected[gate_base + 3 * d_cell]
+            + summed::<F>(recurrent, row, unit + 3 * d_cell, n_groups);
         let input_gate = prepared_sigmoid::<F>(z_i);
         let forget_gate = prepared_sigmoid::<F>(z_f);
         let cell_input = prepared_sigmoid::<F>(z_g) * F::new(2.0) - F::new(1.0);
@@ -134,11 +151,17 @@ mod kernels {
         let record = t * batch * d_cell + position;
         memory[record] = next;
         tanh_memory[record] = squashed;
-        cell_output[split_index(row, unit, batch, slice_width as usize)] = output_gate * squashed;
+        let (n_planes, split_batch, width) = (
+            cell_output.shape(0),
+            cell_output.shape(1),
+            cell_output.shape(2),
+        );
+        cell_output[split_index(row, unit, n_planes, split_batch, width, n_groups)] =
+            output_gate * squashed;
     }
 
     /// The projection's clip at step `t`: writes the clipped hidden state into the record and into
-    /// the state carried to the next step (in the split layout of `slice_width`).
+    /// the state carried to the next step (in the split layout of `state`'s shape).
     #[cube(launch)]
     #[allow(clippy::too_many_arguments)]
     pub(super) fn hidden_forward_kernel<F: Float>(
@@ -147,7 +170,7 @@ mod kernels {
         state: &mut Tensor<F>,
         step: u32,
         projection_clip: f32,
-        slice_width: u32,
+        n_groups: u32,
         #[comptime] has_clip: bool,
         #[define(F)] _dtype: ElemType,
     ) {
@@ -158,19 +181,20 @@ mod kernels {
         if position >= size {
             terminate!();
         }
-        let mut value = summed::<F>(projected, position);
+        let (row, unit) = (position / d_projection, position % d_projection);
+        let mut value = summed::<F>(projected, row, unit, n_groups);
         if has_clip {
             let clip = F::cast_from(projection_clip);
             value = value.clamp(-clip, clip);
         }
         hidden[step as usize * size + position] = value;
-        let (row, unit) = (position / d_projection, position % d_projection);
-        state[split_index(row, unit, batch, slice_width as usize)] = value;
+        let (n_planes, split_batch, width) = (state.shape(0), state.shape(1), state.shape(2));
+        state[split_index(row, unit, n_planes, split_batch, width, n_groups)] = value;
     }
 
     /// The gradient of the hidden state before its clip at step `t`: the output's gradient (read
     /// from the batch-major `[B, T, P]`) plus the one from step `t + 1`, masked by the clip; written
-    /// into the record and returned (in the split layout of `slice_width`).
+    /// into the record and returned (in the split layout of `grad_hidden`'s shape).
     #[cube(launch)]
     #[allow(clippy::too_many_arguments)]
     pub(super) fn hidden_backward_kernel<F: Float>(
@@ -181,7 +205,7 @@ mod kernels {
         grad_hidden: &mut Tensor<F>,
         step: u32,
         projection_clip: f32,
-        slice_width: u32,
+        n_groups: u32,
         #[comptime] has_next: bool,
         #[comptime] has_clip: bool,
         #[define(F)] _dtype: ElemType,
@@ -190,7 +214,6 @@ mod kernels {
         if position >= grad_hidden.len() {
             terminate!();
         }
-        let batch = grad_outputs.shape(0);
         let n_steps = grad_outputs.shape(1);
         let d_projection = grad_outputs.shape(2);
         let row = position / d_projection;
@@ -199,16 +222,21 @@ mod kernels {
         let record = t * grad_hidden.len() + position;
         let mut value = grad_outputs[(row * n_steps + t) * d_projection + unit];
         if has_next {
-            value += summed::<F>(grad_next, position);
+            value += summed::<F>(grad_next, row, unit, n_groups);
         }
         value *= kept::<F>(hidden[record], F::cast_from(projection_clip), has_clip);
         grad_projected[record] = value;
-        grad_hidden[split_index(row, unit, batch, slice_width as usize)] = value;
+        let (n_planes, split_batch, width) = (
+            grad_hidden.shape(0),
+            grad_hidden.shape(1),
+            grad_hidden.shape(2),
+        );
+        grad_hidden[split_index(row, unit, n_planes, split_batch, width, n_groups)] = value;
     }
 
     /// The gates' gradients at step `t` from the gradient of `o·tanh(memory)` and the memory
     /// gradient carried from step `t + 1`; writes them into the record and, in the split layout
-    /// of `slice_width`, into `grad_gates_split` (for the product with `Wᵀ`), and returns the
+    /// of its shape, into `grad_gates_split` (for the product with `Wᵀ`), and returns the
     /// memory gradient carried to step `t − 1` (`· f_t`, masked by the clip of memory `t − 1`).
     #[cube(launch)]
     #[allow(clippy::too_many_arguments)]
@@ -224,7 +252,7 @@ mod kernels {
         grad_memory_previous: &mut Tensor<F>,
         step: u32,
         cell_clip: f32,
-        slice_width: u32,
+        n_groups: u32,
         #[comptime] has_next: bool,
         #[comptime] has_clip: bool,
         #[define(F)] _dtype: ElemType,
@@ -248,7 +276,7 @@ mod kernels {
         let output_gate = gates[gate_base + 3 * d_cell];
         let record = t * size + position;
         let squashed = tanh_memory[record];
-        let grad_output = summed::<F>(grad_cell_output, position);
+        let grad_output = summed::<F>(grad_cell_output, row, unit, n_groups);
         let mut grad_memory = grad_output
             * (output_gate * (one - squashed * squashed))
             * kept::<F>(memory[record], clip, has_clip);
@@ -268,11 +296,30 @@ mod kernels {
         grad_gates[gate_base + d_cell] = grad_f;
         grad_gates[gate_base + 2 * d_cell] = grad_g;
         grad_gates[gate_base + 3 * d_cell] = grad_o;
-        let width = slice_width as usize;
-        grad_gates_split[split_index(row, unit, batch, width)] = grad_i;
-        grad_gates_split[split_index(row, unit + d_cell, batch, width)] = grad_f;
-        grad_gates_split[split_index(row, unit + 2 * d_cell, batch, width)] = grad_g;
-        grad_gates_split[split_index(row, unit + 3 * d_cell, batch, width)] = grad_o;
+        let (n_planes, split_batch, width) = (
+            grad_gates_split.shape(0),
+            grad_gates_split.shape(1),
+            grad_gates_split.shape(2),
+        );
+        grad_gates_split[split_index(row, unit, n_planes, split_batch, width, n_groups)] = grad_i;
+        grad_gates_split[split_index(row, unit + d_cell, n_planes, split_batch, width, n_groups)] =
+            grad_f;
+        grad_gates_split[split_index(
+            row,
+            unit + 2 * d_cell,
+            n_planes,
+            split_batch,
+            width,
+            n_groups,
+        )] = grad_g;
+        grad_gates_split[split_index(
+            row,
+            unit + 3 * d_cell,
+            n_planes,
+            split_batch,
+            width,
+            n_groups,
+        )] = grad_o;
         if t > 0 {
             grad_memory_previous[position] =
                 grad_memory * forget_gate * kept::<F>(previous, clip, has_clip);
@@ -306,7 +353,8 @@ fn clip_arguments(clip: Option<f64>) -> (f32, bool) {
     (clip.unwrap_or(0.0) as f32, clip.is_some())
 }
 
-/// The `[T, B, ·]` records of a layer's forward pass, written at each step.
+/// The `[T, B, ·]` records of a layer's forward pass, written at each step (B: all the rows,
+/// `G·B'` for a group of G layers).
 pub(crate) struct CellRecords<'a> {
     /// `[T, B, 4C]`: the activated gates.
     pub gates: &'a Tensor<3>,
@@ -319,13 +367,14 @@ pub(crate) struct CellRecords<'a> {
 }
 
 /// Step `t` of the cell: writes the step's gates, memory and `tanh(memory)` and returns
-/// `o·tanh(memory)`, the projection's input, in the split layout of `n_slices` slices.
+/// `o·tanh(memory)`, the projection's input, in the split `layout`. The partial products read
+/// here are in the layout of the same groups (any number of slices).
 ///
 /// # Shapes
 /// - projected: `[T, B, 4C]`, the prepared input contributions (bias included) of all steps
-/// - recurrent: `[S', B, 4C]`, the prepared `h_{t−1}·W` as partial products (summed here)
+/// - recurrent: `[G·S', B / G, 4C]`, the prepared `h_{t−1}·W` as partial products (summed here)
 /// - initial_memory: `[B, C]`
-/// - output: `[S, B, C / S]`
+/// - output: `[G·S, B / G, C / S]`
 pub(crate) fn cell_forward(
     projected: &Tensor<3>,
     recurrent: Tensor<3>,
@@ -333,9 +382,9 @@ pub(crate) fn cell_forward(
     records: &CellRecords<'_>,
     step: usize,
     cell_clip: Option<f64>,
-    n_slices: usize,
+    layout: SplitLayout,
 ) -> Tensor<3> {
-    let shape = split_shape(initial_memory.dims(), n_slices);
+    let shape = layout.shape(initial_memory.dims());
     let out = ElementwiseOutput::new(shape, &initial_memory.device());
     let (clip, has_clip) = clip_arguments(cell_clip);
     kernels::cell_forward_kernel::launch(
@@ -351,7 +400,7 @@ pub(crate) fn cell_forward(
         out.primitive.into_tensor_arg(),
         step as u32,
         clip,
-        shape[2] as u32,
+        layout.n_groups as u32,
         has_clip,
         out.dtype,
     );
@@ -359,20 +408,20 @@ pub(crate) fn cell_forward(
 }
 
 /// Step `t`'s projection clip: writes the hidden state into its record and returns it, in the
-/// split layout of `n_slices` slices (the next step's product).
+/// split `layout` (the next step's product).
 ///
 /// # Shapes
-/// - projected: `[S', B, P]`, the projection's partial products (summed here)
-/// - output: `[S, B, P / S]`
+/// - projected: `[G·S', B / G, P]`, the projection's partial products (summed here)
+/// - output: `[G·S, B / G, P / S]`
 pub(crate) fn hidden_forward(
     projected: Tensor<3>,
     records: &CellRecords<'_>,
     step: usize,
     projection_clip: Option<f64>,
-    n_slices: usize,
+    layout: SplitLayout,
 ) -> Tensor<3> {
     let [_, batch, d_projection] = records.hidden.dims();
-    let shape = split_shape([batch, d_projection], n_slices);
+    let shape = layout.shape([batch, d_projection]);
     let out = ElementwiseOutput::new(shape, &projected.device());
     let (clip, has_clip) = clip_arguments(projection_clip);
     kernels::hidden_forward_kernel::launch(
@@ -384,7 +433,7 @@ pub(crate) fn hidden_forward(
         out.primitive.into_tensor_arg(),
         step as u32,
         clip,
-        shape[2] as u32,
+        layout.n_groups as u32,
         has_clip,
         out.dtype,
     );
@@ -392,13 +441,13 @@ pub(crate) fn hidden_forward(
 }
 
 /// Step `t`'s gradient of the hidden state before its clip (the output's plus `grad_next`
-/// from step `t + 1`), written into `grad_projected` and returned in the split layout of
-/// `n_slices` slices (the product with `Pᵀ`).
+/// from step `t + 1`), written into `grad_projected` and returned in the split `layout` (the
+/// product with `Pᵀ`).
 ///
 /// # Shapes
 /// - grad_outputs: `[B, T, P]`; hidden, grad_projected: `[T, B, P]`
-/// - grad_next: `[S', B, P]`, partial products (summed here)
-/// - output: `[S, B, P / S]`
+/// - grad_next: `[G·S', B / G, P]`, partial products (summed here)
+/// - output: `[G·S, B / G, P / S]`
 pub(crate) fn hidden_backward(
     grad_outputs: &Tensor<3>,
     hidden: &Tensor<3>,
@@ -406,10 +455,10 @@ pub(crate) fn hidden_backward(
     grad_projected: &Tensor<3>,
     step: usize,
     projection_clip: Option<f64>,
-    n_slices: usize,
+    layout: SplitLayout,
 ) -> Tensor<3> {
     let [_, batch, d_projection] = hidden.dims();
-    let shape = split_shape([batch, d_projection], n_slices);
+    let shape = layout.shape([batch, d_projection]);
     let out = ElementwiseOutput::new(shape, &hidden.device());
     let (clip, has_clip) = clip_arguments(projection_clip);
     let has_next = grad_next.is_some();
@@ -426,7 +475,7 @@ pub(crate) fn hidden_backward(
         out.primitive.into_tensor_arg(),
         step as u32,
         clip,
-        shape[2] as u32,
+        layout.n_groups as u32,
         has_next,
         has_clip,
         out.dtype,
@@ -438,14 +487,15 @@ pub(crate) fn hidden_backward(
 pub(crate) struct CellBackwardOutput {
     /// `[B, C]`: the memory gradient carried to step `t − 1` (`None` at step 0).
     pub grad_memory_previous: Option<Tensor<2>>,
-    /// `[S, B, 4C / S]`: step `t`'s gate gradients in the split layout (the product with `Wᵀ`).
+    /// `[G·S, B / G, 4C / S]`: step `t`'s gate gradients in the split layout (the product with
+    /// `Wᵀ`).
     pub grad_gates: Tensor<3>,
 }
 
-/// Step `t`'s gate gradients from the gradient of `o·tanh(memory)` (`[S', B, C]` partial
+/// Step `t`'s gate gradients from the gradient of `o·tanh(memory)` (`[G·S', B / G, C]` partial
 /// products, summed here) and the memory gradient carried from step `t + 1`, written into
-/// `grad_gates` (`[T, B, 4C]`) and returned in the split layout of `n_slices` slices, with the
-/// memory gradient carried to step `t − 1`.
+/// `grad_gates` (`[T, B, 4C]`) and returned in the split `layout`, with the memory gradient
+/// carried to step `t − 1`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn cell_backward(
     grad_cell_output: Tensor<3>,
@@ -455,11 +505,11 @@ pub(crate) fn cell_backward(
     grad_gates: &Tensor<3>,
     step: usize,
     cell_clip: Option<f64>,
-    n_slices: usize,
+    layout: SplitLayout,
 ) -> CellBackwardOutput {
     let out = ElementwiseOutput::new(initial_memory.dims(), &initial_memory.device());
     let [batch, d_cell] = initial_memory.dims();
-    let split = split_shape([batch, 4 * d_cell], n_slices);
+    let split = layout.shape([batch, 4 * d_cell]);
     let grad_gates_split = Tensor::<3>::empty(split, &initial_memory.device());
     let (clip, has_clip) = clip_arguments(cell_clip);
     let has_next = grad_memory_next.is_some();
@@ -480,7 +530,7 @@ pub(crate) fn cell_backward(
         out.primitive.into_tensor_arg(),
         step as u32,
         clip,
-        split[2] as u32,
+        layout.n_groups as u32,
         has_next,
         has_clip,
         out.dtype,

@@ -45,7 +45,9 @@ pub use char_cnn::{CharCnnEncoder, CharCnnEncoderConfig};
 pub use char_ids::CharIdBatch;
 pub use elmo::{Elmo, ElmoConfig, ElmoOutput};
 pub use error::{ElmoError, Result};
-pub use lstm_backward::{LstmGradients, LstmTape, LstmWeightGradients};
+pub use lstm_backward::{
+    LstmGradients, LstmGroup, LstmGroupGradients, LstmTape, LstmWeightGradients,
+};
 pub use lstm_projection::{LstmState, LstmWithProjection, LstmWithProjectionConfig};
 pub use options::BiLmOptions;
 pub use scalar_mix::{ScalarMix, ScalarMixConfig};

@@ -8,10 +8,11 @@
 //! gate block, and every weight gradient is accumulated as one small rank-B update per step.
 //! Here the backward pass computes the per-step gate gradients and then each weight gradient
 //! with ONE matmul over all steps (`[x_t]ᵀ·[dz_t]`), as cuDNN does, and a caller can run the
-//! two directions' backward passes on two threads. Both passes keep the operations per time
-//! step few: ~32 for forward and backward together with burn's operations, each a kernel launch
-//! on a GPU, and 8 with the fused kernels of `cube_lstm_cell` that run on a CubeCL device
-//! (counted in docs/benchmarks.md, sessions 16 and 38).
+//! two directions' passes on two threads (a CPU) or as one [`LstmGroup`] (a GPU: both
+//! directions in each step's products and kernels, session 41). Both passes keep the operations
+//! per time step few: ~32 for forward and backward together with burn's operations, each a
+//! kernel launch on a GPU, and 8 with the fused kernels of `cube_lstm_cell` that run on a
+//! CubeCL device (counted in docs/benchmarks.md, sessions 16 and 38).
 //!
 //! Scope: every row runs all `T` steps left to right (the packed stateful batches of biLM
 //! training); no gradient flows into the initial state (it is cut at batch boundaries).
@@ -24,13 +25,13 @@ use crate::gate_activation::GateActivation;
 use crate::lstm_projection::{LstmOutput, LstmState, LstmWithProjection};
 use crate::split_product::SplitWeight;
 
-/// The record of [`LstmWithProjection::forward_recorded`], consumed by
-/// [`LstmWithProjection::backward_recorded`]. Time-major (row `t·B + b`), so that one step is a
-/// contiguous block.
+/// The record of a recorded forward pass ([`LstmWithProjection::forward_recorded`],
+/// [`LstmGroup::forward_recorded`]), consumed by the matching backward pass. Time-major (row
+/// `t·B + b`, B all the rows of the group), so that one step is a contiguous block.
 #[derive(Debug, Clone)]
 pub struct LstmTape {
-    /// `[T·B, d_input]`: the layer's inputs.
-    inputs: Tensor<2>,
+    /// Per layer of the group, `[T·B', d_input]`: its rows' inputs, time-major.
+    inputs: Vec<Tensor<2>>,
     /// `[T, B, 4C]`: the activated gates `σ(i), σ(f), tanh(g), σ(o)` of every step.
     gates: Tensor<3>,
     /// `[T, B, C]`: the (clipped) memory after every step.
@@ -50,6 +51,15 @@ pub struct LstmGradients {
     pub inputs: Tensor<3>,
     /// Gradients of the parameters.
     pub weights: LstmWeightGradients,
+}
+
+/// Gradients of [`LstmGroup::backward_recorded`].
+#[derive(Debug, Clone)]
+pub struct LstmGroupGradients {
+    /// `[G·B, T, d_input]`: gradient of the group's inputs (each layer's rows in turn).
+    pub inputs: Tensor<3>,
+    /// Gradients of each layer's parameters, in the group's order.
+    pub weights: Vec<LstmWeightGradients>,
 }
 
 /// Gradients of an [`LstmWithProjection`]'s parameters, shaped as the parameters.
@@ -117,27 +127,79 @@ fn previous(initial: Tensor<2>, x: &Tensor<3>) -> Tensor<3> {
     )
 }
 
-impl LstmWithProjection {
-    fn plain_weights(&self) -> PlainWeights {
-        PlainWeights {
-            input: self.input_weight.val().inner(),
-            state: self.state_weight.val().inner(),
-            bias: self.bias.val().inner().unsqueeze_dim::<2>(0),
-            projection: self.projection.val().inner(),
-        }
+/// `parts` concatenated along `dim` (the one part itself, uncopied).
+fn joined<const D: usize>(mut parts: Vec<Tensor<D>>, dim: usize) -> Tensor<D> {
+    match parts.len() {
+        1 => parts.remove(0),
+        _ => Tensor::cat(parts, dim),
+    }
+}
+
+/// Layers of one shape and the same clips run as one on their rows stacked (`[G·B, T, ·]`,
+/// layer `g` on rows `g·B .. (g+1)·B`): the two directions of a biLM layer, which are
+/// independent. Every step is then one batched product per weight for all G layers
+/// (`split_product::SplitWeight::grouped`) and, on a CubeCL device, one launch of each fused cell
+/// kernel: G times the work per launch, 1/G of the launches, where a GPU step is bound by small
+/// products and launches (docs/benchmarks.md, session 40). The arithmetic of each row is that of
+/// its layer alone ([`LstmWithProjection::forward_recorded`] is a group of one).
+pub struct LstmGroup<'a> {
+    layers: Vec<&'a LstmWithProjection>,
+}
+
+impl<'a> LstmGroup<'a> {
+    /// The group of `layers`, in row order.
+    ///
+    /// # Panics
+    /// Without layers, or when they differ in shape or clips.
+    pub fn new(layers: Vec<&'a LstmWithProjection>) -> Self {
+        let first = *layers.first().expect("an LSTM group needs a layer");
+        let shape = |layer: &LstmWithProjection| {
+            (
+                layer.input_weight.val().dims(),
+                layer.projection.val().dims(),
+                layer.cell_clip.map(f64::to_bits),
+                layer.projection_clip.map(f64::to_bits),
+            )
+        };
+        assert!(
+            layers.iter().all(|layer| shape(layer) == shape(first)),
+            "the layers of an LSTM group differ in shape or clips"
+        );
+        Self { layers }
     }
 
-    /// [`Self::forward`] for rows that all run `T` steps left to right, computed outside autodiff
-    /// (inputs, state and weights are used without their autodiff association) and recorded for
-    /// [`Self::backward_recorded`]. Outputs equal `forward`'s up to float rounding.
-    ///
-    /// Few operations per step (each one a kernel launch on a GPU): the gates in one
-    /// `GateActivation` pass, the steps' records written into preallocated time-major buffers;
-    /// on a CubeCL device (wgpu) the fused cell kernels of `cube_lstm_cell` ([`CellKernels`]).
+    /// G, the layers.
+    pub fn n_layers(&self) -> usize {
+        self.layers.len()
+    }
+
+    fn first(&self) -> &LstmWithProjection {
+        self.layers[0]
+    }
+
+    fn plain_weights(&self) -> Vec<PlainWeights> {
+        self.layers
+            .iter()
+            .map(|layer| PlainWeights {
+                input: layer.input_weight.val().inner(),
+                state: layer.state_weight.val().inner(),
+                bias: layer.bias.val().inner().unsqueeze_dim::<2>(0),
+                projection: layer.projection.val().inner(),
+            })
+            .collect()
+    }
+
+    /// Each layer's rows of `x` (`[G·B, ·, ·]`; a view).
+    fn rows(&self, x: &Tensor<3>, layer: usize) -> Tensor<3> {
+        let batch = x.dims()[0] / self.n_layers();
+        x.clone().narrow(0, layer * batch, batch)
+    }
+
+    /// [`LstmWithProjection::forward_recorded`] for the group: every layer over its rows.
     ///
     /// # Shapes
-    /// - inputs: `[B, T, d_input]`
-    /// - output: `outputs` `[B, T, P]`, the state after step `T`
+    /// - inputs: `[G·B, T, d_input]`; initial_state: `[G·B, ·]`
+    /// - output: `outputs` `[G·B, T, P]`, the state after step `T` `[G·B, ·]`
     pub fn forward_recorded(
         &self,
         inputs: Tensor<3>,
@@ -156,35 +218,59 @@ impl LstmWithProjection {
     ) -> (LstmOutput, LstmTape) {
         let inputs = inputs.inner();
         let device = inputs.device();
-        let [batch, n_steps, _] = inputs.dims();
-        let d_cell = self.d_cell();
-        let d_projection = self.d_projection();
+        let [rows, n_steps, _] = inputs.dims();
+        let n_layers = self.n_layers();
+        assert!(
+            rows.is_multiple_of(n_layers),
+            "{rows} rows do not split among {n_layers} layers"
+        );
+        let batch = rows / n_layers;
+        let layer = self.first();
+        let d_cell = layer.d_cell();
+        let d_projection = layer.d_projection();
         let weights = self.plain_weights();
         let initial = initial_state
             .map(|s| LstmState {
                 hidden: s.hidden.inner(),
                 memory: s.memory.inner(),
             })
-            .unwrap_or_else(|| self.zero_state(batch, &device));
-        let flat_inputs = time_major(inputs);
+            .unwrap_or_else(|| layer.zero_state(rows, &device));
         let activation = GateActivation::new(d_cell, &device);
-        let state_weight = activation.prepare(weights.state);
-        // All steps' input contributions (with the bias) in one matmul.
-        let projected = (flat_inputs
-            .clone()
-            .matmul(activation.prepare(weights.input))
-            + activation.prepare(weights.bias))
-        .reshape([n_steps, batch, 4 * d_cell]);
-        let mut gates_all = Tensor::<3>::empty([n_steps, batch, 4 * d_cell], &device);
-        let mut memory_all = Tensor::<3>::empty([n_steps, batch, d_cell], &device);
-        let mut tanh_memory_all = Tensor::<3>::empty([n_steps, batch, d_cell], &device);
-        let mut hidden_all = Tensor::<3>::empty([n_steps, batch, d_projection], &device);
+        let flat_inputs: Vec<Tensor<2>> = (0..n_layers)
+            .map(|g| time_major(self.rows(&inputs, g)))
+            .collect();
+        // All steps' input contributions (with the bias) in one matmul per layer.
+        let projected = joined(
+            flat_inputs
+                .iter()
+                .zip(&weights)
+                .map(|(x, w)| {
+                    (x.clone().matmul(activation.prepare(w.input.clone()))
+                        + activation.prepare(w.bias.clone()))
+                    .reshape([n_steps, batch, 4 * d_cell])
+                })
+                .collect(),
+            1,
+        );
+        let mut gates_all = Tensor::<3>::empty([n_steps, rows, 4 * d_cell], &device);
+        let mut memory_all = Tensor::<3>::empty([n_steps, rows, d_cell], &device);
+        let mut tanh_memory_all = Tensor::<3>::empty([n_steps, rows, d_cell], &device);
+        let mut hidden_all = Tensor::<3>::empty([n_steps, rows, d_projection], &device);
         let (mut h, mut c) = (initial.hidden.clone(), initial.memory.clone());
         let fused = kernels == CellKernels::Fused;
         // With the fused kernels (a GPU) the step products are split along K (`split_product`),
         // and the kernels write the products' left factors in the split layout.
-        let state_product = SplitWeight::for_products(state_weight, fused);
-        let projection_product = SplitWeight::for_products(weights.projection.clone(), fused);
+        let state_product = SplitWeight::for_group(
+            weights
+                .iter()
+                .map(|w| activation.prepare(w.state.clone()))
+                .collect(),
+            fused,
+        );
+        let projection_product = SplitWeight::for_group(
+            weights.iter().map(|w| w.projection.clone()).collect(),
+            fused,
+        );
         let mut split_state: Option<Tensor<3>> = None;
         for t in 0..n_steps {
             if fused {
@@ -204,15 +290,15 @@ impl LstmWithProjection {
                     &initial.memory,
                     &records,
                     t,
-                    self.cell_clip,
-                    projection_product.n_slices(),
+                    layer.cell_clip,
+                    projection_product.layout(),
                 );
                 split_state = Some(cube_lstm_cell::hidden_forward(
                     projection_product.split_left_partials(cell_output),
                     &records,
                     t,
-                    self.projection_clip,
-                    state_product.n_slices(),
+                    layer.projection_clip,
+                    state_product.layout(),
                 ));
                 continue;
             }
@@ -220,15 +306,15 @@ impl LstmWithProjection {
             let gates = activation.activate(step(&projected, t) + recurrent);
             let gate = |k: usize| gates.clone().narrow(1, k * d_cell, d_cell);
             let mut memory = gate(0) * gate(2) + gate(1) * c;
-            if let Some(clip) = self.cell_clip {
+            if let Some(clip) = layer.cell_clip {
                 memory = memory.clamp(-clip, clip);
             }
             let tanh_memory = memory.clone().tanh();
             let mut hidden = projection_product.left_product(gate(3) * tanh_memory.clone());
-            if let Some(clip) = self.projection_clip {
+            if let Some(clip) = layer.projection_clip {
                 hidden = hidden.clamp(-clip, clip);
             }
-            let at = |width: usize| [t..t + 1, 0..batch, 0..width];
+            let at = |width: usize| [t..t + 1, 0..rows, 0..width];
             gates_all = gates_all.slice_assign(at(4 * d_cell), gates.unsqueeze_dim(0));
             memory_all = memory_all.slice_assign(at(d_cell), memory.clone().unsqueeze_dim(0));
             tanh_memory_all =
@@ -261,20 +347,9 @@ impl LstmWithProjection {
         )
     }
 
-    /// Backpropagation through time of a [`Self::forward_recorded`] pass, given the gradient of
-    /// its outputs (none flows out of the final state or into the initial state).
-    ///
-    /// Everything that does not depend on the gradient flowing back through time (the gates'
-    /// derivatives, the clip masks) is computed for all steps at once before the loop; a step
-    /// is then two matmuls and a few elementwise operations, and each weight gradient is one
-    /// matmul over all steps (`[x_t]ᵀ·[dz_t]`), as cuDNN does. On a CubeCL device the fused
-    /// kernels ([`CellKernels`]) compute those factors inside the step instead: a step is two
-    /// matmuls and two kernels, with nothing computed beforehand.
-    ///
-    /// # Shapes
-    /// - grad_outputs: `[B, T, P]`
-    /// - output: [`LstmGradients`]
-    pub fn backward_recorded(&self, tape: LstmTape, grad_outputs: Tensor<3>) -> LstmGradients {
+    /// [`LstmWithProjection::backward_recorded`] for the group: `grad_outputs` `[G·B, T, P]`,
+    /// each layer's rows in turn.
+    pub fn backward_recorded(&self, tape: LstmTape, grad_outputs: Tensor<3>) -> LstmGroupGradients {
         let kernels = CellKernels::for_tensor(&grad_outputs);
         self.backward_recorded_using(tape, grad_outputs, kernels)
     }
@@ -285,27 +360,41 @@ impl LstmWithProjection {
         tape: LstmTape,
         grad_outputs: Tensor<3>,
         kernels: CellKernels,
-    ) -> LstmGradients {
+    ) -> LstmGroupGradients {
         let grad_outputs = grad_outputs.inner();
         let device = grad_outputs.device();
-        let [batch, n_steps, d_projection] = grad_outputs.dims();
-        let d_cell = self.d_cell();
-        let d_input = tape.inputs.dims()[1];
+        let [rows, n_steps, d_projection] = grad_outputs.dims();
+        let batch = rows / self.n_layers();
+        let d_cell = self.first().d_cell();
+        let d_input = tape.inputs[0].dims()[1];
         let weights = self.plain_weights();
         if n_steps == 0 {
-            return LstmGradients {
-                inputs: Tensor::zeros([batch, 0, d_input], &device),
-                weights: LstmWeightGradients {
-                    input_weight: weights.input.zeros_like(),
-                    state_weight: weights.state.zeros_like(),
-                    bias: Tensor::zeros([4 * d_cell], &device),
-                    projection: weights.projection.zeros_like(),
-                },
+            return LstmGroupGradients {
+                inputs: Tensor::zeros([rows, 0, d_input], &device),
+                weights: weights
+                    .iter()
+                    .map(|w| LstmWeightGradients {
+                        input_weight: w.input.zeros_like(),
+                        state_weight: w.state.zeros_like(),
+                        bias: Tensor::zeros([4 * d_cell], &device),
+                        projection: w.projection.zeros_like(),
+                    })
+                    .collect(),
             };
         }
+        let fused = kernels == CellKernels::Fused;
+        let transposed = |weight: fn(&PlainWeights) -> &Tensor<2>| {
+            SplitWeight::for_group(
+                weights
+                    .iter()
+                    .map(|w| weight(w).clone().transpose())
+                    .collect(),
+                fused,
+            )
+        };
         let transposed = TransposedWeights {
-            state: weights.state.clone().transpose(),
-            projection: weights.projection.clone().transpose(),
+            state: transposed(|w| &w.state),
+            projection: transposed(|w| &w.projection),
         };
         let StepGradients {
             gates: grad_gates,
@@ -322,25 +411,41 @@ impl LstmWithProjection {
             initial,
             ..
         } = tape;
-        let rows = n_steps * batch;
-        let grad_gates = grad_gates.reshape([rows, 4 * d_cell]);
-        let hidden_prev = previous(initial.hidden, &hidden).reshape([rows, d_projection]);
-        let output_gate = gates.narrow(2, 3 * d_cell, d_cell);
-        let projection_inputs = (output_gate * tanh_memory).reshape([rows, d_cell]);
-        LstmGradients {
-            inputs: grad_gates
-                .clone()
-                .matmul(weights.input.transpose())
-                .reshape([n_steps, batch, d_input])
-                .swap_dims(0, 1),
-            weights: LstmWeightGradients {
+        let hidden_prev = previous(initial.hidden, &hidden);
+        let projection_inputs = gates.narrow(2, 3 * d_cell, d_cell) * tanh_memory;
+        // Layer g's rows of a `[T, G·B, d]` record as `[T·B, d]` (a copy when G > 1).
+        let rows_of = |x: &Tensor<3>, g: usize| {
+            let width = x.dims()[2];
+            x.clone()
+                .narrow(1, g * batch, batch)
+                .reshape([n_steps * batch, width])
+        };
+        let mut grad_inputs = Vec::with_capacity(self.n_layers());
+        let mut grad_weights = Vec::with_capacity(self.n_layers());
+        for (g, (w, inputs)) in weights.iter().zip(inputs).enumerate() {
+            let grad_gates = rows_of(&grad_gates, g);
+            grad_inputs.push(
+                grad_gates
+                    .clone()
+                    .matmul(w.input.clone().transpose())
+                    .reshape([n_steps, batch, d_input])
+                    .swap_dims(0, 1),
+            );
+            grad_weights.push(LstmWeightGradients {
                 input_weight: inputs.transpose().matmul(grad_gates.clone()),
-                state_weight: hidden_prev.transpose().matmul(grad_gates.clone()),
-                bias: grad_gates.sum_dim(0).reshape([4 * d_cell]),
-                projection: projection_inputs
+                state_weight: rows_of(&hidden_prev, g)
                     .transpose()
-                    .matmul(grad_projected.reshape([rows, d_projection])),
-            },
+                    .matmul(grad_gates.clone()),
+                bias: grad_gates.sum_dim(0).reshape([4 * d_cell]),
+                projection: rows_of(&projection_inputs, g)
+                    .transpose()
+                    .matmul(rows_of(&grad_projected, g)),
+            });
+        }
+        debug_assert_eq!(grad_projected.dims()[2], d_projection);
+        LstmGroupGradients {
+            inputs: joined(grad_inputs, 0),
+            weights: grad_weights,
         }
     }
 
@@ -352,8 +457,9 @@ impl LstmWithProjection {
         transposed: &TransposedWeights,
     ) -> StepGradients {
         let device = grad_outputs.device();
-        let [batch, n_steps, d_projection] = grad_outputs.dims();
-        let d_cell = self.d_cell();
+        let [rows, n_steps, d_projection] = grad_outputs.dims();
+        let layer = self.first();
+        let d_cell = layer.d_cell();
         let LstmTape {
             gates,
             memory,
@@ -367,8 +473,8 @@ impl LstmWithProjection {
             (gate(0), gate(1), gate(2), gate(3));
 
         // All steps at once, `[T, B, ·]`.
-        let memory_kept = kept_by_clip(memory, self.cell_clip);
-        let hidden_kept = kept_by_clip(hidden, self.projection_clip);
+        let memory_kept = kept_by_clip(memory, layer.cell_clip);
+        let hidden_kept = kept_by_clip(hidden, layer.projection_clip);
         // d memory / d(o·tanh c), with the cell clip's mask.
         let to_memory = masked(
             output_gate * one_minus_square(tanh_memory.clone()),
@@ -397,13 +503,20 @@ impl LstmWithProjection {
             2,
         );
         let from_cell_output = tanh_memory.clone() * derivative(3);
-        let grad_hidden_out = masked(
-            time_major(grad_outputs).reshape([n_steps, batch, d_projection]),
-            hidden_kept.clone(),
+        let grad_outputs = joined(
+            (0..self.n_layers())
+                .map(|g| {
+                    let rows = self.rows(&grad_outputs, g);
+                    let batch = rows.dims()[0];
+                    time_major(rows).reshape([n_steps, batch, d_projection])
+                })
+                .collect(),
+            1,
         );
+        let grad_hidden_out = masked(grad_outputs, hidden_kept.clone());
 
-        let mut grad_gates = Tensor::<3>::empty([n_steps, batch, 4 * d_cell], &device);
-        let mut grad_projected = Tensor::<3>::empty([n_steps, batch, d_projection], &device);
+        let mut grad_gates = Tensor::<3>::empty([n_steps, rows, 4 * d_cell], &device);
+        let mut grad_projected = Tensor::<3>::empty([n_steps, rows, d_projection], &device);
         let mut grad_hidden_next: Option<Tensor<2>> = None;
         let mut grad_memory_next: Option<Tensor<2>> = None;
         for t in (0..n_steps).rev() {
@@ -412,26 +525,24 @@ impl LstmWithProjection {
                 let kept = hidden_kept.as_ref().map(|kept| step(kept, t));
                 grad_raw_hidden = grad_raw_hidden + masked(next, kept);
             }
-            let grad_cell_output = grad_raw_hidden
-                .clone()
-                .matmul(transposed.projection.clone());
+            let grad_cell_output = transposed.projection.left_product(grad_raw_hidden.clone());
             let mut grad_memory = grad_cell_output.clone() * step(&to_memory, t);
             if let Some(next) = grad_memory_next.take() {
                 grad_memory = grad_memory + next;
             }
             let grad_ifg = grad_memory.clone().unsqueeze_dim::<3>(1)
-                * step(&from_memory, t).reshape([batch, 3, d_cell]);
+                * step(&from_memory, t).reshape([rows, 3, d_cell]);
             let grad_o = grad_cell_output * step(&from_cell_output, t);
-            let at = |from: usize, width: usize| [t..t + 1, 0..batch, from..from + width];
+            let at = |from: usize, width: usize| [t..t + 1, 0..rows, from..from + width];
             grad_gates = grad_gates
-                .slice_assign(at(0, 3 * d_cell), grad_ifg.reshape([1, batch, 3 * d_cell]))
+                .slice_assign(at(0, 3 * d_cell), grad_ifg.reshape([1, rows, 3 * d_cell]))
                 .slice_assign(at(3 * d_cell, d_cell), grad_o.unsqueeze_dim(0));
             grad_projected =
                 grad_projected.slice_assign(at(0, d_projection), grad_raw_hidden.unsqueeze_dim(0));
             if t > 0 {
                 let carry = carry_memory.as_ref().map(|carry| step(carry, t - 1));
                 grad_memory_next = carry.map(|carry| grad_memory * carry);
-                grad_hidden_next = Some(step(&grad_gates, t).matmul(transposed.state.clone()));
+                grad_hidden_next = Some(transposed.state.left_product(step(&grad_gates, t)));
             }
         }
         StepGradients {
@@ -450,20 +561,20 @@ impl LstmWithProjection {
         transposed: &TransposedWeights,
     ) -> StepGradients {
         let device = grad_outputs.device();
-        let [batch, n_steps, d_projection] = grad_outputs.dims();
-        let d_cell = self.d_cell();
+        let [rows, n_steps, d_projection] = grad_outputs.dims();
+        let layer = self.first();
+        let d_cell = layer.d_cell();
         let records = CellRecords {
             gates: &tape.gates,
             memory: &tape.memory,
             tanh_memory: &tape.tanh_memory,
             hidden: &tape.hidden,
         };
-        let grad_gates = Tensor::<3>::empty([n_steps, batch, 4 * d_cell], &device);
-        let grad_projected = Tensor::<3>::empty([n_steps, batch, d_projection], &device);
+        let grad_gates = Tensor::<3>::empty([n_steps, rows, 4 * d_cell], &device);
+        let grad_projected = Tensor::<3>::empty([n_steps, rows, d_projection], &device);
         // Every step's kernel reads it: one copy here when it is strided, not one a step.
         let grad_outputs = &cube_tensor::contiguous(grad_outputs.clone());
-        let state_product = SplitWeight::for_products(transposed.state.clone(), true);
-        let projection_product = SplitWeight::for_products(transposed.projection.clone(), true);
+        let (state_product, projection_product) = (&transposed.state, &transposed.projection);
         let mut grad_hidden_next: Option<Tensor<3>> = None;
         let mut grad_memory_next: Option<Tensor<2>> = None;
         for t in (0..n_steps).rev() {
@@ -473,8 +584,8 @@ impl LstmWithProjection {
                 grad_hidden_next.take(),
                 &grad_projected,
                 t,
-                self.projection_clip,
-                projection_product.n_slices(),
+                layer.projection_clip,
+                projection_product.layout(),
             );
             let cell = cube_lstm_cell::cell_backward(
                 projection_product.split_left_partials(grad_raw_hidden),
@@ -483,8 +594,8 @@ impl LstmWithProjection {
                 grad_memory_next.take(),
                 &grad_gates,
                 t,
-                self.cell_clip,
-                state_product.n_slices(),
+                layer.cell_clip,
+                state_product.layout(),
             );
             grad_memory_next = cell.grad_memory_previous;
             if t > 0 {
@@ -498,12 +609,59 @@ impl LstmWithProjection {
     }
 }
 
-/// The transposed weights that backpropagation through time multiplies by at every step.
+impl LstmWithProjection {
+    /// [`Self::forward`] for rows that all run `T` steps left to right, computed outside autodiff
+    /// (inputs, state and weights are used without their autodiff association) and recorded for
+    /// [`Self::backward_recorded`]. Outputs equal `forward`'s up to float rounding.
+    ///
+    /// Few operations per step (each one a kernel launch on a GPU): the gates in one
+    /// `GateActivation` pass, the steps' records written into preallocated time-major buffers;
+    /// on a CubeCL device (wgpu) the fused cell kernels of `cube_lstm_cell` ([`CellKernels`]).
+    /// A group of one ([`LstmGroup`] runs several layers as one).
+    ///
+    /// # Shapes
+    /// - inputs: `[B, T, d_input]`
+    /// - output: `outputs` `[B, T, P]`, the state after step `T`
+    pub fn forward_recorded(
+        &self,
+        inputs: Tensor<3>,
+        initial_state: Option<LstmState>,
+    ) -> (LstmOutput, LstmTape) {
+        LstmGroup::new(vec![self]).forward_recorded(inputs, initial_state)
+    }
+
+    /// Backpropagation through time of a [`Self::forward_recorded`] pass, given the gradient of
+    /// its outputs (none flows out of the final state or into the initial state).
+    ///
+    /// Everything that does not depend on the gradient flowing back through time (the gates'
+    /// derivatives, the clip masks) is computed for all steps at once before the loop; a step
+    /// is then two matmuls and a few elementwise operations, and each weight gradient is one
+    /// matmul over all steps (`[x_t]ᵀ·[dz_t]`), as cuDNN does. On a CubeCL device the fused
+    /// kernels ([`CellKernels`]) compute those factors inside the step instead: a step is two
+    /// matmuls and two kernels, with nothing computed beforehand.
+    ///
+    /// # Shapes
+    /// - grad_outputs: `[B, T, P]`
+    /// - output: [`LstmGradients`]
+    pub fn backward_recorded(&self, tape: LstmTape, grad_outputs: Tensor<3>) -> LstmGradients {
+        let LstmGroupGradients {
+            inputs,
+            mut weights,
+        } = LstmGroup::new(vec![self]).backward_recorded(tape, grad_outputs);
+        LstmGradients {
+            inputs,
+            weights: weights.remove(0),
+        }
+    }
+}
+
+/// The transposed weights that backpropagation through time multiplies by at every step, one
+/// per layer of the group (split along K on the fused path).
 struct TransposedWeights {
-    /// `[4C, P]`.
-    state: Tensor<2>,
-    /// `[P, C]`.
-    projection: Tensor<2>,
+    /// `[4C, P]` each.
+    state: SplitWeight,
+    /// `[P, C]` each.
+    projection: SplitWeight,
 }
 
 /// What the per-step part of backpropagation through time produces, time-major.
@@ -545,10 +703,121 @@ mod tests {
         }
     }
 
+    /// `expected` and `got` agree to 1e-5 of `expected`'s largest magnitude (at least 1).
+    fn assert_close<const D: usize>(name: &str, expected: Tensor<D>, got: Tensor<D>) {
+        let scale: f32 = expected.clone().abs().max().into_scalar();
+        let error: f32 = (expected - got).abs().max().into_scalar();
+        assert!(
+            error <= 1e-5 * scale.max(1.0),
+            "{name}: error {error}, scale {scale}"
+        );
+    }
+
+    /// The outputs, final state and every gradient of two runs agree ([`assert_close`]).
+    fn assert_same_run(
+        what: &str,
+        (expected, expected_grads): (&LstmOutput, &LstmGradients),
+        (got, got_grads): (&LstmOutput, &LstmGradients),
+    ) {
+        let close =
+            |name: &str, a: Tensor<2>, b: Tensor<2>| assert_close(&format!("{what}: {name}"), a, b);
+        assert_close(
+            &format!("{what}: outputs"),
+            expected.outputs.clone(),
+            got.outputs.clone(),
+        );
+        let (e, g) = (&expected.final_state, &got.final_state);
+        close("final hidden", e.hidden.clone(), g.hidden.clone());
+        close("final memory", e.memory.clone(), g.memory.clone());
+        assert_close(
+            &format!("{what}: inputs"),
+            expected_grads.inputs.clone(),
+            got_grads.inputs.clone(),
+        );
+        let (e, g) = (expected_grads.weights.clone(), got_grads.weights.clone());
+        close("input_weight", e.input_weight, g.input_weight);
+        close("state_weight", e.state_weight, g.state_weight);
+        close("projection", e.projection, g.projection);
+        assert_close(&format!("{what}: bias"), e.bias, g.bias);
+    }
+
+    /// Inputs, output gradients and a start state for `rows` rows at C = P = 256 (the fused path
+    /// splits all four step products along K there: 2, 2, 2 and 8 slices), large enough for both
+    /// clips of [`wide_layer`] to cut.
+    struct WideCase {
+        inputs: Tensor<3>,
+        grad_outputs: Tensor<3>,
+        start: LstmState,
+    }
+
+    const WIDE: [usize; 3] = [12, 256, 256];
+    const WIDE_STEPS: usize = 5;
+
+    fn wide_layer(device: &Device, seed: u64) -> LstmWithProjection {
+        seeded_layer(device, seed, WIDE, Some(0.5), Some(0.3))
+    }
+
+    impl WideCase {
+        fn new(device: &Device, rows: usize) -> Self {
+            let [d_input, d_cell, d_projection] = WIDE;
+            let tensor = |scale: f32, phase: f32, shape: [usize; 3]| {
+                let n = shape.iter().product();
+                Tensor::<3>::from_data(TensorData::new(values(n, scale, phase), shape), device)
+            };
+            let state = |scale: f32, phase: f32, width: usize| {
+                tensor(scale, phase, [1, rows, width]).reshape([rows, width])
+            };
+            Self {
+                inputs: tensor(3.0, 0.5, [rows, WIDE_STEPS, d_input]),
+                grad_outputs: tensor(1.0, 1.5, [rows, WIDE_STEPS, d_projection]),
+                start: LstmState {
+                    hidden: state(0.3, 2.5, d_projection),
+                    memory: state(0.8, 3.5, d_cell),
+                },
+            }
+        }
+
+        /// Rows `from .. from + n`.
+        fn rows(&self, from: usize, n: usize) -> Self {
+            let rows3 = |x: &Tensor<3>| x.clone().narrow(0, from, n);
+            let rows2 = |x: &Tensor<2>| x.clone().narrow(0, from, n);
+            Self {
+                inputs: rows3(&self.inputs),
+                grad_outputs: rows3(&self.grad_outputs),
+                start: LstmState {
+                    hidden: rows2(&self.start.hidden),
+                    memory: rows2(&self.start.memory),
+                },
+            }
+        }
+
+        /// Forward and backward through `layers` as one group.
+        fn run(
+            &self,
+            layers: &[&LstmWithProjection],
+            kernels: CellKernels,
+        ) -> (LstmOutput, LstmGroupGradients) {
+            let group = LstmGroup::new(layers.to_vec());
+            let (output, tape) = group.forward_recorded_using(
+                self.inputs.clone(),
+                Some(self.start.clone()),
+                kernels,
+            );
+            let grads = group.backward_recorded_using(tape, self.grad_outputs.clone(), kernels);
+            (output, grads)
+        }
+    }
+
+    /// One layer's run from a group of one.
+    fn alone((output, mut grads): (LstmOutput, LstmGroupGradients)) -> (LstmOutput, LstmGradients) {
+        let weights = grads.weights.remove(0);
+        let inputs = grads.inputs;
+        (output, LstmGradients { inputs, weights })
+    }
+
     /// The fused kernels against the composed operations on the same wgpu device, at a width
-    /// that spans several workgroups, with both clips cutting: outputs, final state and every
-    /// gradient. The widths (C = P = 256, 4C = 1024) make the fused path split all four step
-    /// products along K (`split_product`: 2, 2, 2 and 8 slices).
+    /// that spans several workgroups and splits every step product, with both clips cutting:
+    /// outputs, final state and every gradient.
     #[test]
     fn fused_kernels_equal_composed_on_wgpu() {
         let Some(device) =
@@ -556,85 +825,67 @@ mod tests {
         else {
             return;
         };
-        let (batch, n_steps, d_input, d_cell, d_projection) = (8, 5, 12, 256, 256);
-        let layer = seeded_layer(
-            &device,
-            11,
-            [d_input, d_cell, d_projection],
-            Some(0.5),
-            Some(0.3),
-        );
-        let tensor = |n: usize, scale: f32, phase: f32, shape: [usize; 3]| {
-            Tensor::<3>::from_data(TensorData::new(values(n, scale, phase), shape), &device)
-        };
-        let inputs = tensor(
-            batch * n_steps * d_input,
-            3.0,
-            0.5,
-            [batch, n_steps, d_input],
-        );
-        let grad_outputs = tensor(
-            batch * n_steps * d_projection,
-            1.0,
-            1.5,
-            [batch, n_steps, d_projection],
-        );
-        let start = LstmState {
-            hidden: tensor(batch * d_projection, 0.3, 2.5, [1, batch, d_projection])
-                .reshape([batch, d_projection]),
-            memory: tensor(batch * d_cell, 0.8, 3.5, [1, batch, d_cell]).reshape([batch, d_cell]),
-        };
-        let run = |kernels: CellKernels| {
-            let (output, tape) =
-                layer.forward_recorded_using(inputs.clone(), Some(start.clone()), kernels);
-            let grads = layer.backward_recorded_using(tape, grad_outputs.clone(), kernels);
-            (output, grads)
-        };
-        let (composed, composed_grads) = run(CellKernels::Composed);
-        let (fused, fused_grads) = run(CellKernels::Fused);
+        let layer = wide_layer(&device, 11);
+        let case = WideCase::new(&device, 8);
+        let composed = alone(case.run(&[&layer], CellKernels::Composed));
+        let fused = alone(case.run(&[&layer], CellKernels::Fused));
         let clipped = |x: &Tensor<3>, clip: f32| -> usize {
             let cut = x.clone().abs().greater_equal_elem(clip - 1e-6);
             cut.int().sum().into_scalar::<i64>() as usize
         };
         assert!(
-            clipped(&composed.outputs, 0.3) > 0,
+            clipped(&composed.0.outputs, 0.3) > 0,
             "projection clip never cut"
         );
-        let close = |name: &str, expected: Tensor<2>, got: Tensor<2>| {
-            let scale: f32 = expected.clone().abs().max().into_scalar();
-            let error: f32 = (expected - got).abs().max().into_scalar();
-            assert!(
-                error <= 1e-5 * scale.max(1.0),
-                "{name}: error {error}, scale {scale}"
-            );
-        };
-        let rows = |x: Tensor<3>| {
-            let [a, b, c] = x.dims();
-            x.reshape([a * b, c])
-        };
-        close("outputs", rows(composed.outputs), rows(fused.outputs));
-        close(
-            "final hidden",
-            composed.final_state.hidden,
-            fused.final_state.hidden,
-        );
-        close(
-            "final memory",
-            composed.final_state.memory.clone(),
-            fused.final_state.memory,
-        );
-        let memory_cut: f32 = composed.final_state.memory.abs().max().into_scalar();
+        let memory_cut: f32 = composed
+            .0
+            .final_state
+            .memory
+            .clone()
+            .abs()
+            .max()
+            .into_scalar();
         assert!((memory_cut - 0.5).abs() < 1e-6, "cell clip never cut");
-        close(
-            "inputs",
-            rows(composed_grads.inputs),
-            rows(fused_grads.inputs),
+        assert_same_run("fused", (&composed.0, &composed.1), (&fused.0, &fused.1));
+    }
+
+    /// A group of two layers (a biLM layer's two directions) equals each layer run alone on its
+    /// rows: outputs, final state and every gradient. Composed on flex (batched products over
+    /// the group) and fused on wgpu (one launch per kernel for both, the grouped split layout
+    /// `[G·S, B, K/S]` of every product).
+    #[test]
+    fn a_group_equals_its_layers_alone() {
+        let mut runs = vec![(Device::flex(), CellKernels::Composed)];
+        runs.extend(
+            crate::wgpu_probe::wgpu_device_or_skip("a_group_equals_its_layers_alone")
+                .map(|device| (device, CellKernels::Fused)),
         );
-        let (c, f) = (composed_grads.weights, fused_grads.weights);
-        close("input_weight", c.input_weight, f.input_weight);
-        close("state_weight", c.state_weight, f.state_weight);
-        close("projection", c.projection, f.projection);
-        close("bias", c.bias.unsqueeze_dim(0), f.bias.unsqueeze_dim(0));
+        let batch = 3;
+        for (device, kernels) in runs {
+            let layers = [wide_layer(&device, 11), wide_layer(&device, 12)];
+            let case = WideCase::new(&device, 2 * batch);
+            let (output, grads) = case.run(&[&layers[0], &layers[1]], kernels);
+            for (g, layer) in layers.iter().enumerate() {
+                let rows3 = |x: &Tensor<3>| x.clone().narrow(0, g * batch, batch);
+                let rows2 = |x: &Tensor<2>| x.clone().narrow(0, g * batch, batch);
+                let grouped = (
+                    LstmOutput {
+                        outputs: rows3(&output.outputs),
+                        final_state: LstmState {
+                            hidden: rows2(&output.final_state.hidden),
+                            memory: rows2(&output.final_state.memory),
+                        },
+                    },
+                    LstmGradients {
+                        inputs: rows3(&grads.inputs),
+                        weights: grads.weights[g].clone(),
+                    },
+                );
+                let expected = alone(case.rows(g * batch, batch).run(&[layer], kernels));
+                let what = format!("{kernels:?} layer {g}");
+                assert_same_run(&what, (&expected.0, &expected.1), (&grouped.0, &grouped.1));
+            }
+        }
     }
 
     fn check_against_autodiff(device: &Device) {

@@ -49,75 +49,153 @@ pub fn slices_when(split: bool, k: usize) -> usize {
     }
 }
 
-/// The split layout of a `[B, K]` matrix in `n_slices` slices of K: `[S, B, K / S]`, slice `s`
-/// holding columns `s·K/S .. (s+1)·K/S`.
-pub fn split_shape([batch, k]: [usize; 2], n_slices: usize) -> [usize; 3] {
-    [n_slices, batch, k / n_slices]
+/// How the left factor `[G·B, K]` of a group's products (G weights, one per block of B rows:
+/// the two directions of a biLM layer, `lstm_backward`'s `LstmGroup`; G = 1 for one weight) is
+/// laid out when K is split into S slices: `[G·S, B, K / S]`, group-major, slice `s` of group
+/// `g` holding columns `s·K/S .. (s+1)·K/S` of the group's rows. The partial products are
+/// `[G·S, B, N]` in the same order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SplitLayout {
+    /// G: the weights (blocks of rows).
+    pub n_groups: usize,
+    /// S: the slices of K per weight (1: whole).
+    pub n_slices: usize,
 }
 
-/// A right-hand factor `[K, N]` prepared once for many products `x · W` (one per time step).
+impl SplitLayout {
+    /// The split layout `[G·S, B, K / S]` of a `[G·B, K]` matrix.
+    pub fn shape(&self, [rows, k]: [usize; 2]) -> [usize; 3] {
+        [
+            self.n_groups * self.n_slices,
+            rows / self.n_groups,
+            k / self.n_slices,
+        ]
+    }
+}
+
+/// The split layout of a `[B, K]` matrix in `n_slices` slices of K (one group): `[S, B, K / S]`.
+pub fn split_shape(dims: [usize; 2], n_slices: usize) -> [usize; 3] {
+    SplitLayout {
+        n_groups: 1,
+        n_slices,
+    }
+    .shape(dims)
+}
+
+/// Right-hand factors `[K, N]`, one per group of rows, prepared once for many products `x · W`
+/// (one per time step).
 #[derive(Clone, Debug)]
 pub enum SplitWeight {
-    /// `[K, N]`, the products not split.
+    /// `[K, N]`: one weight, the products not split.
     Whole(Tensor<2>),
-    /// `[S, K / S, N]`: the slices of K, contiguous.
-    Sliced(Tensor<3>),
+    /// `[G·S, K / S, N]`: the slices of K of each of G weights, group-major, contiguous (S = 1
+    /// for several weights not split).
+    Sliced {
+        /// The slices.
+        slices: Tensor<3>,
+        /// G.
+        n_groups: usize,
+    },
 }
 
 impl SplitWeight {
     /// `weight` `[K, N]` in `n_slices` slices of K (`n_slices` divides K; 1 keeps it whole).
     pub fn new(weight: Tensor<2>, n_slices: usize) -> Self {
-        let [k, n] = weight.dims();
+        Self::grouped(vec![weight], n_slices)
+    }
+
+    /// One weight `[K, N]` per group (all of one shape), each in `n_slices` slices of K
+    /// (`n_slices` divides K; one weight and 1 slice keeps it whole).
+    ///
+    /// # Panics
+    /// Without weights, with weights of different shapes, or when `n_slices` does not divide K.
+    pub fn grouped(mut weights: Vec<Tensor<2>>, n_slices: usize) -> Self {
+        let n_groups = weights.len();
+        assert!(n_groups >= 1, "a split weight needs at least one weight");
+        let [k, n] = weights[0].dims();
+        assert!(
+            weights.iter().all(|w| w.dims() == [k, n]),
+            "the weights of a group differ in shape"
+        );
         assert!(
             n_slices >= 1 && k.is_multiple_of(n_slices),
             "{n_slices} slices do not divide an inner dimension of {k}"
         );
-        match n_slices {
-            1 => Self::Whole(weight),
+        let shape = [n_groups * n_slices, k / n_slices, n];
+        match (n_groups, n_slices) {
+            (1, 1) => Self::Whole(weights.remove(0)),
             // Contiguous once here: a transposed weight reshapes to a strided view, which the
             // matmul would otherwise repack at every product.
-            _ => Self::Sliced(contiguous(weight.reshape([n_slices, k / n_slices, n]))),
+            (1, _) => Self::Sliced {
+                slices: contiguous(weights.remove(0).reshape(shape)),
+                n_groups,
+            },
+            _ => Self::Sliced {
+                slices: Tensor::stack::<3>(weights, 0).reshape(shape),
+                n_groups,
+            },
         }
     }
 
     /// `weight` in the slices [`slices_when`] gives its inner dimension.
     pub fn for_products(weight: Tensor<2>, split: bool) -> Self {
-        let n_slices = slices_when(split, weight.dims()[0]);
-        Self::new(weight, n_slices)
+        Self::for_group(vec![weight], split)
+    }
+
+    /// [`Self::grouped`] in the slices [`slices_when`] gives the weights' inner dimension.
+    pub fn for_group(weights: Vec<Tensor<2>>, split: bool) -> Self {
+        let n_slices = slices_when(split, weights.first().map_or(0, |w| w.dims()[0]));
+        Self::grouped(weights, n_slices)
+    }
+
+    /// The layout of the products' left factors and partial products.
+    pub fn layout(&self) -> SplitLayout {
+        match self {
+            Self::Whole(_) => SplitLayout {
+                n_groups: 1,
+                n_slices: 1,
+            },
+            Self::Sliced { slices, n_groups } => SplitLayout {
+                n_groups: *n_groups,
+                n_slices: slices.dims()[0] / n_groups,
+            },
+        }
     }
 
     /// The slices of K (1 when whole).
     pub fn n_slices(&self) -> usize {
-        match self {
-            Self::Whole(_) => 1,
-            Self::Sliced(slices) => slices.dims()[0],
-        }
+        self.layout().n_slices
     }
 
-    /// `lhs · W`. Split, `lhs` is first rearranged into the split layout (on a GPU, copies:
-    /// the fused LSTM kernels write their outputs in that layout instead, for
-    /// [`split_left_partials`](Self::split_left_partials)).
+    /// `lhs · W` (each group's rows times its weight). Split, `lhs` is first rearranged into
+    /// the split layout (on a GPU, copies: the fused LSTM kernels write their outputs in that
+    /// layout instead, for [`split_left_partials`](Self::split_left_partials)).
     ///
     /// # Shapes
-    /// - lhs: `[B, K]`; output: `[B, N]`
+    /// - lhs: `[G·B, K]`; output: `[G·B, N]`
     pub fn left_product(&self, lhs: Tensor<2>) -> Tensor<2> {
         match self {
             Self::Whole(whole) => lhs.matmul(whole.clone()),
-            Self::Sliced(_) => {
+            Self::Sliced { .. } => {
+                let SplitLayout { n_groups, n_slices } = self.layout();
                 let partials = self.left_partials(lhs);
                 let [_, batch, n] = partials.dims();
-                partials.sum_dim(0).reshape([batch, n])
+                let grouped = partials.reshape([n_groups, n_slices, batch, n]);
+                let summed = match n_slices {
+                    1 => grouped,
+                    _ => grouped.sum_dim(1),
+                };
+                summed.reshape([n_groups * batch, n])
             }
         }
     }
 
-    /// The partial products of `lhs · W` for `lhs` in the split layout, `[S, B, K / S]` with
-    /// slice `s` holding columns `s·K/S .. (s+1)·K/S` (row-major `[1, B, K]` when whole): one
-    /// batched matmul, `[S, B, N]` (`[1, B, N]` when whole), whose sum over the first dimension
-    /// is the product. The fused LSTM kernels add them up as they read them.
+    /// The partial products of `lhs · W` for `lhs` in the split layout ([`SplitLayout`];
+    /// row-major `[1, B, K]` when whole): one batched matmul, `[G·S, B, N]`, whose sum over each
+    /// group's S slices is the product. The fused LSTM kernels add them up as they read them.
     ///
     /// # Shapes
-    /// - lhs: `[S, B, K / S]`; output: `[S, B, N]`
+    /// - lhs: `[G·S, B, K / S]`; output: `[G·S, B, N]`
     pub fn split_left_partials(&self, lhs: Tensor<3>) -> Tensor<3> {
         let [n_slices, batch, k_slice] = lhs.dims();
         match self {
@@ -125,15 +203,20 @@ impl SplitWeight {
                 .reshape([batch, n_slices * k_slice])
                 .matmul(whole.clone())
                 .unsqueeze_dim(0),
-            Self::Sliced(slices) => lhs.matmul(slices.clone()),
+            Self::Sliced { slices, .. } => lhs.matmul(slices.clone()),
         }
     }
 
-    /// [`split_left_partials`](Self::split_left_partials) for a row-major `lhs` `[B, K]`
-    /// (rearranged into the split layout first: a copy when split).
+    /// [`split_left_partials`](Self::split_left_partials) for a row-major `lhs` `[G·B, K]`
+    /// (rearranged into the split layout first: a copy when split or grouped).
     pub fn left_partials(&self, lhs: Tensor<2>) -> Tensor<3> {
-        let [n_slices, batch, k_slice] = split_shape(lhs.dims(), self.n_slices());
-        let split = lhs.reshape([batch, n_slices, k_slice]).swap_dims(0, 1);
+        let layout = self.layout();
+        let [_, batch, k_slice] = layout.shape(lhs.dims());
+        let SplitLayout { n_groups, n_slices } = layout;
+        let split = lhs
+            .reshape([n_groups, batch, n_slices, k_slice])
+            .swap_dims(1, 2)
+            .reshape([n_groups * n_slices, batch, k_slice]);
         self.split_left_partials(split)
     }
 }

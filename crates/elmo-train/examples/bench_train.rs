@@ -4,10 +4,12 @@
 //!
 //! Each backend runs in its own child process so that its peak RSS (`VmHWM`) is its own.
 //! Flags: `--preset small` (or a config JSON),
-//! `--backends flex,ndarray[,wgpu][,wgpu-unfused][,wgpu-whole]` (`wgpu-unfused`: wgpu with
-//! `ELMO_FUSED_KERNELS=off`, burn's operations instead of the fused kernels, the baseline that the
-//! fused ones are measured against; `wgpu-whole`: the fused kernels with the LSTM's step products
-//! not split along K, `ELMO_SPLIT_PRODUCTS=off`), `--steps 3` (after one warm-up),
+//! `--backends flex,ndarray[,wgpu][,wgpu-unfused][,wgpu-whole][,wgpu-apart]` (`wgpu-unfused`:
+//! wgpu with `ELMO_FUSED_KERNELS=off`, burn's operations instead of the fused kernels, the
+//! baseline that the fused ones are measured against; `wgpu-whole`: the fused kernels with the
+//! LSTM's step products not split along K, `ELMO_SPLIT_PRODUCTS=off`; `wgpu-apart`: the two
+//! directions' LSTM stacks run apart instead of as one group, `ELMO_PAIRED_DIRECTIONS=off`),
+//! `--steps 3` (after one warm-up),
 //! `--batch-size 32`, `--unroll-steps 20`, `--vocab-size 50000`, `--negatives 8192`,
 //! `--peer PYTHON` (a Python with torch), `--peer-device cpu|cuda` (where the peer runs),
 //! `--peer-script PATH` (default: the repository's `xtask/peer/bilm_train_pytorch.py` at build
@@ -236,6 +238,10 @@ fn main() {
                 "wgpu-whole" => {
                     command.args(["--child", "wgpu"]);
                     command.env(elmo_model::split_product::SPLIT_PRODUCTS_VARIABLE, "off");
+                }
+                "wgpu-apart" => {
+                    command.args(["--child", "wgpu"]);
+                    command.env(elmo_train::PAIRED_DIRECTIONS_VARIABLE, "off");
                 }
                 _ => {
                     command.args(["--child", backend]);

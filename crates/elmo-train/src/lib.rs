@@ -38,6 +38,7 @@ pub use init_from::InitFrom;
 pub use language_model::{BiLanguageModel, BiLanguageModelConfig};
 pub use run::TrainedRun;
 pub use trainer::{TrainObserver, TrainOptions, TrainSummary, train};
+pub use training_step::PAIRED_DIRECTIONS_VARIABLE;
 pub use vocabulary::Vocabulary;
 
 /// The wgpu device of the integration tests, for unit tests too.

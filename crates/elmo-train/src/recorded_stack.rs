@@ -1,76 +1,139 @@
-//! One LSTM stack of a training step run outside autodiff and backpropagated by hand
+//! The LSTM stacks of a training step run outside autodiff and backpropagated by hand
 //! (`elmo_model::lstm_backward`): dropout on every layer input and on the top output, and the
 //! residual from layer 1 on adding the dropped-out input, as bilm-tf's
 //! `DropoutWrapper(ResidualWrapper(LSTMCell))` and `BiLanguageModel`'s autodiff path; with weight
 //! drop, each layer runs with its masked recurrent weights and the gradient of the weights is the
-//! masked weights' gradient times the mask.
+//! masked weights' gradient times the mask. One call runs one stack, or several stacks of one
+//! shape as one (the two directions on a GPU): their rows stacked, each depth an `LstmGroup`.
 
 use burn::tensor::Tensor;
-use elmo_model::{LstmGradients, LstmState, LstmTape, LstmWeightGradients, LstmWithProjection};
+use elmo_model::{
+    LstmGroup, LstmGroupGradients, LstmState, LstmTape, LstmWeightGradients, LstmWithProjection,
+};
 
 use crate::dropout::StackDropout;
 
-/// A stack's forward pass and what its backward pass needs.
+/// The stacks' forward pass and what their backward pass needs.
 pub(crate) struct RecordedStack {
-    /// `[B, T, P]`: the dropped-out top layer (what the softmax reads), without autodiff.
+    /// `[G·B, T, P]`: the dropped-out top layer of each stack's rows (what the softmax reads),
+    /// without autodiff.
     pub top: Tensor<3>,
-    /// State after the last step, per layer.
-    pub finals: Vec<LstmState>,
+    /// State after the last step, per stack and layer.
+    pub finals: Vec<Vec<LstmState>>,
     tapes: Vec<LstmTape>,
+    /// Per layer, `[G·B, ·, d]`.
     input_masks: Vec<Option<Tensor<3>>>,
     top_mask: Option<Tensor<3>>,
-    /// Per layer with weight drop: the layer with its masked recurrent weights, and the mask.
-    dropped: Vec<Option<(LstmWithProjection, Tensor<2>)>>,
+    /// Per layer with weight drop, per stack: the layer with its masked recurrent weights, and
+    /// the mask.
+    dropped: Vec<Option<Vec<(LstmWithProjection, Tensor<2>)>>>,
 }
 
-/// Gradients of a stack's backward pass.
+/// Gradients of the stacks' backward pass.
 pub(crate) struct StackGradients {
-    /// `[B, T, d_input]`: gradient of the stack's input (the token embeddings).
+    /// `[G·B, T, d_input]`: gradient of the stacks' input (the token embeddings).
     pub embedded: Tensor<3>,
-    /// Per layer, bottom first.
-    pub layers: Vec<LstmWeightGradients>,
+    /// Per stack, per layer (bottom first).
+    pub layers: Vec<Vec<LstmWeightGradients>>,
 }
 
-/// Runs `layers` over `embedded` (every row all `T` steps, left to right) from `initial`
-/// (`None`: zero).
+/// `parts` (one per stack) stacked along the rows (one part itself, uncopied).
+fn stacked_rows<const D: usize>(mut parts: Vec<Tensor<D>>) -> Tensor<D> {
+    match parts.len() {
+        1 => parts.remove(0),
+        _ => Tensor::cat(parts, 0),
+    }
+}
+
+/// [`stacked_rows`] of every stack's mask; `None` when dropout is off.
+fn stacked_masks(masks: Vec<Option<Tensor<3>>>) -> Option<Tensor<3>> {
+    let masks: Option<Vec<_>> = masks.into_iter().collect();
+    masks.map(stacked_rows)
+}
+
+/// Stack `index` of `n` stacks' rows of `x` (a view).
+fn rows_of<const D: usize>(x: &Tensor<D>, index: usize, n: usize) -> Tensor<D> {
+    let batch = x.dims()[0] / n;
+    x.clone().narrow(0, index * batch, batch)
+}
+
+/// Runs `stacks` (G stacks of one shape) over `embedded`, stack `g` on rows `g·B .. (g+1)·B`
+/// (every row all `T` steps, left to right), each from its `initial` state (`None`: zero) with
+/// its `dropout`.
+///
+/// # Shapes
+/// - embedded: `[G·B, T, d_input]`
 pub(crate) fn forward_stack(
-    layers: &[LstmWithProjection],
+    stacks: &[&[LstmWithProjection]],
     use_skip_connections: bool,
     embedded: Tensor<3>,
-    initial: Option<Vec<LstmState>>,
-    dropout: StackDropout,
+    initial: Vec<Option<Vec<LstmState>>>,
+    dropout: Vec<StackDropout>,
 ) -> RecordedStack {
-    let StackDropout {
-        activations: mut dropout,
-        recurrent: mut weight_drop,
-    } = dropout;
+    let n_stacks = stacks.len();
+    let n_layers = stacks[0].len();
+    let (mut activations, mut weight_drops): (Vec<_>, Vec<_>) = dropout
+        .into_iter()
+        .map(|d| (d.activations, d.recurrent))
+        .unzip();
     let mut x = embedded.inner();
     let device = x.device();
-    let mut initial = initial.map(Vec::into_iter);
-    let mut finals = Vec::with_capacity(layers.len());
-    let mut tapes = Vec::with_capacity(layers.len());
-    let mut input_masks = Vec::with_capacity(layers.len());
-    let mut dropped = Vec::with_capacity(layers.len());
-    for (index, layer) in layers.iter().enumerate() {
-        let (layer, weight_mask) = weight_drop.drop_recurrent(layer);
-        let mask = dropout.next_mask(x.dims(), &device);
+    let mut initial: Vec<_> = initial
+        .into_iter()
+        .map(|states| states.map(Vec::into_iter))
+        .collect();
+    let mut finals = vec![Vec::with_capacity(n_layers); n_stacks];
+    let mut tapes = Vec::with_capacity(n_layers);
+    let mut input_masks = Vec::with_capacity(n_layers);
+    let mut dropped = Vec::with_capacity(n_layers);
+    let mut next_masks = |x: &Tensor<3>| {
+        let [rows, n_steps, d] = x.dims();
+        let masks = (activations.iter_mut())
+            .map(|masks| masks.next_mask([rows / n_stacks, n_steps, d], &device))
+            .collect();
+        stacked_masks(masks)
+    };
+    for index in 0..n_layers {
+        let (layers, weight_masks): (Vec<_>, Vec<_>) = (stacks.iter().zip(&mut weight_drops))
+            .map(|(stack, weight_drop)| weight_drop.drop_recurrent(&stack[index]))
+            .unzip();
+        let mask = next_masks(&x);
         let input = match &mask {
             Some(mask) => x * mask.clone(),
             None => x,
         };
-        let start = initial.as_mut().and_then(Iterator::next);
-        let (out, tape) = layer.forward_recorded(input.clone(), start);
-        finals.push(out.final_state);
+        let starts: Option<Vec<LstmState>> = (initial.iter_mut())
+            .map(|states| states.as_mut().and_then(Iterator::next))
+            .collect();
+        let start = starts.map(|starts| {
+            let (hidden, memory) = starts.into_iter().map(|s| (s.hidden, s.memory)).unzip();
+            LstmState {
+                hidden: stacked_rows(hidden),
+                memory: stacked_rows(memory),
+            }
+        });
+        let group = LstmGroup::new(layers.iter().map(|layer| layer.as_ref()).collect());
+        let (out, tape) = group.forward_recorded(input.clone(), start);
+        for (g, stack_finals) in finals.iter_mut().enumerate() {
+            stack_finals.push(LstmState {
+                hidden: rows_of(&out.final_state.hidden, g, n_stacks),
+                memory: rows_of(&out.final_state.memory, g, n_stacks),
+            });
+        }
         tapes.push(tape);
         input_masks.push(mask);
-        dropped.push(weight_mask.map(|mask| (layer.into_owned(), mask.inner())));
+        let weight_masks: Option<Vec<_>> = weight_masks.into_iter().collect();
+        dropped.push(weight_masks.map(|masks| {
+            let layers = layers.into_iter().map(|layer| layer.into_owned());
+            layers.zip(masks.into_iter().map(|m| m.inner())).collect()
+        }));
         x = if index > 0 && use_skip_connections {
             out.outputs + input
         } else {
             out.outputs
         };
     }
-    let top_mask = dropout.next_mask(x.dims(), &device);
+    let top_mask = next_masks(&x);
     let top = match &top_mask {
         Some(mask) => x * mask.clone(),
         None => x,
@@ -85,10 +148,10 @@ pub(crate) fn forward_stack(
     }
 }
 
-/// Backpropagates `grad_top` (`[B, T, P]`, the gradient of [`RecordedStack::top`]) through the
-/// stack.
+/// Backpropagates `grad_top` (`[G·B, T, P]`, the gradient of [`RecordedStack::top`]) through
+/// the stacks.
 pub(crate) fn backward_stack(
-    layers: &[LstmWithProjection],
+    stacks: &[&[LstmWithProjection]],
     use_skip_connections: bool,
     stack: RecordedStack,
     grad_top: Tensor<3>,
@@ -99,21 +162,19 @@ pub(crate) fn backward_stack(
     };
     // Gradient of the current layer's output (after its residual).
     let mut grad = mask(grad_top.inner(), stack.top_mask);
-    let mut per_layer = Vec::with_capacity(layers.len());
+    let mut per_layer = Vec::with_capacity(stack.tapes.len());
     let recorded = (stack.tapes.into_iter().zip(stack.input_masks)).zip(stack.dropped);
-    for (index, (layer, ((tape, input_mask), dropped))) in
-        layers.iter().zip(recorded).enumerate().rev()
-    {
-        let (ran, weight_mask) = match &dropped {
-            Some((dropped, mask)) => (dropped, Some(mask)),
-            None => (layer, None),
+    for (index, ((tape, input_mask), dropped)) in recorded.enumerate().rev() {
+        let group = match &dropped {
+            Some(dropped) => dropped.iter().map(|(layer, _)| layer).collect(),
+            None => stacks.iter().map(|stack| &stack[index]).collect(),
         };
-        let LstmGradients {
+        let LstmGroupGradients {
             inputs,
             mut weights,
-        } = ran.backward_recorded(tape, grad.clone());
-        if let Some(mask) = weight_mask {
-            weights.state_weight = weights.state_weight * mask.clone();
+        } = LstmGroup::new(group).backward_recorded(tape, grad.clone());
+        for (weights, (_, mask)) in weights.iter_mut().zip(dropped.iter().flatten()) {
+            weights.state_weight = weights.state_weight.clone() * mask.clone();
         }
         let grad_input = if index > 0 && use_skip_connections {
             inputs + grad
@@ -124,8 +185,15 @@ pub(crate) fn backward_stack(
         per_layer.push(weights);
     }
     per_layer.reverse();
+    // Per layer and stack → per stack and layer.
+    let mut layers = vec![Vec::with_capacity(per_layer.len()); stacks.len()];
+    for weights in per_layer {
+        for (stack_layers, w) in layers.iter_mut().zip(weights) {
+            stack_layers.push(w);
+        }
+    }
     StackGradients {
         embedded: grad,
-        layers: per_layer,
+        layers,
     }
 }

@@ -3,11 +3,13 @@
 //! ([`crate::recorded_stack`]), the softmax's gradients by hand
 //! ([`Softmax::nll_with_gradients`](crate::softmax::Softmax::nll_with_gradients)), and autodiff
 //! only for the token encoder. Same gradients as plain autodiff through
-//! [`BiLanguageModel::loss`] (tested in `tests/training.rs`).
+//! [`BiLanguageModel::loss`] (tested in `tests/training.rs`, on wgpu with the directions paired).
 
 use burn::optim::GradientsParams;
 use burn::tensor::{Device, Tensor};
+use elmo_model::cube_tensor::fused_kernels_for;
 use elmo_model::index_add::add_rows;
+use elmo_model::{LstmState, LstmWithProjection};
 
 use crate::batcher::{LmBatch, Targets};
 use crate::language_model::{
@@ -15,9 +17,50 @@ use crate::language_model::{
     is_finite, positions_tensor, register_if_trained,
 };
 use crate::optimizer::move_gradients;
-use crate::recorded_stack::{backward_stack, forward_stack};
+use crate::recorded_stack::{RecordedStack, StackGradients, backward_stack, forward_stack};
 use crate::softmax::SampledCandidates;
 use crate::step_profile;
+
+/// The environment variable that runs the two directions' LSTM stacks apart on a GPU (`off`),
+/// so that one binary can measure pairing them against it.
+pub const PAIRED_DIRECTIONS_VARIABLE: &str = "ELMO_PAIRED_DIRECTIONS";
+
+/// Whether a step's two LSTM stacks run as one on their rows stacked (`elmo_model::LstmGroup`:
+/// one batched product and one launch of each fused kernel for both directions): where the
+/// fused kernels run (a GPU, whose steps are bound by small products and launches), unless
+/// `ELMO_PAIRED_DIRECTIONS=off`. Elsewhere (CPU) the two stacks run on two threads.
+fn pair_directions(tensor: &Tensor<3>) -> bool {
+    let off = std::env::var(PAIRED_DIRECTIONS_VARIABLE).is_ok_and(|value| value == "off");
+    !off && fused_kernels_for(tensor)
+}
+
+/// The two directions' recorded LSTM stacks: one record of both (paired, their rows stacked)
+/// or one record each, in direction order.
+struct RecordedDirections(Vec<RecordedStack>);
+
+impl RecordedDirections {
+    /// Per direction, `[B, T, P]`: the tops the softmax reads.
+    fn tops(&self) -> [Tensor<3>; 2] {
+        let tops = self.0.iter().flat_map(|stack| {
+            let n_stacks = stack.finals.len();
+            let batch = stack.top.dims()[0] / n_stacks;
+            (0..n_stacks).map(move |g| stack.top.clone().narrow(0, g * batch, batch))
+        });
+        two(tops.collect())
+    }
+
+    /// Per direction, the state after the last step of each layer.
+    fn finals(&self) -> [Vec<LstmState>; 2] {
+        two(self.0.iter().flat_map(|s| s.finals.clone()).collect())
+    }
+}
+
+/// The two items of `items`, one per direction.
+fn two<T>(items: Vec<T>) -> [T; 2] {
+    items
+        .try_into()
+        .unwrap_or_else(|items: Vec<T>| panic!("2 directions, not {}", items.len()))
+}
 
 /// The softmax part of a step: the losses and, when finite, the gradient of each stack's top
 /// `[B, T, P]` (forward, backward) and the softmax parameters' gradients.
@@ -29,7 +72,8 @@ struct SoftmaxStep {
 impl BiLanguageModel {
     /// [`Self::loss`] and the gradient of every trainable parameter, for a training step
     /// (`device` with autodiff). Packed (stateful) batches take the fast path: the LSTM stacks run
-    /// outside autodiff, one thread per direction, and are backpropagated by hand; the softmax
+    /// outside autodiff, one thread per direction on a CPU and both as one on a GPU
+    /// ([`pair_directions`]), and are backpropagated by hand; the softmax
     /// (full or sampled) is differentiated by hand too; the token encoder goes through autodiff, receiving both stacks' input gradients in one backward pass.
     /// Sentence batches (rows of different lengths) use autodiff throughout. Both paths give
     /// the same gradients up to float rounding (tested). `grads` is `None` when the loss is not
@@ -64,21 +108,38 @@ impl BiLanguageModel {
             None => (None, None),
         };
         let skip = self.bilm.use_skip_connections;
-        let (f_in, b_in) = (
-            embedded.clone().narrow(0, 0, n_rows),
-            embedded.clone().narrow(0, n_rows, n_rows),
-        );
-        let (f_stack, b_stack) = std::thread::scope(|scope| {
-            let b = scope.spawn(|| {
-                let dropout = self.stack_dropout(dropout_seed, 1);
-                forward_stack(&self.bilm.backward_layers, skip, b_in, b_start, dropout)
-            });
-            let dropout = self.stack_dropout(dropout_seed, 0);
-            let f = forward_stack(&self.bilm.forward_layers, skip, f_in, f_start, dropout);
-            (f, b.join().expect("backward LSTM thread panicked"))
+        let stacks: [&[LstmWithProjection]; 2] =
+            [&self.bilm.forward_layers, &self.bilm.backward_layers];
+        let recorded = RecordedDirections(if pair_directions(&embedded) {
+            vec![forward_stack(
+                &stacks,
+                skip,
+                embedded.clone(),
+                vec![f_start, b_start],
+                vec![
+                    self.stack_dropout(dropout_seed, 0),
+                    self.stack_dropout(dropout_seed, 1),
+                ],
+            )]
+        } else {
+            let run = |direction: usize, start| {
+                forward_stack(
+                    &stacks[direction..=direction],
+                    skip,
+                    embedded.clone().narrow(0, direction * n_rows, n_rows),
+                    vec![start],
+                    vec![self.stack_dropout(dropout_seed, direction as u64)],
+                )
+            };
+            std::thread::scope(|scope| {
+                let b = scope.spawn(|| run(1, b_start));
+                let f = run(0, f_start);
+                vec![f, b.join().expect("backward LSTM thread panicked")]
+            })
         });
         step_profile::mark(device, "LSTM forward");
-        let tops = [&f_stack.top, &b_stack.top];
+        let [f_top, b_top] = recorded.tops();
+        let tops = [&f_top, &b_top];
         let targets = [forward_targets, backward_targets];
         let candidates = match softmax {
             SoftmaxMode::Full => None,
@@ -86,28 +147,41 @@ impl BiLanguageModel {
         };
         let SoftmaxStep { loss, gradients } = self.softmax_step(tops, targets, candidates);
         step_profile::mark(device, "softmax");
+        let [forward_finals, backward_finals] = recorded.finals();
         let step = LmStep {
             loss,
             state: Some(CarriedState {
-                forward: f_stack.finals.clone(),
-                backward: b_stack.finals.clone(),
+                forward: forward_finals,
+                backward: backward_finals,
             }),
         };
         let Some(([f_grad, b_grad], mut grads)) = gradients else {
             return LmGradients { step, grads: None };
         };
-        let (f_grads, b_grads) = std::thread::scope(|scope| {
-            let b =
-                scope.spawn(|| backward_stack(&self.bilm.backward_layers, skip, b_stack, b_grad));
-            let f = backward_stack(&self.bilm.forward_layers, skip, f_stack, f_grad);
-            (f, b.join().expect("backward LSTM thread panicked"))
-        });
+        let StackGradients {
+            embedded: grad_embedded,
+            layers: layer_grads,
+        } = match <[RecordedStack; 2]>::try_from(recorded.0) {
+            Err(mut paired) => backward_stack(
+                &stacks,
+                skip,
+                paired.remove(0),
+                Tensor::cat(vec![f_grad, b_grad], 0),
+            ),
+            Ok([f_stack, b_stack]) => {
+                let (f, b) = std::thread::scope(|scope| {
+                    let b = scope.spawn(|| backward_stack(&stacks[1..], skip, b_stack, b_grad));
+                    let f = backward_stack(&stacks[..1], skip, f_stack, f_grad);
+                    (f, b.join().expect("backward LSTM thread panicked"))
+                });
+                StackGradients {
+                    embedded: Tensor::cat(vec![f.embedded, b.embedded], 0),
+                    layers: [f.layers, b.layers].concat(),
+                }
+            }
+        };
         step_profile::mark(device, "LSTM backward");
-        let stacks = [
-            (&self.bilm.forward_layers, f_grads.layers),
-            (&self.bilm.backward_layers, b_grads.layers),
-        ];
-        for (layers, gradients) in stacks {
+        for (layers, gradients) in stacks.into_iter().zip(layer_grads) {
             for (layer, g) in layers.iter().zip(gradients) {
                 register_if_trained(&mut grads, &layer.input_weight, g.input_weight);
                 register_if_trained(&mut grads, &layer.state_weight, g.state_weight);
@@ -116,7 +190,6 @@ impl BiLanguageModel {
             }
         }
         if embedded.is_tracked() {
-            let grad_embedded = Tensor::cat(vec![f_grads.embedded, b_grads.embedded], 0);
             let encoder = &self.bilm.token_encoder;
             let surrogate = (embedded * grad_embedded).sum();
             let encoder_grads = GradientsParams::from_grads(surrogate.backward(), encoder);

@@ -164,7 +164,8 @@ fn fast_training_step_equals_autodiff() {
     check_fast_step(Device::flex());
 }
 
-/// The same on wgpu (in CI: lavapipe), where the two LSTM stacks' threads share one GPU device.
+/// The same on wgpu (in CI: lavapipe), where the two LSTM stacks run as one group (the
+/// directions paired: fused kernels and products over both stacks' rows).
 #[test]
 fn fast_training_step_equals_autodiff_on_wgpu() {
     if let Some(device) =
@@ -212,6 +213,31 @@ fn check_fast_step_with(config: &TrainConfig, device: Device) -> f32 {
             "{loss} vs {expected_loss}"
         );
         full_loss.get_or_insert(loss);
+        // The state carried to the next batch: each direction's own, every layer.
+        let (expected_state, got_state) = (
+            reference.state.expect("a packed batch carries state"),
+            fast.step.state.expect("a packed batch carries state"),
+        );
+        let directions = [
+            (&expected_state.forward, &got_state.forward),
+            (&expected_state.backward, &got_state.backward),
+        ];
+        for (direction, (expected, got)) in directions.into_iter().enumerate() {
+            assert_eq!(expected.len(), got.len());
+            for (layer, (e, g)) in expected.iter().zip(got).enumerate() {
+                let differences = [
+                    (e.hidden.clone() - g.hidden.clone()).abs().max(),
+                    (e.memory.clone() - g.memory.clone()).abs().max(),
+                ];
+                for difference in differences {
+                    let difference: f32 = difference.into_scalar();
+                    assert!(
+                        difference < 1e-5,
+                        "direction {direction} layer {layer}: carried state differs by {difference}"
+                    );
+                }
+            }
+        }
         let got = fast.grads.expect("finite loss");
         let mut compare = CompareGradients {
             expected: &expected,
