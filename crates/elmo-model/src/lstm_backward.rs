@@ -363,7 +363,7 @@ impl<'a> LstmGroup<'a> {
     ) -> LstmGroupGradients {
         let grad_outputs = grad_outputs.inner();
         let device = grad_outputs.device();
-        let [rows, n_steps, d_projection] = grad_outputs.dims();
+        let [rows, n_steps, _] = grad_outputs.dims();
         let batch = rows / self.n_layers();
         let d_cell = self.first().d_cell();
         let d_input = tape.inputs[0].dims()[1];
@@ -442,7 +442,6 @@ impl<'a> LstmGroup<'a> {
                     .matmul(rows_of(&grad_projected, g)),
             });
         }
-        debug_assert_eq!(grad_projected.dims()[2], d_projection);
         LstmGroupGradients {
             inputs: joined(grad_inputs, 0),
             weights: grad_weights,

@@ -73,15 +73,6 @@ impl SplitLayout {
     }
 }
 
-/// The split layout of a `[B, K]` matrix in `n_slices` slices of K (one group): `[S, B, K / S]`.
-pub fn split_shape(dims: [usize; 2], n_slices: usize) -> [usize; 3] {
-    SplitLayout {
-        n_groups: 1,
-        n_slices,
-    }
-    .shape(dims)
-}
-
 /// Right-hand factors `[K, N]`, one per group of rows, prepared once for many products `x · W`
 /// (one per time step).
 #[derive(Clone, Debug)]

@@ -173,8 +173,13 @@ pub(crate) fn backward_stack(
             inputs,
             mut weights,
         } = LstmGroup::new(group).backward_recorded(tape, grad.clone());
-        for (weights, (_, mask)) in weights.iter_mut().zip(dropped.iter().flatten()) {
-            weights.state_weight = weights.state_weight.clone() * mask.clone();
+        if let Some(dropped) = &dropped {
+            weights = (weights.into_iter().zip(dropped))
+                .map(|(mut w, (_, mask))| {
+                    w.state_weight = w.state_weight * mask.clone();
+                    w
+                })
+                .collect();
         }
         let grad_input = if index > 0 && use_skip_connections {
             inputs + grad
