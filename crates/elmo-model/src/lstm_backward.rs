@@ -189,10 +189,17 @@ impl<'a> LstmGroup<'a> {
             .collect()
     }
 
-    /// Each layer's rows of `x` (`[G·B, ·, ·]`; a view).
-    fn rows(&self, x: &Tensor<3>, layer: usize) -> Tensor<3> {
-        let batch = x.dims()[0] / self.n_layers();
+    /// Layer `layer`'s rows of `x`, the rows of `n_layers` layers stacked (`[G·B, ..]` →
+    /// `[B, ..]`; a view): the group's row layout, for callers that split its outputs.
+    pub fn rows_of<const D: usize>(x: &Tensor<D>, layer: usize, n_layers: usize) -> Tensor<D> {
+        let batch = x.dims()[0] / n_layers;
         x.clone().narrow(0, layer * batch, batch)
+    }
+
+    /// The rows of each layer (`[B, ..]` each) stacked in order, `[G·B, ..]` (one layer's
+    /// itself, uncopied): the inverse of [`Self::rows_of`].
+    pub fn stacked_rows<const D: usize>(parts: Vec<Tensor<D>>) -> Tensor<D> {
+        joined(parts, 0)
     }
 
     /// [`LstmWithProjection::forward_recorded`] for the group: every layer over its rows.
@@ -237,7 +244,7 @@ impl<'a> LstmGroup<'a> {
             .unwrap_or_else(|| layer.zero_state(rows, &device));
         let activation = GateActivation::new(d_cell, &device);
         let flat_inputs: Vec<Tensor<2>> = (0..n_layers)
-            .map(|g| time_major(self.rows(&inputs, g)))
+            .map(|g| time_major(Self::rows_of(&inputs, g, n_layers)))
             .collect();
         // All steps' input contributions (with the bias) in one matmul per layer.
         let projected = joined(
@@ -443,7 +450,7 @@ impl<'a> LstmGroup<'a> {
             });
         }
         LstmGroupGradients {
-            inputs: joined(grad_inputs, 0),
+            inputs: Self::stacked_rows(grad_inputs),
             weights: grad_weights,
         }
     }
@@ -502,16 +509,8 @@ impl<'a> LstmGroup<'a> {
             2,
         );
         let from_cell_output = tanh_memory.clone() * derivative(3);
-        let grad_outputs = joined(
-            (0..self.n_layers())
-                .map(|g| {
-                    let rows = self.rows(&grad_outputs, g);
-                    let batch = rows.dims()[0];
-                    time_major(rows).reshape([n_steps, batch, d_projection])
-                })
-                .collect(),
-            1,
-        );
+        // Time-major, every layer's rows: row `t·G·B + g·B + b`, the records' layout.
+        let grad_outputs = time_major(grad_outputs).reshape([n_steps, rows, d_projection]);
         let grad_hidden_out = masked(grad_outputs, hidden_kept.clone());
 
         let mut grad_gates = Tensor::<3>::empty([n_steps, rows, 4 * d_cell], &device);
@@ -865,8 +864,8 @@ mod tests {
             let case = WideCase::new(&device, 2 * batch);
             let (output, grads) = case.run(&[&layers[0], &layers[1]], kernels);
             for (g, layer) in layers.iter().enumerate() {
-                let rows3 = |x: &Tensor<3>| x.clone().narrow(0, g * batch, batch);
-                let rows2 = |x: &Tensor<2>| x.clone().narrow(0, g * batch, batch);
+                let rows3 = |x: &Tensor<3>| LstmGroup::rows_of(x, g, 2);
+                let rows2 = |x: &Tensor<2>| LstmGroup::rows_of(x, g, 2);
                 let grouped = (
                     LstmOutput {
                         outputs: rows3(&output.outputs),

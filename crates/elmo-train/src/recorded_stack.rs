@@ -37,24 +37,11 @@ pub(crate) struct StackGradients {
     pub layers: Vec<Vec<LstmWeightGradients>>,
 }
 
-/// `parts` (one per stack) stacked along the rows (one part itself, uncopied).
-fn stacked_rows<const D: usize>(mut parts: Vec<Tensor<D>>) -> Tensor<D> {
-    match parts.len() {
-        1 => parts.remove(0),
-        _ => Tensor::cat(parts, 0),
-    }
-}
-
-/// [`stacked_rows`] of every stack's mask; `None` when dropout is off.
+/// Every stack's mask, stacked along the rows as the group's (`LstmGroup::stacked_rows`);
+/// `None` when dropout is off.
 fn stacked_masks(masks: Vec<Option<Tensor<3>>>) -> Option<Tensor<3>> {
     let masks: Option<Vec<_>> = masks.into_iter().collect();
-    masks.map(stacked_rows)
-}
-
-/// Stack `index` of `n` stacks' rows of `x` (a view).
-fn rows_of<const D: usize>(x: &Tensor<D>, index: usize, n: usize) -> Tensor<D> {
-    let batch = x.dims()[0] / n;
-    x.clone().narrow(0, index * batch, batch)
+    masks.map(LstmGroup::stacked_rows)
 }
 
 /// Runs `stacks` (G stacks of one shape) over `embedded`, stack `g` on rows `g·B .. (g+1)·B`
@@ -108,16 +95,16 @@ pub(crate) fn forward_stack(
         let start = starts.map(|starts| {
             let (hidden, memory) = starts.into_iter().map(|s| (s.hidden, s.memory)).unzip();
             LstmState {
-                hidden: stacked_rows(hidden),
-                memory: stacked_rows(memory),
+                hidden: LstmGroup::stacked_rows(hidden),
+                memory: LstmGroup::stacked_rows(memory),
             }
         });
         let group = LstmGroup::new(layers.iter().map(|layer| layer.as_ref()).collect());
         let (out, tape) = group.forward_recorded(input.clone(), start);
         for (g, stack_finals) in finals.iter_mut().enumerate() {
             stack_finals.push(LstmState {
-                hidden: rows_of(&out.final_state.hidden, g, n_stacks),
-                memory: rows_of(&out.final_state.memory, g, n_stacks),
+                hidden: LstmGroup::rows_of(&out.final_state.hidden, g, n_stacks),
+                memory: LstmGroup::rows_of(&out.final_state.memory, g, n_stacks),
             });
         }
         tapes.push(tape);

@@ -9,7 +9,7 @@ use burn::optim::GradientsParams;
 use burn::tensor::{Device, Tensor};
 use elmo_model::cube_tensor::fused_kernels_for;
 use elmo_model::index_add::add_rows;
-use elmo_model::{LstmState, LstmWithProjection};
+use elmo_model::{LstmGroup, LstmState, LstmWithProjection};
 
 use crate::batcher::{LmBatch, Targets};
 use crate::language_model::{
@@ -43,8 +43,7 @@ impl RecordedDirections {
     fn tops(&self) -> [Tensor<3>; 2] {
         let tops = self.0.iter().flat_map(|stack| {
             let n_stacks = stack.finals.len();
-            let batch = stack.top.dims()[0] / n_stacks;
-            (0..n_stacks).map(move |g| stack.top.clone().narrow(0, g * batch, batch))
+            (0..n_stacks).map(move |g| LstmGroup::rows_of(&stack.top, g, n_stacks))
         });
         two(tops.collect())
     }
