@@ -25,11 +25,13 @@ sampler=$!
 
 # The cost of one kernel launch (µs per elementwise op issued in a row, to the results): wgpu as
 # built (and with cubecl's submissions batched by 128 tasks instead of 32), then PyTorch on CUDA.
-{
-    echo "== launch probe"
-    timeout 60 /tmp/bench_train --launch-probe wgpu
-    CUBECL_WGPU_MAX_TASKS=128 timeout 60 /tmp/bench_train --launch-probe wgpu | sed 's/^LAUNCH /LAUNCH max_tasks=128 /'
-    timeout 60 python3 - <<'PY'
+# PROBE=0 leaves it out.
+if [ "${PROBE:-1}" = 1 ]; then
+    {
+        echo "== launch probe"
+        timeout 60 /tmp/bench_train --launch-probe wgpu
+        CUBECL_WGPU_MAX_TASKS=128 timeout 60 /tmp/bench_train --launch-probe wgpu | sed 's/^LAUNCH /LAUNCH max_tasks=128 /'
+        timeout 60 python3 - <<'PY'
 import time, torch
 for shape, n in [((1, 1), 5000), ((64, 1200), 2000)]:
     x = torch.zeros(shape, device="cuda")
@@ -45,18 +47,40 @@ for shape, n in [((1, 1), 5000), ((64, 1200), 2000)]:
     print(f"LAUNCH backend=torch-cuda shape={shape[0]}x{shape[1]} ops={n} "
           f"issue_us={1e6 * issued / n:.1f} total_us={1e6 * total / n:.1f}")
 PY
-} 2>&1 | grep -v XDG_RUNTIME_DIR | tee -a "$log"
+    } 2>&1 | grep -v XDG_RUNTIME_DIR | tee -a "$log"
+fi
+# BACKENDS: the variants of this build to run (default `wgpu-apart,wgpu-whole,wgpu`);
+# BASELINE=NAME: also run `.device/NAME.xz` (another build's `bench_train`, stripped and
+# compressed here) on each shape first, as `RESULT build=NAME …`, to measure a change.
+if [ -n "${BASELINE:-}" ]; then
+    xz -dc ".device/$BASELINE.xz" > "/tmp/$BASELINE" && chmod +x "/tmp/$BASELINE"
+fi
 bench() {
     echo "== $*" | tee -a "$log"
-    timeout 150 /tmp/bench_train --backends wgpu-apart,wgpu-whole,wgpu --peer python3 --peer-device cuda \
+    if [ -n "${BASELINE:-}" ]; then
+        timeout 100 "/tmp/$BASELINE" --child wgpu --steps 10 "$@" 2>&1 | grep '^RESULT' \
+            | sed "s|^RESULT |RESULT build=$BASELINE |" | tee -a "$log"
+    fi
+    timeout 150 /tmp/bench_train --backends "${BACKENDS:-wgpu-apart,wgpu-whole,wgpu}" \
+        --peer python3 --peer-device cuda \
         --peer-script xtask/peer/bilm_train_pytorch.py --steps 10 "$@" 2>&1 \
         | grep -v XDG_RUNTIME_DIR | tee -a "$log"
 }
 bench --preset examples/configs/ptb-large.json --batch-size 64 --unroll-steps 35 --vocab-size 10002
 bench --preset examples/configs/ptb-small.json --batch-size 128 --unroll-steps 35 --vocab-size 10002
 bench --preset small --batch-size 32 --unroll-steps 20
-ELMO_STEP_PROFILE=1 bench --preset examples/configs/ptb-large.json --batch-size 64 --unroll-steps 35 \
-    --vocab-size 10002
+# PHASES=0 leaves out the phases of a step (`ELMO_STEP_PROFILE=1`).
+if [ "${PHASES:-1}" = 1 ]; then
+    ELMO_STEP_PROFILE=1 bench --preset examples/configs/ptb-large.json --batch-size 64 \
+        --unroll-steps 35 --vocab-size 10002
+fi
+# LOSS_CHECK=1: every step's loss with the fused kernels and with burn's operations
+# (`wgpu-unfused`): the same model, data and seed, so equal to float rounding.
+if [ "${LOSS_CHECK:-0}" = 1 ]; then
+    echo "== loss check" | tee -a "$log"
+    timeout 150 /tmp/bench_train --backends wgpu-unfused,wgpu --steps 5 --preset small \
+        --batch-size 32 --unroll-steps 20 2>&1 | grep -v XDG_RUNTIME_DIR | tee -a "$log"
+fi
 # The largest batches of session 15, while the call has time left (the machine's minutes are few).
 if [ "$SECONDS" -lt 330 ]; then
     bench --preset examples/configs/ptb-large.json --batch-size 256 --unroll-steps 35 --vocab-size 10002

@@ -20,10 +20,11 @@
 use burn::tensor::Tensor;
 
 use crate::cube_lstm_cell::{self, CellKernels, CellRecords};
+use crate::cube_reduce::sum_columns;
 use crate::cube_tensor;
 use crate::gate_activation::GateActivation;
 use crate::lstm_projection::{LstmOutput, LstmState, LstmWithProjection};
-use crate::split_product::SplitWeight;
+use crate::split_product::{SplitWeight, transposed_product};
 
 /// The record of a recorded forward pass ([`LstmWithProjection::forward_recorded`],
 /// [`LstmGroup::forward_recorded`]), consumed by the matching backward pass. Time-major (row
@@ -438,15 +439,20 @@ impl<'a> LstmGroup<'a> {
                     .reshape([n_steps, batch, d_input])
                     .swap_dims(0, 1),
             );
+            // Products over all T·B rows: split over them where the fused kernels run.
             grad_weights.push(LstmWeightGradients {
-                input_weight: inputs.transpose().matmul(grad_gates.clone()),
-                state_weight: rows_of(&hidden_prev, g)
-                    .transpose()
-                    .matmul(grad_gates.clone()),
-                bias: grad_gates.sum_dim(0).reshape([4 * d_cell]),
-                projection: rows_of(&projection_inputs, g)
-                    .transpose()
-                    .matmul(rows_of(&grad_projected, g)),
+                input_weight: transposed_product(inputs, grad_gates.clone(), fused),
+                state_weight: transposed_product(
+                    rows_of(&hidden_prev, g),
+                    grad_gates.clone(),
+                    fused,
+                ),
+                bias: sum_columns(grad_gates),
+                projection: transposed_product(
+                    rows_of(&projection_inputs, g),
+                    rows_of(&grad_projected, g),
+                    fused,
+                ),
             });
         }
         LstmGroupGradients {

@@ -35,6 +35,50 @@ pub fn slices_for(k: usize) -> usize {
         .unwrap_or(1)
 }
 
+/// The most values of the partial results of a split over rows ([`slices_over_rows`]): 64 MiB
+/// of `f32`.
+const MAX_PARTIAL_VALUES: usize = 1 << 24;
+
+/// The slices that `rows` rows are split into for a reduction over them to `width` values per
+/// slice ([`transposed_product`], `cube_reduce::sum_columns`): when `split` and
+/// [`split_enabled`], the most slices (at most 32) that divide the rows into equal slices of at
+/// least 128 and keep the partial results within 64 MiB; 1 (whole) otherwise.
+pub fn slices_over_rows(split: bool, rows: usize, width: usize) -> usize {
+    if !(split && split_enabled()) {
+        return 1;
+    }
+    let most = MAX_SLICES
+        .min(rows / MIN_SLICE)
+        .min(MAX_PARTIAL_VALUES / width.max(1));
+    (2..=most)
+        .rev()
+        .find(|s| rows.is_multiple_of(*s))
+        .unwrap_or(1)
+}
+
+/// `lhsᵀ · rhs` over many rows: a weight's gradient, whose inner dimension is every row of a
+/// batch (`T·B`, 17,920 at `ptb-small.json` 512 × 35) and whose output is a few cubes of
+/// burn's matmul, each walking all the rows. Where `split` (the caller runs on a CubeCL device
+/// with the fused kernels) the rows are split into [`slices_over_rows`] slices: one batched
+/// product of `[S, M, N]` partial products, then their sum.
+///
+/// # Shapes
+/// - lhs: `[R, M]`; rhs: `[R, N]`; output: `[M, N]`
+pub fn transposed_product(lhs: Tensor<2>, rhs: Tensor<2>, split: bool) -> Tensor<2> {
+    let [rows, m] = lhs.dims();
+    let n = rhs.dims()[1];
+    let n_slices = slices_over_rows(split, rows, m * n);
+    if n_slices == 1 {
+        return lhs.transpose().matmul(rhs);
+    }
+    let slice = rows / n_slices;
+    lhs.reshape([n_slices, slice, m])
+        .swap_dims(1, 2)
+        .matmul(rhs.reshape([n_slices, slice, n]))
+        .sum_dim(0)
+        .reshape([m, n])
+}
+
 /// Whether products are split: unless `ELMO_SPLIT_PRODUCTS=off`.
 pub fn split_enabled() -> bool {
     std::env::var(SPLIT_PRODUCTS_VARIABLE).map_or(true, |value| value != "off")
@@ -266,6 +310,47 @@ mod tests {
                 .left_product(rows)
                 .into_data()
                 .assert_approx_eq::<f32>(&expected, Tolerance::absolute(1e-4));
+        }
+    }
+
+    #[test]
+    fn row_slices_divide_the_rows_and_bound_the_partial_results() {
+        // LSTM weight gradients at ptb-small.json 512 × 35 (17,920 rows), ptb-large.json 64 × 35
+        // (2,240 rows), a state weight of ptb-large ([1200, 4800]: 2 slices of 5.8M values),
+        // too few rows, a prime number of rows, and not split.
+        let cases = [
+            (true, 17_920, 448 * 256, 32),
+            (true, 2_240, 256 * 4_800, 10),
+            (true, 2_240, 1_200 * 4_800, 2),
+            (true, 255, 10, 1),
+            (true, 1_031, 10, 1),
+            (false, 17_920, 10, 1),
+        ];
+        for (split, rows, width, expected) in cases {
+            assert_eq!(
+                slices_over_rows(split, rows, width),
+                expected,
+                "{rows} rows of {width}"
+            );
+        }
+    }
+
+    #[test]
+    fn transposed_products_equal_the_whole_product() {
+        let mut devices = vec![Device::flex()];
+        devices.extend(wgpu_device_or_skip(
+            "transposed_products_equal_the_whole_product",
+        ));
+        for device in devices {
+            let lhs = Tensor::<2>::random([1_536, 9], Distribution::Normal(0.0, 1.0), &device);
+            let rhs = Tensor::<2>::random([1_536, 5], Distribution::Normal(0.0, 1.0), &device);
+            let expected = lhs.clone().transpose().matmul(rhs.clone()).into_data();
+            assert_eq!(slices_over_rows(true, 1_536, 45), 12);
+            for split in [false, true] {
+                transposed_product(lhs.clone(), rhs.clone(), split)
+                    .into_data()
+                    .assert_approx_eq::<f32>(&expected, Tolerance::absolute(1e-3));
+            }
         }
     }
 }

@@ -86,6 +86,7 @@ fn child(backend: &str, s: &Settings) {
     let mut batcher = Batcher::new(vec![corpus], false, Arc::new(vocab.clone()), shape, Some(1));
     let mut state: Option<CarriedState> = None;
     let mut targets = 0usize;
+    let mut losses_per_step = Vec::with_capacity(s.steps + 1);
     let mut start = Instant::now();
     for step in 0..=s.steps {
         if step == 1 {
@@ -111,6 +112,7 @@ fn child(backend: &str, s: &Settings) {
         );
         model = next;
         targets += (losses.n_forward + losses.n_backward) as usize;
+        losses_per_step.push(format!("{:.6}", losses.loss));
     }
     let seconds = start.elapsed().as_secs_f64();
     let _ = std::fs::remove_dir_all(&dir);
@@ -123,6 +125,8 @@ fn child(backend: &str, s: &Settings) {
             100.0 * total.as_secs_f64() / profiled
         );
     }
+    // Every step's loss (warm-up first), to compare implementations: one model, seed and data.
+    println!("LOSSES {backend}: {}", losses_per_step.join(" "));
     println!(
         "RESULT backend={backend} targets={targets} seconds={seconds:.3} tokens_per_s={:.1} peak_rss_mib={:.0} parameters={}",
         targets as f64 / seconds,
@@ -278,6 +282,10 @@ fn main() {
             let stdout = String::from_utf8_lossy(&output.stdout);
             for line in stdout.lines().filter(|l| l.starts_with("PHASE ")) {
                 println!("{line}");
+            }
+            for line in stdout.lines().filter_map(|l| l.strip_prefix("LOSSES ")) {
+                let losses = line.split_once(": ").map_or(line, |(_, losses)| losses);
+                println!("LOSSES {name}: {losses}");
             }
             match stdout.lines().find(|l| l.starts_with("RESULT")) {
                 Some(line) => {

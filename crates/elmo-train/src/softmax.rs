@@ -5,6 +5,7 @@
 use burn::module::{Module, Param};
 use burn::nn::Initializer;
 use burn::tensor::{Device, Int, Tensor, TensorData};
+use elmo_model::cube_reduce::{RowReduction, reduce_rows, sum_columns};
 use elmo_model::cube_tensor::fused_kernels_for;
 use elmo_model::index_add::{add_elements, add_rows};
 use elmo_model::split_product::SplitWeight;
@@ -262,10 +263,10 @@ impl Softmax {
                 chunk(&not_candidate),
             );
             let logits = rows.clone().matmul(candidate_weight_t.clone()) + candidate_bias.clone();
-            let max = logits.clone().max_dim(1).max_pair(y.clone());
+            let max = reduce_rows(logits.clone(), RowReduction::Max).max_pair(y.clone());
             let exp = (logits - max.clone()).exp();
             let true_exp = (y.clone() - max.clone()).exp() * outside;
-            let sum = exp.clone().sum_dim(1) + true_exp.clone();
+            let sum = reduce_rows(exp.clone(), RowReduction::Sum) + true_exp.clone();
             nll.push((sum.clone().log() + max - y).reshape([len]));
             // ∂/∂y = scale · (p_true − 1); ∂/∂z = scale · softmax, in the logits' buffer.
             let per_sum = scale.clone() / sum;
@@ -275,7 +276,8 @@ impl Softmax {
                 candidate_product.left_product(grad_logits.clone())
                     + chunk(&target_weight) * dy.clone(),
             );
-            grad_candidate_bias = grad_candidate_bias + grad_logits.clone().sum_dim(0);
+            grad_candidate_bias =
+                grad_candidate_bias + sum_columns(grad_logits.clone()).unsqueeze_dim(0);
             grad_candidate_weight = grad_candidate_weight + grad_logits.transpose().matmul(rows);
             grad_true.push(dy);
             start += len;
