@@ -8,6 +8,8 @@
 # PyTorch peer on CUDA, for the shapes of docs/benchmarks.md (session 15), one after the other in
 # the same minutes (burn's own operations, `wgpu-unfused`, were measured in session 40);
 # first, the cost of one kernel launch on each (`bench_train --launch-probe`, a torch loop).
+# Variables (below): BACKENDS, BASELINE, PROBE, PHASES, LOSS_CHECK, WARM. Session 42's call:
+#   PROBE=0 PHASES=0 LOSS_CHECK=1 BASELINE=bench_train_c06e71c BACKENDS=wgpu bash xtask/device/bench-train-gpu.sh
 # Output: $OUT/bench-train-gpu.log (also printed), $OUT/gpu-memory.csv (nvidia-smi every 100 ms).
 set -uo pipefail
 source xtask/device/setup.sh
@@ -57,6 +59,14 @@ if [ -n "${BASELINE:-}" ]; then
 fi
 bench() {
     echo "== $*" | tee -a "$log"
+    # A shape's first process on a fresh machine ran at a third to a half of the speed of the
+    # next ones (session 42: the driver compiling and caching its kernels); one untimed process
+    # per build first, unless WARM=0.
+    if [ "${WARM:-1}" = 1 ]; then
+        for build in ${BASELINE:+"/tmp/$BASELINE"} /tmp/bench_train; do
+            timeout 100 "$build" --child wgpu --steps 2 "$@" > /dev/null 2>&1
+        done
+    fi
     if [ -n "${BASELINE:-}" ]; then
         timeout 100 "/tmp/$BASELINE" --child wgpu --steps 10 "$@" 2>&1 | grep '^RESULT' \
             | sed "s|^RESULT |RESULT build=$BASELINE |" | tee -a "$log"

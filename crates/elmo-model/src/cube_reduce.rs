@@ -91,17 +91,16 @@ pub fn sum_columns(matrix: Tensor<2>) -> Tensor<1> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use burn::tensor::{Device, Distribution, Tolerance};
+    use burn::tensor::{Distribution, Tolerance};
 
-    use crate::wgpu_probe::wgpu_device_or_skip;
+    use crate::wgpu_probe::flex_and_wgpu;
 
     /// Row maxima and sums, and column sums (split into slices at 4,096 rows), equal a host
     /// computation, on flex and (where there is one) wgpu, with rows wider than a plane and not
     /// a multiple of its width.
     #[test]
     fn reductions_equal_a_host_computation() {
-        let mut devices = vec![Device::flex()];
-        devices.extend(wgpu_device_or_skip("reductions_equal_a_host_computation"));
+        let devices = flex_and_wgpu("reductions_equal_a_host_computation");
         for device in devices {
             for [rows, width] in [[5, 1001], [3, 7], [4096, 96]] {
                 let matrix =

@@ -60,7 +60,7 @@ mod tests {
     use super::*;
     use burn::tensor::{Device, TensorData, Tolerance};
 
-    use crate::wgpu_probe::wgpu_device_or_skip;
+    use crate::wgpu_probe::flex_and_wgpu;
 
     /// Rows 0..n_rows of a small table, ids with repeats (and one row never picked).
     fn case(device: &Device) -> (Tensor<2>, Tensor<2, Int>, Tensor<3>) {
@@ -130,10 +130,7 @@ mod tests {
         let expected_rows = TensorData::new(rows, [2, 3, 4]);
         let expected_grad = TensorData::new(added[..20].to_vec(), [5, 4]);
         let expected_added = TensorData::new(added, [25]);
-        let mut devices = vec![Device::flex()];
-        devices.extend(wgpu_device_or_skip(
-            "lookup_and_scatter_add_match_a_host_reference",
-        ));
+        let devices = flex_and_wgpu("lookup_and_scatter_add_match_a_host_reference");
         for device in devices {
             let (rows, grad, added) = lookup_and_gradient(&device);
             rows.assert_approx_eq::<f32>(&expected_rows, Tolerance::absolute(1e-6));

@@ -1,7 +1,8 @@
 //! Matrix products with a long inner dimension split into independent slices that are summed
 //! afterwards (split-K), for the small per-step products of the LSTM recurrence and the
 //! softmax's `∂/∂z · W` on a GPU (the char CNN's weight gradients use the same rule,
-//! `char_cnn.rs`).
+//! `char_cnn.rs`), and the LSTM's weight gradients, split over the batch's rows
+//! (`transposed_product`).
 //!
 //! burn's CubeCL matmul (without its `autotune` feature) gives each cube a 64 × 128 block of the
 //! output and walks the whole inner dimension K in it, so a step's `[64, 256]` output runs on
@@ -259,9 +260,9 @@ impl SplitWeight {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use burn::tensor::{Device, Distribution, Tolerance};
+    use burn::tensor::{Distribution, Tolerance};
 
-    use crate::wgpu_probe::wgpu_device_or_skip;
+    use crate::wgpu_probe::flex_and_wgpu;
 
     #[test]
     fn slices_divide_k_into_slices_of_at_least_128() {
@@ -288,10 +289,7 @@ mod tests {
 
     #[test]
     fn split_products_equal_the_whole_product() {
-        let mut devices = vec![Device::flex()];
-        devices.extend(wgpu_device_or_skip(
-            "split_products_equal_the_whole_product",
-        ));
+        let devices = flex_and_wgpu("split_products_equal_the_whole_product");
         for device in devices {
             let lhs = Tensor::<2>::random([5, 600], Distribution::Normal(0.0, 1.0), &device);
             let weight = Tensor::<2>::random([600, 7], Distribution::Normal(0.0, 1.0), &device);
@@ -337,10 +335,7 @@ mod tests {
 
     #[test]
     fn transposed_products_equal_the_whole_product() {
-        let mut devices = vec![Device::flex()];
-        devices.extend(wgpu_device_or_skip(
-            "transposed_products_equal_the_whole_product",
-        ));
+        let devices = flex_and_wgpu("transposed_products_equal_the_whole_product");
         for device in devices {
             let lhs = Tensor::<2>::random([1_536, 9], Distribution::Normal(0.0, 1.0), &device);
             let rhs = Tensor::<2>::random([1_536, 5], Distribution::Normal(0.0, 1.0), &device);

@@ -16,6 +16,8 @@
 //! time, for a binary run elsewhere), `--threads N`, `--rounds N` (run every implementation
 //! N times, alternating, and report each one's median and its ratio to the peer's: on a shared,
 //! noisy machine the ratio of medians taken in the same minutes is the number to quote).
+//! Each implementation of elmo-rs also prints every step's loss (`LOSSES name: …`, warm-up
+//! first): one model, seed and corpus, so two implementations agree to float rounding.
 //! With `ELMO_STEP_PROFILE=1` each backend also prints its step's phases (ms per step, the
 //! device synchronised at every phase boundary: see `elmo_train::step_profile`).
 //! `--launch-probe BACKEND` instead times one elementwise operation issued many times in a row

@@ -30,3 +30,12 @@ pub fn wgpu_device_or_skip(test: &str) -> Option<Device> {
         }
     }
 }
+
+/// flex, then the wgpu device where [`wgpu_device_or_skip`] opens one: the devices of a test
+/// that checks a CubeCL path against the CPU's.
+#[allow(dead_code)] // not every test target that includes this file uses it
+pub fn flex_and_wgpu(test: &str) -> Vec<Device> {
+    let mut devices = vec![Device::flex()];
+    devices.extend(wgpu_device_or_skip(test));
+    devices
+}
