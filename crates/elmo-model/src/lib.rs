@@ -22,6 +22,7 @@ pub mod char_cnn;
 pub mod char_ids;
 pub mod cpu_matmul;
 mod cube_lstm_cell;
+pub mod cube_matmul;
 pub mod cube_reduce;
 pub mod cube_tensor;
 pub mod elmo;

@@ -23,6 +23,8 @@
 //! `--launch-probe BACKEND` instead times one elementwise operation issued many times in a row
 //! (µs per operation on a 1-element and a `[64, 1200]` tensor, to the device's results): on a
 //! GPU, the cost of one kernel launch that a training step pays ~1,700 times (docs/benchmarks.md).
+//! `--matmul-probe BACKEND` times each of cubek's matmul kernels on the step's product shapes
+//! (`MATMUL` lines: µs, TFLOPS, largest difference from burn's product).
 
 use std::io::Write;
 use std::process::Command;
@@ -166,6 +168,92 @@ fn launch_probe(backend: &str) {
     }
 }
 
+/// `--matmul-probe`: µs and TFLOPS of each of cubek's matmul kernels
+/// (`elmo_model::cube_matmul::MatmulKernel`) on the product shapes of a `ptb-large.json`
+/// training step at 256 × 35 (the full softmax's chunk of 419 rows of a 10k vocabulary, the
+/// LSTM's weight gradient over 8,960 rows, one time step's products, the char CNN's highway),
+/// each product repeated after a warm-up, with its largest difference from burn's product.
+fn matmul_probe(backend: &str) {
+    use burn::tensor::{Distribution, Tensor};
+    use elmo_model::cube_matmul::{MatmulKernel, matmul_with};
+    let device = device(backend);
+    let normal = Distribution::Normal(0.0, 1.0);
+    let random = |shape: [usize; 2]| Tensor::<2>::random(shape, normal, &device);
+    // (what, lhs, rhs): a transposed factor as the training step has it.
+    let shapes = [
+        (
+            "logits h·Wt",
+            random([419, 256]),
+            random([10_002, 256]).transpose(),
+        ),
+        ("softmax dz·W", random([419, 10_002]), random([10_002, 256])),
+        (
+            "softmax dzt·h",
+            random([419, 10_002]).transpose(),
+            random([419, 256]),
+        ),
+        (
+            "lstm xt·dz",
+            random([8_960, 1_200]).transpose(),
+            random([8_960, 4_800]),
+        ),
+        ("lstm step h·W", random([128, 256]), random([256, 4_800])),
+        (
+            "lstm step dz·Wt",
+            random([128, 4_800]),
+            random([256, 4_800]).transpose(),
+        ),
+        (
+            "highway x·W",
+            random([8_960, 1_100]),
+            random([1_100, 2_200]),
+        ),
+    ];
+    for (what, lhs, rhs) in shapes {
+        let [m, k] = lhs.dims();
+        let n = rhs.dims()[1];
+        let expected = lhs.clone().matmul(rhs.clone());
+        for kernel in MatmulKernel::ALL {
+            let run = || matmul_with(lhs.clone(), rhs.clone(), kernel);
+            let product = match run() {
+                Ok(product) => product,
+                Err(error) => {
+                    println!(
+                        "MATMUL {what} {m}x{k}x{n} kernel={} unavailable: {error}",
+                        kernel.name()
+                    );
+                    continue;
+                }
+            };
+            let difference = match (product - expected.clone()).abs().max().try_into_scalar() {
+                Ok(difference) => difference,
+                Err(error) => {
+                    println!(
+                        "MATMUL {what} {m}x{k}x{n} kernel={} failed: {error:?}",
+                        kernel.name()
+                    );
+                    break;
+                }
+            };
+            let difference: f32 = difference;
+            let n_runs = 20;
+            let start = Instant::now();
+            let mut last = None;
+            for _ in 0..n_runs {
+                last = run().ok();
+            }
+            let _ = last.map(|p| p.slice([0..1, 0..1]).into_scalar::<f32>());
+            let seconds = start.elapsed().as_secs_f64() / n_runs as f64;
+            println!(
+                "MATMUL {what} {m}x{k}x{n} kernel={} us={:.1} tflops={:.2} max_difference={difference:.2e}",
+                kernel.name(),
+                1e6 * seconds,
+                2.0 * (m * k * n) as f64 / seconds / 1e12
+            );
+        }
+    }
+}
+
 fn field(line: &str, key: &str) -> String {
     line.split_whitespace()
         .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
@@ -191,6 +279,10 @@ fn main() {
     };
     if let Some(i) = args.iter().position(|a| a == "--launch-probe") {
         launch_probe(args.get(i + 1).map_or("wgpu", String::as_str));
+        return;
+    }
+    if let Some(i) = args.iter().position(|a| a == "--matmul-probe") {
+        matmul_probe(args.get(i + 1).map_or("wgpu", String::as_str));
         return;
     }
     if let Some(i) = args.iter().position(|a| a == "--child") {

@@ -1,0 +1,170 @@
+//! Matrix products through one of cubek's matmul kernels named explicitly, on a CubeCL device:
+//! to measure, on a GPU, which kernel suits each of the training step's product shapes
+//! (`bench_train --matmul-probe`).
+//!
+//! burn built without its `autotune` feature runs every product with cubek's `Auto` strategy:
+//! the tensor-core (cmma) kernels where the device offers them for the type, which wgpu does
+//! not for f32, then `SimpleUnit` with its largest register tiles (4 × 4 × 4 on an H200),
+//! ~3.6 TFLOPS on the softmax's `[419, 10,002] · [10,002, 256]` there (docs/benchmarks.md,
+//! session 42), where cuBLAS runs f32 at ~50. cubek has other unit kernels (double-buffered,
+//! smaller tiles) and a plane-cooperative GEMM; which one wins per shape is a GPU measurement.
+
+use burn::backend::cubecl::dtype_to_storage_type;
+use burn::backend::wgpu::CubeBackend;
+use burn::tensor::Tensor;
+use burn_cubecl::kernel::matmul::init_matmul_output;
+use cubek::matmul::definition::{MatmulElems, MatmulGlobalElems};
+use cubek::matmul::multi_level::Strategy as MultiLevel;
+use cubek::matmul::multi_level::routines::TileSizeSelection;
+use cubek::matmul::multi_level::routines::batch::double_unit::DoubleUnitSelectionArgs;
+use cubek::matmul::multi_level::routines::batch::simple_unit::SimpleUnitSelectionArgs;
+use cubek::matmul::multi_level::routines::gemm::GemmStrategy;
+use cubek::matmul::routine::BlueprintStrategy;
+use cubek::matmul::strategy::Strategy;
+use cubek::std::InputBinding;
+
+use crate::cube_tensor::cube_primitive;
+
+/// A matmul kernel of cubek (or burn's own choice).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MatmulKernel {
+    /// burn's `Tensor::matmul` (on a CubeCL device without `autotune`: cubek's `Auto`).
+    Burn,
+    /// `SimpleUnit`, one unit per register tile, the largest tiles (burn's fallback).
+    SimpleUnitMax,
+    /// `SimpleUnit` with the smallest tiles (more units per output).
+    SimpleUnitMin,
+    /// `DoubleUnit` (double-buffered loads), the largest tiles.
+    DoubleUnitMax,
+    /// `DoubleUnit`, the smallest tiles.
+    DoubleUnitMin,
+    /// `Gemm`: planes cooperating on blocks of the output.
+    Gemm,
+}
+
+impl MatmulKernel {
+    /// Every kernel, burn's first.
+    pub const ALL: [MatmulKernel; 6] = [
+        Self::Burn,
+        Self::SimpleUnitMax,
+        Self::SimpleUnitMin,
+        Self::DoubleUnitMax,
+        Self::DoubleUnitMin,
+        Self::Gemm,
+    ];
+
+    /// The kernel's name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Burn => "burn",
+            Self::SimpleUnitMax => "simple-unit-max",
+            Self::SimpleUnitMin => "simple-unit-min",
+            Self::DoubleUnitMax => "double-unit-max",
+            Self::DoubleUnitMin => "double-unit-min",
+            Self::Gemm => "gemm",
+        }
+    }
+
+    fn strategy(self) -> Option<Strategy> {
+        let tile = |max: bool| match max {
+            true => TileSizeSelection::MaxTileSize,
+            false => TileSizeSelection::MinTileSize,
+        };
+        let simple = |max| {
+            MultiLevel::SimpleUnit(BlueprintStrategy::Inferred(SimpleUnitSelectionArgs {
+                tile_size: tile(max),
+            }))
+        };
+        let double = |max| {
+            MultiLevel::DoubleUnit(BlueprintStrategy::Inferred(DoubleUnitSelectionArgs {
+                tile_size: tile(max),
+            }))
+        };
+        let multi_level = match self {
+            Self::Burn => return None,
+            Self::SimpleUnitMax => simple(true),
+            Self::SimpleUnitMin => simple(false),
+            Self::DoubleUnitMax => double(true),
+            Self::DoubleUnitMin => double(false),
+            Self::Gemm => MultiLevel::Gemm(BlueprintStrategy::Inferred(GemmStrategy::default())),
+        };
+        Some(multi_level.into())
+    }
+}
+
+/// `lhs · rhs` with `kernel`. An error (as text) where the kernel does not launch: not a CubeCL
+/// tensor, or a kernel the device or shape does not support.
+///
+/// # Shapes
+/// - lhs: `[…, M, K]`; rhs: `[…, K, N]`; output: `[…, M, N]`
+pub fn matmul_with<const D: usize>(
+    lhs: Tensor<D>,
+    rhs: Tensor<D>,
+    kernel: MatmulKernel,
+) -> Result<Tensor<D>, String> {
+    let Some(strategy) = kernel.strategy() else {
+        return Ok(lhs.matmul(rhs));
+    };
+    let (Some(lhs), Some(rhs)) = (cube_primitive(&lhs), cube_primitive(&rhs)) else {
+        return Err("not a CubeCL tensor".into());
+    };
+    let out = init_matmul_output(&lhs, &rhs, lhs.dtype);
+    let client = out.client.clone();
+    let mut dtypes = MatmulElems::from_globals(&MatmulGlobalElems {
+        lhs: dtype_to_storage_type(lhs.dtype),
+        rhs: dtype_to_storage_type(rhs.dtype),
+        out: dtype_to_storage_type(out.dtype),
+    });
+    let lhs_dtype = dtype_to_storage_type(lhs.dtype);
+    let rhs_dtype = dtype_to_storage_type(rhs.dtype);
+    cubek::matmul::launch::launch_ref(
+        &strategy,
+        &client,
+        InputBinding::new(lhs.binding(), lhs_dtype),
+        InputBinding::new(rhs.binding(), rhs_dtype),
+        out.clone().binding(),
+        &mut dtypes,
+    )
+    .map_err(|error| format!("{error:?}"))?;
+    Ok(Tensor::from_primitive::<CubeBackend>(out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::tensor::{Distribution, Tolerance};
+
+    use crate::wgpu_probe::wgpu_device_or_skip;
+
+    /// On wgpu, every kernel that launches gives burn's product (a row-major and a transposed
+    /// right factor, and a batch), and burn's own fallback kernel launches (on lavapipe all
+    /// of them do).
+    #[test]
+    fn every_kernel_gives_burns_product() {
+        if let Some(device) = wgpu_device_or_skip("every_kernel_gives_burns_product") {
+            let normal = Distribution::Normal(0.0, 1.0);
+            let lhs = Tensor::<3>::random([2, 37, 300], normal, &device);
+            let rhs = Tensor::<3>::random([2, 300, 45], normal, &device);
+            let rhs_transposed = Tensor::<3>::random([2, 45, 300], normal, &device).swap_dims(1, 2);
+            for right in [rhs, rhs_transposed] {
+                let expected = lhs.clone().matmul(right.clone()).into_data();
+                for kernel in MatmulKernel::ALL {
+                    match matmul_with(lhs.clone(), right.clone(), kernel) {
+                        Ok(product) => product
+                            .into_data()
+                            .assert_approx_eq::<f32>(&expected, Tolerance::absolute(1e-3)),
+                        Err(error) => {
+                            assert!(
+                                kernel != MatmulKernel::SimpleUnitMax,
+                                "{} did not launch on {device:?}: {error}",
+                                kernel.name()
+                            );
+                            assert!(kernel != MatmulKernel::Burn);
+                            eprintln!("{} does not launch on {device:?}: {error}", kernel.name());
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
