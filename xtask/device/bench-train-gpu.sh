@@ -59,9 +59,8 @@ if [ -n "${BASELINE:-}" ]; then
 fi
 bench() {
     echo "== $*" | tee -a "$log"
-    # A shape's first process on a fresh machine ran at a third to a half of the speed of the
-    # next ones (session 42: the driver compiling and caching its kernels); one untimed process
-    # per build first, unless WARM=0.
+    # A shape's first process ran at a third to a half of the speed of the next ones (session
+    # 42, cause not established); one untimed process per build first, unless WARM=0.
     if [ "${WARM:-1}" = 1 ]; then
         for build in ${BASELINE:+"/tmp/$BASELINE"} /tmp/bench_train; do
             timeout 100 "$build" --child wgpu --steps 2 "$@" > /dev/null 2>&1
