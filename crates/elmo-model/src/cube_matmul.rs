@@ -110,13 +110,13 @@ pub fn matmul_with<const D: usize>(
     };
     let out = init_matmul_output(&lhs, &rhs, lhs.dtype);
     let client = out.client.clone();
-    let mut dtypes = MatmulElems::from_globals(&MatmulGlobalElems {
-        lhs: dtype_to_storage_type(lhs.dtype),
-        rhs: dtype_to_storage_type(rhs.dtype),
-        out: dtype_to_storage_type(out.dtype),
-    });
     let lhs_dtype = dtype_to_storage_type(lhs.dtype);
     let rhs_dtype = dtype_to_storage_type(rhs.dtype);
+    let mut dtypes = MatmulElems::from_globals(&MatmulGlobalElems {
+        lhs: lhs_dtype,
+        rhs: rhs_dtype,
+        out: dtype_to_storage_type(out.dtype),
+    });
     cubek::matmul::launch::launch_ref(
         &strategy,
         &client,

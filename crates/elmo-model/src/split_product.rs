@@ -30,7 +30,13 @@ const MAX_SLICES: usize = 32;
 /// The slices that `k` is split into: the most slices (at most 32) that divide `k` into equal
 /// slices of at least 128; 1 (no split) when `k` is below 256 or has no such divisor.
 pub fn slices_for(k: usize) -> usize {
-    (2..=MAX_SLICES.min(k / MIN_SLICE))
+    slices_at_most(k, MAX_SLICES)
+}
+
+/// The most slices, at most `most` (and 32), that divide `k` into equal slices of at least 128;
+/// 1 when there is no such divisor.
+fn slices_at_most(k: usize, most: usize) -> usize {
+    (2..=most.min(MAX_SLICES).min(k / MIN_SLICE))
         .rev()
         .find(|s| k.is_multiple_of(*s))
         .unwrap_or(1)
@@ -45,16 +51,10 @@ const MAX_PARTIAL_VALUES: usize = 1 << 24;
 /// [`split_enabled`], the most slices (at most 32) that divide the rows into equal slices of at
 /// least 128 and keep the partial results within 64 MiB; 1 (whole) otherwise.
 pub fn slices_over_rows(split: bool, rows: usize, width: usize) -> usize {
-    if !(split && split_enabled()) {
-        return 1;
+    match split && split_enabled() {
+        true => slices_at_most(rows, MAX_PARTIAL_VALUES / width.max(1)),
+        false => 1,
     }
-    let most = MAX_SLICES
-        .min(rows / MIN_SLICE)
-        .min(MAX_PARTIAL_VALUES / width.max(1));
-    (2..=most)
-        .rev()
-        .find(|s| rows.is_multiple_of(*s))
-        .unwrap_or(1)
 }
 
 /// `lhsᵀ · rhs` over many rows: a weight's gradient, whose inner dimension is every row of a

@@ -225,7 +225,11 @@ fn matmul_probe(backend: &str) {
                     continue;
                 }
             };
-            let difference = match (product - expected.clone()).abs().max().try_into_scalar() {
+            let difference = match (product - expected.clone())
+                .abs()
+                .max()
+                .try_into_scalar::<f32>()
+            {
                 Ok(difference) => difference,
                 Err(error) => {
                     println!(
@@ -235,7 +239,6 @@ fn matmul_probe(backend: &str) {
                     break;
                 }
             };
-            let difference: f32 = difference;
             let n_runs = 20;
             let start = Instant::now();
             let mut last = None;

@@ -250,7 +250,7 @@ impl Softmax {
 
         let n_candidates = candidate_weight.dims()[0];
         let mut grad_candidate_weight = Tensor::<2>::zeros([n_candidates, d], &device);
-        let mut grad_candidate_bias = Tensor::<2>::zeros([1, n_candidates], &device);
+        let mut grad_candidate_bias = Tensor::<1>::zeros([n_candidates], &device);
         let (mut nll, mut grad_hidden, mut grad_true) = (Vec::new(), Vec::new(), Vec::new());
         let mut start = 0;
         while start < n {
@@ -276,8 +276,7 @@ impl Softmax {
                 candidate_product.left_product(grad_logits.clone())
                     + chunk(&target_weight) * dy.clone(),
             );
-            grad_candidate_bias =
-                grad_candidate_bias + sum_columns(grad_logits.clone()).unsqueeze_dim(0);
+            grad_candidate_bias = grad_candidate_bias + sum_columns(grad_logits.clone());
             grad_candidate_weight = grad_candidate_weight + grad_logits.transpose().matmul(rows);
             grad_true.push(dy);
             start += len;
@@ -287,7 +286,6 @@ impl Softmax {
             false => Tensor::cat(parts, 0),
         };
         let grad_true = cat(grad_true, 1);
-        let grad_candidate_bias = grad_candidate_bias.reshape([n_candidates]);
         let (grad_weight, grad_bias) = match candidate_ids {
             None => (grad_candidate_weight, grad_candidate_bias),
             Some(ids) => (
