@@ -3,8 +3,8 @@
 # `xtask/device/prepare.sh` here:
 #   run(command="bash xtask/device/bench-train-gpu.sh", carry=[".gl", ".device"], timeout_s=540)
 # `cargo xtask bench train` on one GPU: elmo-rs through wgpu with its fused kernels, the same
-# binary with the two directions' LSTM stacks run apart (`wgpu-apart`, ELMO_PAIRED_DIRECTIONS=off)
-# and with the LSTM's step products not split (`wgpu-whole`, ELMO_SPLIT_PRODUCTS=off), and the
+# binary with the two directions' LSTM stacks run apart (`wgpu-apart`, `paired_directions: false`)
+# and with the LSTM's step products not split (`wgpu-whole`, `split_products: false`), and the
 # PyTorch peer on CUDA, for the shapes of docs/benchmarks.md (session 15), one after the other in
 # the same minutes (burn's own operations, `wgpu-unfused`, were measured in session 40);
 # first, the cost of one kernel launch on each (`bench_train --launch-probe`, a torch loop).
@@ -78,9 +78,9 @@ bench() {
 bench --preset examples/configs/ptb-large.json --batch-size 64 --unroll-steps 35 --vocab-size 10002
 bench --preset examples/configs/ptb-small.json --batch-size 128 --unroll-steps 35 --vocab-size 10002
 bench --preset small --batch-size 32 --unroll-steps 20
-# PHASES=0 leaves out the phases of a step (`ELMO_STEP_PROFILE=1`).
+# PHASES=0 leaves out the phases of a step (`--phases`).
 if [ "${PHASES:-1}" = 1 ]; then
-    ELMO_STEP_PROFILE=1 bench --preset examples/configs/ptb-large.json --batch-size 64 \
+    bench --phases --preset examples/configs/ptb-large.json --batch-size 64 \
         --unroll-steps 35 --vocab-size 10002
 fi
 # LOSS_CHECK=1: every step's loss with the fused kernels and with burn's operations

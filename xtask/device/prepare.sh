@@ -13,7 +13,7 @@ for ignored in /.gl/ /.device/; do
 done
 
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}"
-cargo build --release -p elmo-train --example bench_train
+cargo build --release -p elmo-cli --example bench_train
 mkdir -p .device
 strip -o .device/bench_train "$CARGO_TARGET_DIR/release/examples/bench_train"
 xz -f -6 .device/bench_train

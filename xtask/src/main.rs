@@ -1,8 +1,10 @@
 //! `cargo xtask`: project automation (std only).
 //!
-//! - `cargo xtask ci`: `cargo fmt --check`, `cargo clippy -D warnings`, `cargo test --workspace`.
+//! - `cargo xtask ci`: `cargo fmt --check`, `cargo clippy -D warnings`, `cargo test --workspace`,
+//!   then the framework-native example (`examples/elmo-tagger`, on flex) and ~1,000 fuzz cases.
+//! - `cargo xtask fuzz [-- --cases N]`: mutation fuzzing of every reader of user files.
 //! - `cargo xtask bench [embed|train] [-- ARGS]`: the benchmarks (tokens/s, peak RSS), built in the
-//!   dev profile, which optimises everything (see Cargo.toml) so that no release-mode build is needed.
+//!   dev profile with the `elmo` binary's features, so no second build of burn (see Cargo.toml).
 
 use std::process::{Command, ExitCode};
 
@@ -36,7 +38,12 @@ fn ci() -> Result<(), String> {
     run(clippy)?;
     let mut test = cargo();
     test.args(["test", "--workspace"]);
-    run(test)
+    run(test)?;
+    let mut example = cargo();
+    example.args(["run", "--quiet", "-p", "elmo-tagger-example"]);
+    run(example)?;
+    // ~1,000 fuzz cases over every reader (`cargo xtask fuzz -- --cases N` for long runs).
+    fuzz(&["--cases".into(), "120".into()])
 }
 
 fn bench(args: &[String]) -> Result<(), String> {
@@ -53,7 +60,7 @@ fn bench(args: &[String]) -> Result<(), String> {
         }
         "train" => {
             let mut command = cargo();
-            command.args(["run", "-p", "elmo-train", "--example", "bench_train", "--"]);
+            command.args(["run", "-p", "elmo-cli", "--example", "bench_train", "--"]);
             command.args(rest.iter().filter(|a| *a != "--"));
             run(command)
         }
@@ -63,12 +70,36 @@ fn bench(args: &[String]) -> Result<(), String> {
     }
 }
 
+/// `cargo xtask fuzz [-- ARGS]`: the readers' mutation fuzzing (`--cases N`, `--readers`,
+/// `--keep DIR`), with the `elmo` binary built first (the `input` reader runs it).
+fn fuzz(args: &[String]) -> Result<(), String> {
+    let mut build = cargo();
+    build.args(["build", "--quiet", "-p", "elmo-cli"]);
+    run(build)?;
+    let mut command = cargo();
+    command.args([
+        "run",
+        "--quiet",
+        "-p",
+        "elmo-cli",
+        "--example",
+        "fuzz",
+        "--",
+    ]);
+    command.args(args.iter().filter(|a| *a != "--"));
+    run(command)
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("ci") => ci(),
         Some("bench") => bench(&args[1..]),
-        _ => Err("usage: cargo xtask ci | cargo xtask bench [embed|train] [-- ARGS]".into()),
+        Some("fuzz") => fuzz(&args[1..]),
+        _ => Err(
+            "usage: cargo xtask ci | cargo xtask bench [embed|train] [-- ARGS] | cargo xtask fuzz [-- ARGS]"
+                .into(),
+        ),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

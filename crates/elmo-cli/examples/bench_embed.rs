@@ -6,6 +6,10 @@
 //! `--text zipf|uniform` `--threads N` (sets RAYON_NUM_THREADS for the children)
 //! `--token-cache-mib M` (the token-embedding cache of `elmo embed`, empty before the warm-up
 //! batch; 0, the default, encodes every batch's words anew).
+//! `--peer PYTHON` also runs the PyTorch peer (`xtask/peer/elmo_pytorch.py`, AllenNLP's loop) on
+//! each shape in the same run, with `--threads` threads (default 2), and prints its ratio.
+//! The first line names the CPU (model, cores, SIMD flags), so that every table says where it
+//! was measured.
 //! `ELMO_BENCH_BREAKDOWN=1` also prints the time of the token encoder and of the LSTM stacks.
 
 use std::process::Command;
@@ -15,9 +19,38 @@ use burn::tensor::Device;
 use elmo_model::options::BiLmOptions;
 use elmo_model::{BiLmConfig, BiLmOutput, CharIdBatch, TokenEmbeddingCache};
 
-#[path = "../../../xtask/bench_support.rs"]
-mod bench_support;
-use bench_support::{device, flag_value, peak_rss_mib};
+use elmo_test_support::bench::{device, flag_value, peak_rss_mib};
+
+/// The CPU this runs on: model name, logical cores and the SIMD extensions that matter to the
+/// matmul kernels (from `/proc/cpuinfo`; "unknown" elsewhere).
+fn cpu_description() -> String {
+    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let value = |key: &str| {
+        info.lines()
+            .find(|l| l.starts_with(key))
+            .and_then(|l| l.split_once(':'))
+            .map(|(_, v)| v.trim().to_string())
+    };
+    let model = value("model name").unwrap_or_else(|| "unknown CPU".into());
+    let flags = value("flags").unwrap_or_default();
+    let simd: Vec<&str> = flags
+        .split_whitespace()
+        .filter(|f| {
+            matches!(
+                *f,
+                "avx2"
+                    | "fma"
+                    | "avx512f"
+                    | "avx512bw"
+                    | "avx512_bf16"
+                    | "avx512_fp16"
+                    | "amx_tile"
+            )
+        })
+        .collect();
+    let cores = info.lines().filter(|l| l.starts_with("processor")).count();
+    format!("CPU: {model}, {cores} logical cores, {}", simd.join(" "))
+}
 
 /// The published shapes (`elmo train`'s presets).
 fn options(shape: &str) -> BiLmOptions {
@@ -85,6 +118,10 @@ struct ChildSettings<'a> {
 }
 
 fn child(shape: &str, backend: &str, s: &ChildSettings) {
+    #[cfg(feature = "flex")]
+    if backend == "flex" {
+        elmo_model::cpu_matmul::pack_small_batch_weights();
+    }
     let device = device(backend);
     device.seed(0);
     let options = options(shape);
@@ -167,14 +204,58 @@ fn main() {
     let shapes = get("--shapes", "small,original");
     let backends = get("--backends", "flex,ndarray");
     let threads = get("--threads", "");
+    let peer = get("--peer", "");
+    let peer_script = get(
+        "--peer-script",
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../xtask/peer/elmo_pytorch.py"
+        ),
+    );
     let exe = std::env::current_exe().expect("own path");
+    println!("{}", cpu_description());
     println!(
         "text: {text}, batch {batch_size} x 15-25 tokens, {batches} batches after one warm-up, \
          token cache {token_cache_mib} MiB"
     );
-    println!("| shape | backend | tokens/s | peak RSS (MiB) | token cache hits (%) |");
-    println!("|---|---|---|---|---|");
+    println!("| shape | backend | tokens/s | peak RSS (MiB) | token cache hits (%) | vs peer |");
+    println!("|---|---|---|---|---|---|");
+    let field = |line: &str, k: &str| {
+        line.split_whitespace()
+            .find_map(|kv| kv.strip_prefix(&format!("{k}=")))
+            .unwrap_or("?")
+            .to_string()
+    };
     for shape in shapes.split(',') {
+        // The peer first, so that elmo-rs's rows can say their ratio to it.
+        let peer_speed = (!peer.is_empty()).then(|| {
+            let peer_threads = if threads.is_empty() { "2" } else { &threads };
+            let output = Command::new(&peer)
+                .args([&peer_script, shape, peer_threads, &batches.to_string()])
+                .output()
+                .expect("run the PyTorch peer");
+            let stdout = String::from_utf8_lossy(&output.stdout);
+            match stdout.lines().find(|l| l.starts_with("RESULT")) {
+                Some(line) => {
+                    let speed = field(line, "tokens_per_s");
+                    println!(
+                        "| {shape} | PyTorch peer ({peer_threads} threads) | {speed} | {} | | 1.00x |",
+                        field(line, "peak_rss_mib")
+                    );
+                    speed.parse::<f64>().ok()
+                }
+                None => {
+                    println!(
+                        "| {shape} | PyTorch peer | failed: {} | | | |",
+                        String::from_utf8_lossy(&output.stderr)
+                            .lines()
+                            .last()
+                            .unwrap_or("no output")
+                    );
+                    None
+                }
+            }
+        });
         for backend in backends.split(',') {
             let mut command = Command::new(&exe);
             command.args([
@@ -197,21 +278,19 @@ fn main() {
             let stdout = String::from_utf8_lossy(&output.stdout);
             match stdout.lines().find(|l| l.starts_with("RESULT")) {
                 Some(line) => {
-                    let field = |k: &str| {
-                        line.split_whitespace()
-                            .find_map(|kv| kv.strip_prefix(&format!("{k}=")))
-                            .unwrap_or("?")
-                            .to_string()
+                    let speed = field(line, "tokens_per_s");
+                    let ratio = match (speed.parse::<f64>(), peer_speed.flatten()) {
+                        (Ok(ours), Some(theirs)) => format!("{:.2}x", ours / theirs),
+                        _ => String::new(),
                     };
                     println!(
-                        "| {shape} | {backend} | {} | {} | {} |",
-                        field("tokens_per_s"),
-                        field("peak_rss_mib"),
-                        field("cache_hit_percent")
+                        "| {shape} | {backend} | {speed} | {} | {} | {ratio} |",
+                        field(line, "peak_rss_mib"),
+                        field(line, "cache_hit_percent")
                     );
                 }
                 None => println!(
-                    "| {shape} | {backend} | failed: {} | | |",
+                    "| {shape} | {backend} | failed: {} | | | |",
                     String::from_utf8_lossy(&output.stderr)
                         .lines()
                         .last()

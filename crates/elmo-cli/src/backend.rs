@@ -22,26 +22,43 @@ impl Backend {
     /// default is wgpu whenever it is compiled in, so a CPU run would start a GPU or software
     /// Vulkan driver and move its state through it. Must run before any other thread starts.
     pub fn pin_as_default(self) {
-        let name = match self {
-            Backend::Flex => "flex",
-            Backend::Ndarray => "ndarray",
-            Backend::Wgpu => "wgpu",
-        };
+        let name = self.name();
         // SAFETY: called at the start of `main`, before the process has spawned any thread, so
         // nothing reads the environment concurrently.
         unsafe { std::env::set_var("BURN_DEVICE", name) };
     }
 
     /// The burn device of this backend (for flex, with the matmul tuned for ELMo's shapes).
+    ///
+    /// # Errors
+    /// When this build of `elmo` leaves the backend's feature out.
     #[allow(deprecated)]
-    pub fn device(self) -> Device {
+    pub fn device(self) -> anyhow::Result<Device> {
         match self {
+            #[cfg(feature = "flex")]
             Backend::Flex => {
                 elmo_model::cpu_matmul::pack_small_batch_weights();
-                Device::flex()
+                Ok(Device::flex())
             }
-            Backend::Ndarray => Device::ndarray(),
-            Backend::Wgpu => Device::wgpu(DeviceKind::DefaultDevice),
+            #[cfg(feature = "ndarray")]
+            Backend::Ndarray => Ok(Device::ndarray()),
+            #[cfg(feature = "wgpu")]
+            Backend::Wgpu => Ok(Device::wgpu(DeviceKind::DefaultDevice)),
+            #[allow(unreachable_patterns)]
+            other => anyhow::bail!(
+                "this build of elmo has no {} backend (build it with `--features {}`)",
+                other.name(),
+                other.name()
+            ),
+        }
+    }
+
+    /// The backend's name, as `--backend` and the Cargo feature spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Flex => "flex",
+            Backend::Ndarray => "ndarray",
+            Backend::Wgpu => "wgpu",
         }
     }
 }

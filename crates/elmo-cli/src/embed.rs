@@ -1,17 +1,19 @@
 //! `elmo embed`: ELMo vectors for every line of a text file, written in AllenNLP's `elmo` command
-//! HDF5 layout.
+//! HDF5 layout; a killed run continues where it stopped, and `--shard K/N` / `--lines A:B` write
+//! one worker's part of the input (joined by `elmo merge`).
 
 use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
+use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::{Device, Tensor};
 use clap::ValueEnum;
-use elmo_model::{BiLm, BiLmState, CharIdBatch, TokenEmbeddingCache};
+use elmo_model::{BiLm, BiLmState, CharIdBatch, RunLock, TokenEmbeddingCache};
 use indicatif::ProgressBar;
 
 use crate::backend::Backend;
-use crate::hdf5_output::Hdf5EmbeddingWriter;
+use crate::hdf5_output::{Hdf5EmbeddingWriter, Opened, OutputFingerprint};
 use crate::input::{Sentence, SentenceReader};
 use crate::model_source::ModelArgs;
 
@@ -62,9 +64,137 @@ pub struct EmbedArgs {
     /// that a few very long lines do not make a huge batch. Stateful batches keep their size.
     #[arg(long, default_value_t = 8192)]
     pub max_batch_positions: usize,
+    /// Embed only lines A to B−1 (0-based; `A:` to the end), with their global line numbers as
+    /// dataset names: one worker's part of a corpus, joined by `elmo merge`.
+    #[arg(long, value_name = "A:B", value_parser = parse_lines, conflicts_with = "shard")]
+    pub lines: Option<LineRange>,
+    /// Embed part K of N (0-based) of the input's lines, contiguous and of near-equal size
+    /// (e.g. `--shard $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT`); joined by `elmo merge`.
+    #[arg(long, value_name = "K/N", value_parser = parse_shard)]
+    pub shard: Option<Shard>,
+    /// Output held in memory before it is written to disk, in MiB: what a killed run loses at
+    /// most (0: write every line at once).
+    #[arg(long, value_name = "MIB", default_value_t = 32)]
+    pub commit_mib: usize,
+    /// Discard the partial output of an interrupted run instead of continuing it. (A run
+    /// continues its own partial output by default: same input, model and settings.)
+    #[arg(long)]
+    pub restart: bool,
+    /// Remove a lock on OUTPUT (`OUTPUT.lock`) left by an `elmo` process that is no longer
+    /// running (another process writing OUTPUT is always refused).
+    #[arg(long)]
+    pub break_stale_lock: bool,
     /// No progress bar.
     #[arg(long, short)]
     pub quiet: bool,
+}
+
+/// `--lines A:B`: lines `start .. end` (0-based, end excluded; `None`: to the end).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LineRange {
+    /// First line.
+    pub start: u64,
+    /// One past the last line.
+    pub end: Option<u64>,
+}
+
+/// `--shard K/N`: part `index` of `count`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shard {
+    /// K, 0-based.
+    pub index: u64,
+    /// N.
+    pub count: u64,
+}
+
+fn parse_lines(text: &str) -> std::result::Result<LineRange, String> {
+    let (start, end) = text
+        .split_once(':')
+        .ok_or_else(|| format!("`{text}`: expected A:B (0-based lines, B excluded) or A:"))?;
+    let number = |part: &str| {
+        part.trim()
+            .parse::<u64>()
+            .map_err(|_| format!("`{text}`: `{part}` is not a line number"))
+    };
+    let start = number(start)?;
+    let end = match end.trim() {
+        "" => None,
+        end => Some(number(end)?),
+    };
+    if end.is_some_and(|end| end < start) {
+        return Err(format!("`{text}`: the range ends before it starts"));
+    }
+    Ok(LineRange { start, end })
+}
+
+fn parse_shard(text: &str) -> std::result::Result<Shard, String> {
+    let parsed = text
+        .split_once('/')
+        .and_then(|(k, n)| Some((k.trim().parse::<u64>().ok()?, n.trim().parse::<u64>().ok()?)));
+    match parsed {
+        Some((index, count)) if count > 0 && index < count => Ok(Shard { index, count }),
+        _ => Err(format!(
+            "`{text}`: expected K/N with 0 <= K < N (part K of N, 0-based)"
+        )),
+    }
+}
+
+impl Shard {
+    /// The lines of this part of `total`: `[K·total/N, (K+1)·total/N)`.
+    fn lines(self, total: u64) -> LineRange {
+        let at = |k: u64| (u128::from(k) * u128::from(total) / u128::from(self.count)) as u64;
+        LineRange {
+            start: at(self.index),
+            end: Some(at(self.index + 1)),
+        }
+    }
+}
+
+impl LineRange {
+    fn contains(self, line: u64) -> bool {
+        line >= self.start && self.end.is_none_or(|end| line < end)
+    }
+
+    /// The number of lines of `total` in the range.
+    fn len_of(self, total: u64) -> u64 {
+        self.end
+            .unwrap_or(total)
+            .min(total)
+            .saturating_sub(self.start)
+    }
+}
+
+/// xxh3-128 of a biLM's architecture and every parameter value, in module order.
+fn model_fingerprint(bilm: &BiLm) -> Result<String> {
+    struct Hash {
+        hasher: xxhash_rust::xxh3::Xxh3,
+        failed: Option<String>,
+    }
+    impl ModuleVisitor for Hash {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+            let tensor = param.val();
+            for d in tensor.dims() {
+                self.hasher.update(&(d as u64).to_le_bytes());
+            }
+            match tensor.into_data().try_to_vec::<f32>() {
+                Ok(values) => values
+                    .iter()
+                    .for_each(|v| self.hasher.update(&v.to_le_bytes())),
+                Err(error) => self.failed = Some(format!("{error:?}")),
+            }
+        }
+    }
+    let mut hash = Hash {
+        hasher: xxhash_rust::xxh3::Xxh3::new(),
+        failed: None,
+    };
+    bilm.visit(&mut hash);
+    if let Some(error) = hash.failed {
+        bail!("reading the model's weights back from the device: {error}");
+    }
+    hash.hasher
+        .update(format!("skip={}", bilm.use_skip_connections).as_bytes());
+    Ok(format!("{:032x}", hash.hasher.digest128()))
 }
 
 /// Number of batches read ahead and sorted by length in stateless mode (less padding).
@@ -205,6 +335,13 @@ fn progress_bar(total: u64, quiet: bool) -> ProgressBar {
     )
 }
 
+/// The lock of an output file: `OUTPUT.lock` beside it.
+pub fn lock_path(output: &std::path::Path) -> PathBuf {
+    let mut name = output.as_os_str().to_os_string();
+    name.push(".lock");
+    PathBuf::from(name)
+}
+
 /// Runs `elmo embed`.
 pub fn run(args: &EmbedArgs) -> Result<()> {
     let extension = args
@@ -218,11 +355,56 @@ pub fn run(args: &EmbedArgs) -> Result<()> {
             args.output.display()
         );
     }
-    let device = args.backend.device();
+    // One writer per output, held until this function returns.
+    let _lock = RunLock::acquire(lock_path(&args.output), args.break_stale_lock)?;
+    let device = args.backend.device()?;
     let model = args.model.load(&device)?;
-    let total = SentenceReader::count_lines(&args.input)?;
+    let input = SentenceReader::scan(&args.input)?;
+    let range = match (args.lines, args.shard) {
+        (Some(lines), _) => lines,
+        (None, Some(shard)) => shard.lines(input.lines),
+        (None, None) => LineRange {
+            start: 0,
+            end: None,
+        },
+    };
+    let fingerprint = OutputFingerprint {
+        input: format!("{:032x} {} lines", input.hash, input.lines),
+        model: model_fingerprint(&model.bilm)?,
+        settings: format!(
+            "layers={:?} lines={}:{} stateful={} batch={} max_tokens={}",
+            args.layers,
+            range.start,
+            range.end.map_or(String::new(), |end| end.to_string()),
+            args.stateful,
+            if args.stateful { args.batch_size } else { 0 },
+            args.max_tokens
+        ),
+    };
+    let commit_bytes = args.commit_mib.saturating_mul(1 << 20);
+    let mut opened =
+        Hdf5EmbeddingWriter::open(&args.output, &fingerprint, args.restart, commit_bytes)?;
+    if args.stateful && !opened.done.is_empty() {
+        // The LSTM state flows through every line, so the lines already written cannot be
+        // skipped: start over.
+        if !args.quiet {
+            eprintln!(
+                "note: a stateful run cannot continue an interrupted one (the LSTM state runs \
+                 through every line); starting over"
+            );
+        }
+        drop(opened);
+        opened = Hdf5EmbeddingWriter::open(&args.output, &fingerprint, true, commit_bytes)?;
+    }
+    let Opened { mut writer, done } = opened;
+    if !done.is_empty() && !args.quiet {
+        eprintln!(
+            "continuing an interrupted run: {} lines already written",
+            done.len()
+        );
+    }
+    let total = range.len_of(input.lines);
     let mut reader = SentenceReader::open(&args.input, args.max_tokens)?;
-    let mut writer = Hdf5EmbeddingWriter::create(&args.output)?;
     if !args.quiet {
         eprintln!(
             "model: {} ({} LSTM layers of {} cells, vectors of width {}); backend: {:?}",
@@ -255,14 +437,35 @@ pub fn run(args: &EmbedArgs) -> Result<()> {
     let mut n_sentences = 0usize;
     loop {
         let mut chunk: Vec<Sentence> = Vec::with_capacity(window);
+        let mut skipped = 0;
+        let mut ended = false;
         while chunk.len() < window {
-            match reader.next_sentence()? {
-                Some(sentence) => chunk.push(sentence),
-                None => break,
+            let Some(sentence) = reader.next_sentence()? else {
+                ended = true;
+                break;
+            };
+            let line = sentence.index as u64;
+            if !range.contains(line) {
+                if range.end.is_some_and(|end| line >= end) {
+                    ended = true;
+                    break;
+                }
+                continue;
+            }
+            writer.note(sentence.index, &sentence.text);
+            if done.contains(&sentence.index) {
+                skipped += 1;
+            } else {
+                chunk.push(sentence);
             }
         }
+        n_sentences += skipped;
         if chunk.is_empty() {
-            break;
+            bar.set_position(n_sentences as u64);
+            if ended {
+                break;
+            }
+            continue;
         }
         let mut order: Vec<&Sentence> = chunk.iter().collect();
         if !args.stateful {
@@ -270,7 +473,7 @@ pub fn run(args: &EmbedArgs) -> Result<()> {
             // first: the order the LSTM computes in, so it need not reorder each batch.
             for sentence in order.iter().filter(|s| s.tokens.is_empty()) {
                 let empty = embedder.empty();
-                writer.add(sentence.index, &sentence.text, &empty.values, &empty.shape)?;
+                writer.add(sentence.index, &empty.values, &empty.shape)?;
             }
             order.retain(|s| !s.tokens.is_empty());
             order.sort_by_key(|s| std::cmp::Reverse(s.tokens.len()));
@@ -278,7 +481,7 @@ pub fn run(args: &EmbedArgs) -> Result<()> {
         for batch in batches(&order, batch_size, args.max_batch_positions, args.stateful) {
             let embedded = embedder.embed(batch)?;
             for (sentence, e) in batch.iter().zip(embedded) {
-                writer.add(sentence.index, &sentence.text, &e.values, &e.shape)?;
+                writer.add(sentence.index, &e.values, &e.shape)?;
                 n_tokens += sentence.tokens.len();
             }
         }
@@ -286,6 +489,9 @@ pub fn run(args: &EmbedArgs) -> Result<()> {
         bar.set_position(n_sentences as u64);
         let seconds = started.elapsed().as_secs_f64().max(1e-9);
         bar.set_message(format!("{:.0} tokens/s", n_tokens as f64 / seconds));
+        if ended {
+            break;
+        }
     }
     writer
         .finish()

@@ -64,7 +64,7 @@ pub fn run(args: &EvalArgs) -> Result<()> {
     if !args.data.is_file() {
         bail!("{}: no such file", args.data.display());
     }
-    let device = args.backend.device();
+    let device = args.backend.device()?;
     let run = if args.trained_weights {
         TrainedRun::load_trained_weights(&args.model, &device)?
     } else {

@@ -3,59 +3,186 @@
 //!
 //! Datasets are added to the file in place (hdf5-pure's editor) and committed whenever the staged
 //! data passes a size limit, so memory stays bounded whatever the input length. Everything is
-//! written to a temporary file beside the output and renamed when complete: an interrupted run
-//! leaves no half-written file under the output name.
+//! written to a partial file beside the output (`.NAME.partial`, with `.NAME.partial.json`
+//! saying which input and model it belongs to) and renamed when complete: an interrupted run
+//! leaves nothing under the output name. A run that is killed leaves the partial file, and the
+//! next run with the same input and model continues from its committed datasets
+//! ([`Hdf5EmbeddingWriter::open`]); a run that fails with an error removes it.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
+use serde::{Deserialize, Serialize};
 
-/// Staged bytes after which the pending datasets are committed to disk.
-const COMMIT_BYTES: usize = 32 << 20;
+/// Staged bytes after which the pending datasets are committed to disk, by default.
+pub const COMMIT_BYTES: usize = 32 << 20;
+
+/// What a partial output belongs to: a run continues it only when every field is equal.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutputFingerprint {
+    /// xxh3 of the input file's bytes, and its line count.
+    pub input: String,
+    /// xxh3 of the model's parameter values and architecture.
+    pub model: String,
+    /// Everything else that changes a dataset: layers, line range, mode, token limit.
+    pub settings: String,
+}
 
 /// Streaming HDF5 embedding writer.
 pub struct Hdf5EmbeddingWriter {
     file: Option<hdf5_pure::File>,
     final_path: PathBuf,
     temp_path: PathBuf,
+    manifest_path: PathBuf,
     staged_bytes: usize,
+    commit_bytes: usize,
     sentence_to_index: HashMap<String, usize>,
 }
 
+/// The hidden file beside `path` whose name ends in `suffix`.
+fn beside(path: &Path, suffix: &str) -> Result<PathBuf> {
+    let file_name = path
+        .file_name()
+        .with_context(|| format!("{}: not a file path", path.display()))?;
+    let mut name = std::ffi::OsString::from(".");
+    name.push(file_name);
+    name.push(suffix);
+    Ok(path.with_file_name(name))
+}
+
+/// What [`Hdf5EmbeddingWriter::open`] found.
+pub struct Opened {
+    /// The writer.
+    pub writer: Hdf5EmbeddingWriter,
+    /// The lines already in the file (committed by an earlier, interrupted run).
+    pub done: BTreeSet<usize>,
+}
+
 impl Hdf5EmbeddingWriter {
-    /// Starts a new output file (written to a temporary name until [`finish`](Self::finish)).
-    pub fn create(path: &Path) -> Result<Self> {
-        let file_name = path
-            .file_name()
-            .with_context(|| format!("{}: not a file path", path.display()))?;
-        let mut temp_name = std::ffi::OsString::from(".");
-        temp_name.push(file_name);
-        temp_name.push(format!(".{}.partial", std::process::id()));
-        let temp_path = path.with_file_name(temp_name);
-        let file = hdf5_pure::File::create(&temp_path)
-            .with_context(|| format!("{}: cannot create HDF5 output", temp_path.display()))?;
-        Ok(Self {
-            file: Some(file),
+    /// Starts the output at `path`, or continues the partial output an interrupted run left for
+    /// the same `fingerprint` (unless `restart`). A partial output of another input, model or
+    /// settings is an error naming it, unless `restart` discards it. Staged datasets are
+    /// committed to disk whenever they pass `commit_bytes` (what a killed run loses at most).
+    pub fn open(
+        path: &Path,
+        fingerprint: &OutputFingerprint,
+        restart: bool,
+        commit_bytes: usize,
+    ) -> Result<Opened> {
+        let temp_path = beside(path, ".partial")?;
+        let manifest_path = beside(path, ".partial.json")?;
+        let mut writer = Self {
+            file: None,
             final_path: path.to_path_buf(),
             temp_path,
+            manifest_path,
             staged_bytes: 0,
+            commit_bytes,
             sentence_to_index: HashMap::new(),
+        };
+        let partial = writer.temp_path.exists() || writer.manifest_path.exists();
+        if partial
+            && !restart
+            && let Some(done) = writer.continue_partial(fingerprint)?
+        {
+            return Ok(Opened { writer, done });
+        }
+        for stale in [&writer.temp_path, &writer.manifest_path] {
+            match std::fs::remove_file(stale) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(e).with_context(|| format!("{}: removing", stale.display()));
+                }
+                _ => {}
+            }
+        }
+        let manifest = serde_json::to_vec_pretty(fingerprint)?;
+        elmo_model::write_atomic(&writer.manifest_path, &manifest)
+            .with_context(|| format!("{}: writing", writer.manifest_path.display()))?;
+        writer.file = Some(hdf5_pure::File::create(&writer.temp_path).with_context(|| {
+            format!("{}: cannot create HDF5 output", writer.temp_path.display())
+        })?);
+        Ok(Opened {
+            writer,
+            done: BTreeSet::new(),
         })
+    }
+
+    /// Opens the partial output for `fingerprint`: the lines it holds; an error when it belongs
+    /// to another input, model or settings.
+    fn continue_partial(
+        &mut self,
+        fingerprint: &OutputFingerprint,
+    ) -> Result<Option<BTreeSet<usize>>> {
+        let found: Option<OutputFingerprint> = std::fs::read(&self.manifest_path)
+            .ok()
+            .and_then(|bytes| serde_json::from_slice(&bytes).ok());
+        let Some(found) = found else {
+            bail!(
+                "{}: a partial output without a readable {} (its run was interrupted before it \
+                 started writing); pass --restart to discard it",
+                self.temp_path.display(),
+                self.manifest_path.display()
+            );
+        };
+        if found != *fingerprint {
+            let what: Vec<&str> = [
+                ("input", found.input != fingerprint.input),
+                ("model", found.model != fingerprint.model),
+                (
+                    "settings (--layers, --lines/--shard, --stateful, --max-tokens)",
+                    found.settings != fingerprint.settings,
+                ),
+            ]
+            .into_iter()
+            .filter_map(|(name, differs)| differs.then_some(name))
+            .collect();
+            bail!(
+                "{}: a partial output of an interrupted run with another {}; rerun that command \
+                 to finish it, or pass --restart to discard it",
+                self.temp_path.display(),
+                what.join(" and ")
+            );
+        }
+        if !self.temp_path.exists() {
+            return Ok(None);
+        }
+        let file = hdf5_pure::File::open_rw(&self.temp_path).with_context(|| {
+            format!(
+                "{}: cannot continue this partial output; pass --restart to discard it",
+                self.temp_path.display()
+            )
+        })?;
+        let names = file
+            .root()
+            .datasets()
+            .with_context(|| format!("{}: listing datasets", self.temp_path.display()))?;
+        let done = names
+            .iter()
+            .filter_map(|n| n.parse::<usize>().ok())
+            .collect();
+        self.file = Some(file);
+        Ok(Some(done))
     }
 
     fn file(&self) -> &hdf5_pure::File {
         self.file.as_ref().expect("writer used after finish")
     }
 
-    /// Adds the embedding of line `index`.
-    pub fn add(
-        &mut self,
-        index: usize,
-        sentence: &str,
-        values: &[f32],
-        shape: &[usize],
-    ) -> Result<()> {
+    /// Records that line `index` holds `sentence` without writing a dataset (it is in the file
+    /// already): `sentence_to_index` names every line.
+    pub fn note(&mut self, index: usize, sentence: &str) {
+        // AllenNLP keeps the last line of a repeated sentence; the order lines are written in
+        // does not matter.
+        let entry = self
+            .sentence_to_index
+            .entry(sentence.to_string())
+            .or_insert(index);
+        *entry = (*entry).max(index);
+    }
+
+    /// Adds the embedding of line `index` (name its sentence with [`Self::note`]).
+    pub fn add(&mut self, index: usize, values: &[f32], shape: &[usize]) -> Result<()> {
         let shape_u64: Vec<u64> = shape.iter().map(|&d| d as u64).collect();
         self.file()
             .root()
@@ -63,9 +190,8 @@ impl Hdf5EmbeddingWriter {
                 b.with_f32_data(values).with_shape(&shape_u64);
             })
             .with_context(|| format!("{}: adding dataset {index}", self.final_path.display()))?;
-        self.sentence_to_index.insert(sentence.to_string(), index);
         self.staged_bytes += std::mem::size_of_val(values) + 64;
-        if self.staged_bytes >= COMMIT_BYTES {
+        if self.staged_bytes >= self.commit_bytes {
             self.commit()?;
         }
         Ok(())
@@ -104,6 +230,7 @@ impl Hdf5EmbeddingWriter {
                 self.final_path.display()
             )
         })?;
+        let _ = std::fs::remove_file(&self.manifest_path);
         Ok(())
     }
 }
@@ -111,8 +238,10 @@ impl Hdf5EmbeddingWriter {
 impl Drop for Hdf5EmbeddingWriter {
     fn drop(&mut self) {
         if self.file.take().is_some() {
-            // Not finished: leave nothing behind.
+            // Not finished, by an error: leave nothing behind. (A killed process never gets
+            // here, and its partial output is continued by the next run.)
             let _ = std::fs::remove_file(&self.temp_path);
+            let _ = std::fs::remove_file(&self.manifest_path);
         }
     }
 }

@@ -17,6 +17,15 @@ pub struct Sentence {
     pub tokens: Vec<String>,
 }
 
+/// An input file's line count and content hash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InputSummary {
+    /// Lines (a last line without a newline counts).
+    pub lines: u64,
+    /// xxh3-128 of the bytes.
+    pub hash: u128,
+}
+
 /// Reads sentences one line at a time (bounded memory).
 pub struct SentenceReader {
     reader: BufReader<File>,
@@ -40,11 +49,13 @@ impl SentenceReader {
         })
     }
 
-    /// Counts the lines of a file without keeping them (for the progress bar).
-    pub fn count_lines(path: &Path) -> Result<u64> {
+    /// Counts the lines of a file without keeping them (for the progress bar and `--shard`),
+    /// and hashes its bytes (xxh3: which input a partial output belongs to).
+    pub fn scan(path: &Path) -> Result<InputSummary> {
         let file =
             File::open(path).with_context(|| format!("{}: cannot open input", path.display()))?;
         let mut reader = BufReader::with_capacity(1 << 20, file);
+        let mut hasher = xxhash_rust::xxh3::Xxh3::new();
         let mut count = 0u64;
         let mut last_was_newline = true;
         loop {
@@ -56,13 +67,17 @@ impl SentenceReader {
             }
             count += buf.iter().filter(|&&b| b == b'\n').count() as u64;
             last_was_newline = buf.last() == Some(&b'\n');
+            hasher.update(buf);
             let n = buf.len();
             reader.consume(n);
         }
         if !last_was_newline {
             count += 1;
         }
-        Ok(count)
+        Ok(InputSummary {
+            lines: count,
+            hash: hasher.digest128(),
+        })
     }
 
     /// The next sentence, `None` at the end of the file.

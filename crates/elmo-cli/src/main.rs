@@ -7,6 +7,7 @@ mod eval_cmd;
 mod export_cmd;
 mod hdf5_output;
 mod input;
+mod merge_cmd;
 mod model_source;
 mod plot_cmd;
 mod progress;
@@ -38,6 +39,8 @@ struct Cli {
 enum Command {
     /// Write ELMo vectors for every line of a text file (AllenNLP `elmo` command layout).
     Embed(embed::EmbedArgs),
+    /// Join the parts of `elmo embed --shard K/N` (or `--lines A:B`) into one output.
+    Merge(merge_cmd::MergeArgs),
     /// Build the output vocabulary of a corpus (frequency-sorted, one token per line).
     Vocab(vocab_cmd::VocabArgs),
     /// Train (or fine-tune, or resume) a biLM on text.
@@ -62,7 +65,7 @@ impl Command {
             Command::Task(args) => Some(args.backend()),
             // Export reads the run on flex.
             Command::Export(_) => Some(backend::Backend::Flex),
-            Command::Vocab(_) | Command::Plot(_) => None,
+            Command::Vocab(_) | Command::Plot(_) | Command::Merge(_) => None,
         }
     }
 }
@@ -74,6 +77,7 @@ fn main() -> std::process::ExitCode {
     }
     let result = match &cli.command {
         Command::Embed(args) => embed::run(args),
+        Command::Merge(args) => merge_cmd::run(args),
         Command::Vocab(args) => vocab_cmd::run(args),
         Command::Train(args) => train_cmd::run(args),
         Command::Eval(args) => eval_cmd::run(args),

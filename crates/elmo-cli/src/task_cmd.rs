@@ -35,6 +35,69 @@ enum TaskCommand {
     Predict(TaskPredictArgs),
 }
 
+/// `--task`: elmo-tasks' [`TaskKind`] as a command-line value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum TaskArg {
+    /// Sequence tagging (POS, NER): BiLSTM + CRF.
+    Tag,
+    /// Sentence classification (sentiment): BiLSTM + max/mean pooling.
+    Classify,
+    /// Sentence-pair classification: ESIM-like alignment.
+    Pair,
+}
+
+impl From<TaskArg> for TaskKind {
+    fn from(arg: TaskArg) -> Self {
+        match arg {
+            TaskArg::Tag => TaskKind::Tag,
+            TaskArg::Classify => TaskKind::Classify,
+            TaskArg::Pair => TaskKind::Pair,
+        }
+    }
+}
+
+/// `--mix`: elmo-tasks' [`MixKind`] as a command-line value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum MixArg {
+    /// Learned softmax weights over all layers (ELMo).
+    All,
+    /// The top layer only (fixed).
+    Top,
+    /// A fixed equal average of all layers.
+    Average,
+}
+
+impl From<MixArg> for MixKind {
+    fn from(arg: MixArg) -> Self {
+        match arg {
+            MixArg::All => MixKind::All,
+            MixArg::Top => MixKind::Top,
+            MixArg::Average => MixKind::Average,
+        }
+    }
+}
+
+/// `--elmo-at`: elmo-tasks' [`ElmoPlace`] as a command-line value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum PlaceArg {
+    /// `[x_k; ELMo_k]` into the task RNN.
+    Input,
+    /// `[h_k; ELMo_k]` after the task RNN.
+    Output,
+    /// Both, with separate mixes.
+    Both,
+}
+
+impl From<PlaceArg> for ElmoPlace {
+    fn from(arg: PlaceArg) -> Self {
+        match arg {
+            PlaceArg::Input => ElmoPlace::Input,
+            PlaceArg::Output => ElmoPlace::Output,
+            PlaceArg::Both => ElmoPlace::Both,
+        }
+    }
+}
+
 /// Arguments of `elmo task train`.
 #[derive(Debug, clap::Args)]
 #[command(
@@ -46,7 +109,7 @@ enum TaskCommand {
 pub struct TaskTrainArgs {
     /// The kind of task (fixes the file format and the head).
     #[arg(long, value_enum)]
-    task: TaskKind,
+    task: TaskArg,
     /// Training data.
     #[arg(long, value_name = "FILE")]
     train: PathBuf,
@@ -63,11 +126,11 @@ pub struct TaskTrainArgs {
     #[arg(long, conflicts_with_all = ["options", "weights", "model"])]
     no_elmo: bool,
     /// Which biLM layers the task's scalar mix uses.
-    #[arg(long, value_enum, default_value_t = MixKind::All)]
-    mix: MixKind,
+    #[arg(long, value_enum, default_value_t = MixArg::All)]
+    mix: MixArg,
     /// Where ELMo is concatenated: the task RNN's input, output, or both (separate mixes).
-    #[arg(long, value_enum, default_value_t = ElmoPlace::Input)]
-    elmo_at: ElmoPlace,
+    #[arg(long, value_enum, default_value_t = PlaceArg::Input)]
+    elmo_at: PlaceArg,
     /// Dropout on ELMo.
     #[arg(long, default_value_t = 0.5)]
     elmo_dropout: f64,
@@ -77,6 +140,10 @@ pub struct TaskTrainArgs {
     /// Seed of initialisation, data order and dropout.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Remove a lock on --out left by an `elmo` process that is no longer running (another
+    /// process writing the task directory is always refused).
+    #[arg(long)]
+    break_stale_lock: bool,
     /// Most epochs.
     #[arg(long, default_value_t = 20)]
     epochs: usize,
@@ -292,9 +359,9 @@ impl TaskObserver for Bars {
 }
 
 fn train(args: &TaskTrainArgs) -> Result<()> {
-    let device = args.backend.device();
+    let device = args.backend.device()?;
     let format = DataFormat {
-        kind: args.task,
+        kind: args.task.into(),
         text_column: args.text_column.clone(),
         label_column: args.label_column.clone(),
         tokenize: args.tokenize,
@@ -335,7 +402,7 @@ fn train(args: &TaskTrainArgs) -> Result<()> {
     };
     let spec = TaskSpec {
         model: TaskModelConfig {
-            kind: args.task,
+            kind: args.task.into(),
             encoder: SentenceEncoderConfig {
                 n_words: words.len(),
                 d_word: args.d_word,
@@ -344,8 +411,8 @@ fn train(args: &TaskTrainArgs) -> Result<()> {
                 elmo: cache.as_ref().map(|c| ElmoSettings {
                     n_layers: c.n_layers,
                     d_layer: c.d_layer,
-                    mix: args.mix,
-                    place: args.elmo_at,
+                    mix: args.mix.into(),
+                    place: args.elmo_at.into(),
                     dropout: args.elmo_dropout,
                 }),
                 chars: args.char_cnn.then(CharCnnSettings::default),
@@ -364,6 +431,7 @@ fn train(args: &TaskTrainArgs) -> Result<()> {
         lr: args.lr,
         lambda: args.lambda,
         seed: args.seed,
+        break_stale_lock: args.break_stale_lock,
     };
     let mut bars = Bars {
         bar: ProgressBar::hidden(),
@@ -424,7 +492,7 @@ fn open(
 }
 
 fn eval(args: &TaskEvalArgs) -> Result<()> {
-    let device = args.backend.device();
+    let device = args.backend.device()?;
     let (spec, model, examples, cache) = open(&args.model, &args.data, &device, args.quiet)?;
     let scores = elmo_tasks::evaluate(&model, &spec, &examples, cache.as_ref(), &device);
     println!("{scores}");
@@ -446,7 +514,7 @@ fn eval(args: &TaskEvalArgs) -> Result<()> {
 }
 
 fn predict(args: &TaskPredictArgs) -> Result<()> {
-    let device = args.backend.device();
+    let device = args.backend.device()?;
     let (spec, model, examples, cache) = open(&args.model, &args.data, &device, args.quiet)?;
     let predictions = elmo_tasks::predict(&model, &spec, &examples, cache.as_ref(), &device);
     let mut out: Box<dyn Write> = match &args.out {

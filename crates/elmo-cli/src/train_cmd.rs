@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
+use elmo_model::KernelSettings;
 use elmo_train::checkpoint::{Checkpoint, RunDirectory};
 use elmo_train::config::{Averaging, LrSchedule, OptimizerConfig, TrainConfig};
 use elmo_train::corpus::expand_patterns;
@@ -82,6 +83,14 @@ pub struct TrainArgs {
     /// Compute backend.
     #[arg(long, value_enum, default_value_t = Backend::Flex)]
     pub backend: Backend,
+    /// On wgpu, run burn's own operations instead of elmo-rs's fused kernels and split products
+    /// (the same results; for comparisons and as a workaround).
+    #[arg(long)]
+    pub no_fused_kernels: bool,
+    /// Remove a lock on --out left by an `elmo` process that is no longer running (another
+    /// process writing the run is always refused).
+    #[arg(long)]
+    pub break_stale_lock: bool,
     /// Split raw text with the built-in tokenizer.
     #[arg(long)]
     pub tokenize: bool,
@@ -383,6 +392,10 @@ impl TrainObserver for Progress {
         self.log(format!("checkpoint {}", checkpoint.dir.display()));
     }
 
+    fn warning(&mut self, message: &str) {
+        self.log(format!("warning: {message}"));
+    }
+
     fn lr_decayed(&mut self, lr: f64) {
         self.log(format!(
             "validation perplexity stopped improving: learning rate lowered to {lr:.3e}"
@@ -422,8 +435,13 @@ pub fn run(args: &TrainArgs) -> Result<()> {
         seed: args.seed,
         resume: args.resume,
         init_from,
+        kernels: match args.no_fused_kernels {
+            true => KernelSettings::COMPOSED,
+            false => KernelSettings::default(),
+        },
+        break_stale_lock: args.break_stale_lock,
     };
-    let device = args.backend.device();
+    let device = args.backend.device()?;
     let mut progress = Progress {
         bar: crate::progress::bar(
             args.steps,

@@ -15,11 +15,7 @@ fn fixture(rel: &str) -> std::path::PathBuf {
 }
 
 fn npy_f32(rel: &str) -> Vec<f32> {
-    let bytes = std::fs::read(fixture(rel)).expect("fixture");
-    npyz::NpyFile::new(&bytes[..])
-        .expect("npy")
-        .into_vec::<f32>()
-        .expect("f32")
+    elmo_test_support::read_npy::<f32>(&fixture(rel)).data
 }
 
 fn sentences(batch: &str) -> Vec<Vec<String>> {

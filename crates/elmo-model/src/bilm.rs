@@ -8,6 +8,8 @@ use std::collections::HashMap;
 use burn::module::Module;
 use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
 
+use elmo_kernels::KernelSettings;
+
 use crate::bilm_state::{BiLmState, DirectionalState};
 use crate::char_cnn::{CharCnnEncoder, CharCnnEncoderConfig, char_extent};
 use crate::char_ids::{CharIdBatch, MAX_CHARS_PER_TOKEN};
@@ -62,6 +64,15 @@ pub struct StackOutput {
     pub backward: Vec<Tensor<3>>,
     /// Final state of every layer and direction.
     pub final_states: Vec<DirectionalState>,
+}
+
+impl BiLm {
+    /// This biLM running `kernels` on a CubeCL device (its token encoder's lookup and
+    /// convolution products; every kernel on by default).
+    pub fn with_kernels(mut self, kernels: KernelSettings) -> Self {
+        self.token_encoder = self.token_encoder.with_kernels(kernels);
+        self
+    }
 }
 
 impl BiLmConfig {

@@ -7,12 +7,11 @@ use burn::nn::{Initializer, Linear, LinearConfig};
 use burn::tensor::activation::{relu, tanh};
 use burn::tensor::{Device, Distribution, Int, Tensor, TensorData};
 
+use elmo_kernels::{KernelSettings, slices_when};
+
 use crate::char_ids::MAX_CHARS_PER_TOKEN;
-use crate::cube_tensor::fused_kernels_for;
 use crate::highway::{Highway, HighwayConfig};
-use crate::index_add;
 use crate::options::{BiLmOptions, CnnActivation};
-use crate::split_product::slices_when;
 
 /// Configuration of a [`CharCnnEncoder`], taken from [`BiLmOptions`].
 #[derive(Debug, Clone)]
@@ -29,6 +28,9 @@ pub struct CharCnnEncoderConfig {
     pub d_output: usize,
     /// Activation after max-pooling.
     pub activation: CnnActivation,
+    /// Which custom kernels run on a CubeCL device (the char lookup's gradient as a scatter,
+    /// the convolutions' weight gradients split over the windows).
+    pub kernels: KernelSettings,
 }
 
 impl CharCnnEncoderConfig {
@@ -42,6 +44,7 @@ impl CharCnnEncoderConfig {
             n_highway: cnn.n_highway,
             d_output: options.lstm.projection_dim,
             activation: cnn.activation,
+            kernels: KernelSettings::default(),
         }
     }
 
@@ -95,6 +98,7 @@ impl CharCnnEncoderConfig {
                     ),
                     bias: init.init_with([n_filters], Some(fan_in), Some(n_filters), device),
                     width,
+                    kernels: self.kernels,
                 }
             })
             .collect();
@@ -107,6 +111,7 @@ impl CharCnnEncoderConfig {
                 .collect(),
             projection: LinearConfig::new(n_filters, self.d_output).init(device),
             activation: self.activation,
+            kernels: self.kernels,
         }
     }
 }
@@ -121,6 +126,9 @@ pub struct CharConvolution {
     /// Kernel width in characters.
     #[module(skip)]
     pub width: usize,
+    /// Which custom kernels run on a CubeCL device.
+    #[module(skip)]
+    pub kernels: KernelSettings,
 }
 
 impl CharConvolution {
@@ -171,7 +179,7 @@ impl CharConvolution {
         };
         let windows = windows.reshape([n_tokens * n_positions, self.width * d_char]);
         let weight = self.weight.val();
-        let convolved = windows_product(windows, weight.clone());
+        let convolved = windows_product(windows, weight.clone(), self.kernels);
         let [_, n_filters] = convolved.dims();
         let mut pooled = convolved
             .reshape([n_tokens, n_positions, n_filters])
@@ -190,20 +198,21 @@ impl CharConvolution {
     }
 }
 
-/// `windows · weight`. On a CubeCL device (with the fused kernels) as a batched product over S
+/// `windows · weight`. Where `kernels` splits products ([`KernelSettings::split_for`]) as a
+/// batched product over S
 /// slices of the windows against the one weight, the same values: the weight's gradient
 /// `windowsᵀ · ∂`, whose inner dimension is every window of the batch (~98,000 at `ptb-large`
 /// 64 × 35) and whose output is one or two cubes, then comes as S partial products summed by
 /// autodiff (split-K, `split_product`): profiled on an H200, these products took 1.4-2.4 ms each,
-/// 14 a training step (docs/benchmarks.md, session 40).
+/// 14 a training step.
 ///
 /// # Shapes
 /// - windows: `[n_windows, width · d_char]`; weight: `[width · d_char, n_filters]`
 /// - output: `[n_windows, n_filters]`
-fn windows_product(windows: Tensor<2>, weight: Tensor<2>) -> Tensor<2> {
+fn windows_product(windows: Tensor<2>, weight: Tensor<2>, kernels: KernelSettings) -> Tensor<2> {
     let [n_windows, d_window] = windows.dims();
     let n_filters = weight.dims()[1];
-    let n_slices = slices_when(fused_kernels_for(&weight), n_windows);
+    let n_slices = slices_when(kernels.split_for(&weight), n_windows);
     if n_slices == 1 {
         return windows.matmul(weight);
     }
@@ -237,6 +246,9 @@ pub struct CharCnnEncoder {
     /// Activation after max-pooling.
     #[module(skip)]
     pub activation: CnnActivation,
+    /// Which custom kernels run on a CubeCL device.
+    #[module(skip)]
+    pub kernels: KernelSettings,
 }
 
 /// Every stage of the token encoder, for inspection and parity tests.
@@ -251,6 +263,15 @@ pub struct CharCnnOutput {
 }
 
 impl CharCnnEncoder {
+    /// This encoder running `kernels` on a CubeCL device.
+    pub fn with_kernels(mut self, kernels: KernelSettings) -> Self {
+        self.kernels = kernels;
+        for convolution in &mut self.convolutions {
+            convolution.kernels = kernels;
+        }
+        self
+    }
+
     /// Width of the token embeddings (`P`, the projection's output).
     pub fn d_output(&self) -> usize {
         self.projection.weight.dims()[1]
@@ -288,7 +309,7 @@ impl CharCnnEncoder {
                 .narrow(0, usize::from(PADDING_CHAR_ID), 1)
                 .reshape([table.dims()[1]])
         });
-        let chars = index_add::embedding(table, flat);
+        let chars = elmo_kernels::embedding(table, flat, self.kernels);
         let pooled: Vec<Tensor<2>> = self
             .convolutions
             .iter()

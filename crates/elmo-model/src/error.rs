@@ -109,6 +109,38 @@ pub enum ElmoError {
     /// An input batch is malformed (wrong rank or width).
     #[error("invalid input: {0}")]
     InvalidInput(String),
+    /// Another process writes the same run directory or output ([`crate::RunLock`]).
+    #[error(
+        "{path}: locked by process {pid} on host {host}, which writes the same run or output; \
+         wait for it to finish"
+    )]
+    Locked {
+        /// The lock file.
+        path: PathBuf,
+        /// The writer's process id.
+        pid: u32,
+        /// The writer's host.
+        host: String,
+    },
+    /// A lock left by a writer that died ([`crate::RunLock`]).
+    #[error(
+        "{path}: stale lock of process {pid} on host {host}, which is no longer running; \
+         remove it with --break-stale-lock if no other process writes there"
+    )]
+    StaleLock {
+        /// The lock file.
+        path: PathBuf,
+        /// The dead writer's process id.
+        pid: u32,
+        /// Its host (this one).
+        host: String,
+    },
+    /// A lock file whose content is not a lock's.
+    #[error("{path}: not a lock file of elmo (remove it if no process writes there)")]
+    BadLock {
+        /// The lock file.
+        path: PathBuf,
+    },
 }
 
 /// Result alias for this crate.

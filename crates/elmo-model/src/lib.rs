@@ -2,7 +2,9 @@
 //! the char-CNN token encoder, the LSTMP biLM, scalar mixes, and import of the official
 //! bilm-tf / AllenNLP weights with exact AllenNLP parity.
 //!
-//! This crate picks no backend: every constructor takes a `burn::tensor::Device`.
+//! This crate picks no backend: every constructor takes a `burn::tensor::Device`, and the
+//! application enables burn's backends. Features: `kernels` (custom CubeCL kernels on a CubeCL
+//! device, [`KernelSettings`]), `flex` (`cpu_matmul`, a setting of flex's matmul crate).
 //!
 //! ```no_run
 //! use burn::tensor::Device;
@@ -20,43 +22,38 @@ pub mod bilm;
 pub mod bilm_state;
 pub mod char_cnn;
 pub mod char_ids;
+#[cfg(feature = "flex")]
 pub mod cpu_matmul;
-mod cube_lstm_cell;
-pub mod cube_matmul;
-pub mod cube_reduce;
-pub mod cube_tensor;
 pub mod elmo;
 pub mod error;
 pub mod export;
-mod gate_activation;
-pub mod gradients;
 pub mod highway;
-pub mod index_add;
-pub mod lstm_backward;
 pub mod lstm_projection;
 pub mod options;
+mod run_lock;
 pub mod scalar_mix;
 pub mod seeded_init;
-pub mod split_product;
 pub mod token_cache;
+pub mod tokenizer;
 pub mod weights;
+mod write_atomic;
 
 pub use bilm::{BiLm, BiLmConfig, BiLmOutput};
 pub use bilm_state::BiLmState;
 pub use char_cnn::{CharCnnEncoder, CharCnnEncoderConfig};
 pub use char_ids::CharIdBatch;
 pub use elmo::{Elmo, ElmoConfig, ElmoOutput};
+pub use elmo_kernels::KernelSettings;
 pub use error::{ElmoError, Result};
-pub use lstm_backward::{
-    LstmGradients, LstmGroup, LstmGroupGradients, LstmTape, LstmWeightGradients,
-};
 pub use lstm_projection::{LstmState, LstmWithProjection, LstmWithProjectionConfig};
 pub use options::BiLmOptions;
+pub use run_lock::RunLock;
 pub use scalar_mix::{ScalarMix, ScalarMixConfig};
 pub use seeded_init::seeded_init;
 pub use token_cache::TokenEmbeddingCache;
+pub use write_atomic::write_atomic;
 
-/// The wgpu device of the integration tests, for unit tests too.
-#[cfg(test)]
-#[path = "../tests/support/wgpu_probe.rs"]
-mod wgpu_probe;
+/// The README's Rust snippets, compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;

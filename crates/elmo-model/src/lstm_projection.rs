@@ -12,7 +12,7 @@ use burn::module::{Module, Param};
 use burn::nn::Initializer;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 
-use crate::gate_activation::GateActivation;
+use elmo_kernels::GateActivation;
 
 /// Time steps whose input projection is computed in one matmul (bounds memory on long inputs).
 pub const PROJECTION_CHUNK_STEPS: usize = 32;
@@ -103,6 +103,12 @@ impl LstmWithProjectionConfig {
             cell_clip: self.cell_clip,
             projection_clip: self.projection_clip,
         }
+    }
+
+    /// [`Self::init`] with the weights drawn from `seed` ([`crate::seeded_init`]): the same
+    /// layer on every run and thread.
+    pub fn init_seeded(&self, device: &Device, seed: u64) -> LstmWithProjection {
+        crate::seeded_init(device, seed, || self.init(device))
     }
 }
 
@@ -299,16 +305,14 @@ pub(crate) fn seeded_layer(
     cell_clip: Option<f64>,
     projection_clip: Option<f64>,
 ) -> LstmWithProjection {
-    crate::seeded_init(device, seed, || {
-        LstmWithProjectionConfig {
-            d_input,
-            d_cell,
-            d_projection,
-            cell_clip,
-            projection_clip,
-        }
-        .init(device)
-    })
+    LstmWithProjectionConfig {
+        d_input,
+        d_cell,
+        d_projection,
+        cell_clip,
+        projection_clip,
+    }
+    .init_seeded(device, seed)
 }
 
 #[cfg(test)]

@@ -72,6 +72,15 @@ pub enum CnnActivation {
     Tanh,
 }
 
+/// The most LSTM layers per direction, highway layers or convolutions an options file may ask
+/// for (published models have 1-2, 2 and 7).
+pub const MAX_LAYERS: usize = 64;
+/// The widest dimension an options file may ask for (`original` has 4,096 cells).
+pub const MAX_WIDTH: usize = 1 << 16;
+/// The most parameters an options file may describe (2^32, 16 GiB of `f32`; `original` has
+/// 94 million).
+pub const MAX_PARAMETERS: u64 = 1 << 32;
+
 impl BiLmOptions {
     /// Reads and validates an `options.json` file.
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self> {
@@ -106,10 +115,38 @@ impl BiLmOptions {
         })
     }
 
-    /// Checks that the numbers describe a model this implementation can build.
+    /// Checks that the numbers describe a model this implementation can build, within bounds
+    /// ([`MAX_LAYERS`], [`MAX_WIDTH`], [`MAX_PARAMETERS`]) checked before anything is allocated.
     pub fn validate(&self) -> Result<()> {
         let bad = |msg: String| Err(ElmoError::InvalidOptions(msg));
         let cnn = &self.char_cnn;
+        for (name, count) in [
+            ("lstm.n_layers", self.lstm.n_layers),
+            ("char_cnn.n_highway", cnn.n_highway),
+            ("the number of char_cnn.filters", cnn.filters.len()),
+        ] {
+            if count > MAX_LAYERS {
+                return bad(format!(
+                    "{name} is {count}, at most {MAX_LAYERS} are supported"
+                ));
+            }
+        }
+        let widths = [
+            ("lstm.dim", self.lstm.dim),
+            ("lstm.projection_dim", self.lstm.projection_dim),
+            ("char_cnn.embedding.dim", cnn.embedding.dim),
+        ];
+        let filter_widths = cnn
+            .filters
+            .iter()
+            .map(|[_, n]| ("a char_cnn.filters count", *n));
+        for (name, width) in widths.into_iter().chain(filter_widths) {
+            if width > MAX_WIDTH {
+                return bad(format!(
+                    "{name} is {width}, at most {MAX_WIDTH} is supported"
+                ));
+            }
+        }
         if cnn.max_characters_per_token != crate::char_ids::MAX_CHARS_PER_TOKEN {
             return bad(format!(
                 "char_cnn.max_characters_per_token is {}, only {} is supported (AllenNLP's character mapper)",
@@ -151,7 +188,46 @@ impl BiLmOptions {
                 return bad(format!("lstm.{name} is {c}"));
             }
         }
+        // Last: every count and width is bounded by now.
+        let n_parameters = self.n_parameters();
+        if n_parameters > MAX_PARAMETERS {
+            return bad(format!(
+                "the options describe {n_parameters} parameters, at most {MAX_PARAMETERS} are supported"
+            ));
+        }
         Ok(())
+    }
+
+    /// The number of parameters of the biLM these options describe (`u64::MAX` when it does
+    /// not fit: the arithmetic saturates, whatever the options hold).
+    pub fn n_parameters(&self) -> u64 {
+        let (cnn, lstm) = (&self.char_cnn, &self.lstm);
+        let n = |x: usize| x as u64;
+        let mul = |values: &[u64]| values.iter().fold(1u64, |a, &b| a.saturating_mul(b));
+        let sum = |values: &[u64]| values.iter().fold(0u64, |a, &b| a.saturating_add(b));
+        let (d_char, cells, projection) =
+            (n(cnn.embedding.dim), n(lstm.dim), n(lstm.projection_dim));
+        let filters = cnn.filters.iter().fold(0u64, |total, &[w, f]| {
+            total.saturating_add(mul(&[n(f), mul(&[n(w), d_char]).saturating_add(1)]))
+        });
+        let n_filters = cnn
+            .filters
+            .iter()
+            .fold(0u64, |total, &[_, f]| total.saturating_add(n(f)));
+        let highway = mul(&[n_filters, n_filters]).saturating_add(n_filters);
+        let encoder = sum(&[
+            mul(&[n(cnn.n_characters), d_char]),
+            filters,
+            mul(&[n(cnn.n_highway), 2, highway]),
+            mul(&[n_filters, projection]),
+            projection,
+        ]);
+        let layer = sum(&[
+            mul(&[2, projection, 4, cells]),
+            mul(&[4, cells]),
+            mul(&[cells, projection]),
+        ]);
+        encoder.saturating_add(mul(&[2, n(lstm.n_layers), layer]))
     }
 
     /// Total number of convolution filters (`F`, the width of the char-CNN output).
@@ -167,5 +243,64 @@ impl BiLmOptions {
     /// Number of biLM layers including the token layer (`L + 1`).
     pub fn n_output_layers(&self) -> usize {
         self.lstm.n_layers + 1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::module::Module;
+    use burn::tensor::Device;
+
+    const DEMO: &str = include_str!("../../../fixtures/allennlp/options.json");
+
+    fn demo() -> BiLmOptions {
+        BiLmOptions::from_json_str(DEMO, "options.json").expect("the demo options are valid")
+    }
+
+    /// The count that bounds an options file is the count of the model it builds.
+    #[test]
+    fn the_parameter_count_is_the_built_models() {
+        let options = demo();
+        let built = crate::BiLmConfig {
+            options: options.clone(),
+        }
+        .init(&Device::flex());
+        assert_eq!(options.n_parameters(), built.num_params() as u64);
+    }
+
+    /// Regression (fuzzing, issue 49): `"n_layers": 1000000000000` aborted the process with a
+    /// failed 352 TB allocation while the model was being built; it is an error naming the field.
+    #[test]
+    fn huge_counts_and_widths_are_errors_before_anything_is_allocated() {
+        type Change = fn(&mut BiLmOptions);
+        let cases: [(&str, Change); 6] = [
+            // Found by `cargo xtask fuzz` (config reader, case 6): a filter width of u64::MAX
+            // overflowed the parameter count.
+            ("char_cnn.filters", |o| {
+                o.char_cnn.filters[1][0] = usize::MAX
+            }),
+            ("lstm.n_layers", |o| o.lstm.n_layers = 1_000_000_000_000),
+            ("char_cnn.n_highway", |o| o.char_cnn.n_highway = usize::MAX),
+            ("lstm.dim", |o| o.lstm.dim = usize::MAX),
+            ("char_cnn.filters", |o| o.char_cnn.filters[0][1] = 1 << 40),
+            ("parameters", |o| {
+                o.lstm.dim = MAX_WIDTH;
+                o.lstm.projection_dim = MAX_WIDTH;
+                o.lstm.n_layers = MAX_LAYERS;
+            }),
+        ];
+        for (field, change) in cases {
+            let mut options = demo();
+            change(&mut options);
+            let text = serde_json::to_string(&options).expect("serialisable");
+            let error = BiLmOptions::from_json_str(&text, "bad.json")
+                .expect_err("out of bounds")
+                .to_string();
+            assert!(
+                error.contains(field) || (field == "char_cnn.filters" && error.contains("filters")),
+                "{field}: {error}"
+            );
+        }
     }
 }

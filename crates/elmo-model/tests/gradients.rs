@@ -8,8 +8,6 @@ use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::Gradients;
 use burn::tensor::{Device, Distribution, Tensor};
 use common::*;
-#[path = "support/wgpu_probe.rs"]
-mod wgpu_probe;
 use elmo_model::char_cnn::CharConvolution;
 use elmo_model::{ElmoConfig, LstmWithProjectionConfig};
 
@@ -204,6 +202,7 @@ fn char_convolution_gradients_match_finite_differences() {
                     &device,
                 )),
                 width,
+                kernels: elmo_model::KernelSettings::default(),
             };
             let chars = Tensor::<3>::random(
                 [n_tokens, n_slots, d_char],
@@ -297,7 +296,8 @@ fn char_convolution_gradients_match_finite_differences() {
 /// width 3 (3 slices).
 #[test]
 fn char_convolution_on_wgpu_equals_flex() {
-    let Some(wgpu) = wgpu_probe::wgpu_device_or_skip("char_convolution_on_wgpu_equals_flex") else {
+    let Some(wgpu) = elmo_test_support::wgpu_device_or_skip("char_convolution_on_wgpu_equals_flex")
+    else {
         return;
     };
     let (n_tokens, n_slots, d_char, n_filters) = (8, 50, 4, 5);
@@ -328,6 +328,7 @@ fn char_convolution_on_wgpu_equals_flex() {
                 ),
                 bias: Param::from_tensor(Tensor::from_data(bias.to_data(), &device).require_grad()),
                 width,
+                kernels: elmo_model::KernelSettings::default(),
             };
             let chars = Tensor::<3>::from_data(chars.to_data(), &device).require_grad();
             let w = Tensor::<2>::from_data(w.to_data(), &device);

@@ -9,12 +9,10 @@ mod common;
 use common::*;
 use elmo_model::ElmoConfig;
 
-#[path = "support/wgpu_probe.rs"]
-mod wgpu_probe;
-
 #[test]
 fn tiny_main_batch_matches_allennlp_on_wgpu() {
-    let Some(device) = wgpu_probe::wgpu_device_or_skip("tiny_main_batch_matches_allennlp_on_wgpu")
+    let Some(device) =
+        elmo_test_support::wgpu_device_or_skip("tiny_main_batch_matches_allennlp_on_wgpu")
     else {
         return;
     };

@@ -10,7 +10,7 @@ use crate::error::{Result, TaskError};
 use crate::tsv::read_tsv;
 
 /// The kind of task, which fixes the file format and the head.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum TaskKind {
     /// Sequence tagging (POS, NER): BiLSTM + CRF.
@@ -122,7 +122,7 @@ impl DataFormat {
     /// Tokens of a text field from line `line` of the file.
     fn split(&self, path: &Path, line: usize, text: &str) -> Result<Vec<String>> {
         let mut tokens = if self.tokenize {
-            elmo_train::tokenizer::tokenize(text)
+            elmo_model::tokenizer::tokenize(text)
         } else {
             text.split_whitespace().map(str::to_string).collect()
         };

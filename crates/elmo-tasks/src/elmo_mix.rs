@@ -9,7 +9,7 @@ use elmo_model::{ScalarMix, ScalarMixConfig};
 use serde::{Deserialize, Serialize};
 
 /// Which layers the mix uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum MixKind {
     /// Learned softmax weights over all layers (ELMo).
@@ -21,7 +21,7 @@ pub enum MixKind {
 }
 
 /// Where ELMo is concatenated.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ElmoPlace {
     /// `[x_k; ELMo_k]` into the task RNN.

@@ -79,6 +79,7 @@ impl CharCnnSettings {
             n_highway: 1,
             d_output: self.d_output,
             activation: CnnActivation::Relu,
+            kernels: elmo_model::KernelSettings::default(),
         }
     }
 }

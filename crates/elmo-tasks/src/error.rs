@@ -59,9 +59,6 @@ pub enum TaskError {
     /// The biLM failed.
     #[error(transparent)]
     Model(#[from] elmo_model::ElmoError),
-    /// Writing a file atomically failed.
-    #[error(transparent)]
-    Train(#[from] elmo_train::TrainError),
 }
 
 /// `Result` with [`TaskError`].

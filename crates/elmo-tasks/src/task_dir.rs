@@ -86,7 +86,7 @@ fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
 
 fn write_json(path: &Path, value: &impl Serialize) -> Result<()> {
     let text = serde_json::to_string_pretty(value).map_err(json_error(path))?;
-    Ok(elmo_train::checkpoint::write_atomic(path, text.as_bytes())?)
+    elmo_model::write_atomic(path, text.as_bytes()).map_err(io_error(path))
 }
 
 impl TaskDirectory {
@@ -112,6 +112,16 @@ impl TaskDirectory {
         self.path.join("metrics.jsonl")
     }
 
+    /// Creates the directory and takes its writer's lock (`.lock`, [`elmo_model::RunLock`]),
+    /// held until dropped; `break_stale` removes a lock left by a writer no longer running.
+    pub fn lock(&self, break_stale: bool) -> Result<elmo_model::RunLock> {
+        std::fs::create_dir_all(&self.path).map_err(io_error(&self.path))?;
+        Ok(elmo_model::RunLock::acquire(
+            self.path.join(".lock"),
+            break_stale,
+        )?)
+    }
+
     /// Creates the directory and writes `task.json`.
     pub fn create(&self, spec: &TaskSpec) -> Result<()> {
         std::fs::create_dir_all(&self.path).map_err(io_error(&self.path))?;
@@ -130,7 +140,7 @@ impl TaskDirectory {
                     path: path.clone(),
                     source,
                 })?;
-        elmo_train::checkpoint::write_atomic(&path, &bytes)?;
+        elmo_model::write_atomic(&path, &bytes).map_err(io_error(&path))?;
         write_json(&self.best_file(), best)
     }
 

@@ -34,6 +34,8 @@ pub struct TaskTrainOptions {
     pub lambda: f64,
     /// Seed of initialisation, order and dropout.
     pub seed: u64,
+    /// Remove a lock on the task directory left by a writer that is no longer running.
+    pub break_stale_lock: bool,
 }
 
 /// Progress callbacks (the CLI draws bars).
@@ -137,6 +139,7 @@ pub fn train_task(
             "epochs and batch size must be positive".into(),
         ));
     }
+    let _lock = dir.lock(options.break_stale_lock)?;
     dir.create(spec)?;
     let metrics_path = dir.metrics_file();
     let mut metrics = std::fs::File::create(&metrics_path).map_err(io_error(&metrics_path))?;

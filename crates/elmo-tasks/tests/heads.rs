@@ -6,7 +6,6 @@
 
 use burn::optim::GradientsParams;
 use burn::tensor::{Device, Tolerance};
-use elmo_model::gradients::nonzero_gradients;
 use elmo_model::options::BiLmOptions;
 use elmo_model::weights::{WeightFile, load_bilm_from};
 use elmo_model::{BiLm, ElmoConfig};
@@ -18,9 +17,10 @@ use elmo_tasks::{
     BiLmFeatures, DataFormat, ElmoPlace, Example, MixKind, Target, TaskDirectory, TaskKind,
     TaskModelConfig, TaskSpec, TaskTrainOptions, evaluate, predict, train_task,
 };
+use elmo_test_support::nonzero_gradients;
 
 fn fixture_bilm(device: &Device) -> BiLm {
-    let dir = manifest_dir().join("../../fixtures/allennlp");
+    let dir = elmo_test_support::fixture("allennlp");
     let options = BiLmOptions::from_file(dir.join("options.json")).unwrap();
     let mut weights = WeightFile::open(dir.join("lm_weights.hdf5")).unwrap();
     let bilm = load_bilm_from(&options, &mut weights, device).unwrap();
@@ -293,6 +293,7 @@ fn heads_learn_small_tasks_and_reload() {
             lr: 0.02,
             lambda: 0.0,
             seed: 3,
+            break_stale_lock: false,
         };
         let best = train_task(
             &spec,
@@ -320,12 +321,4 @@ fn heads_learn_small_tasks_and_reload() {
         let lines = std::fs::read_to_string(task.metrics_file()).unwrap();
         assert!(lines.lines().count() >= best.epoch);
     }
-}
-
-/// This crate's directory as `cargo test` gives it at run time (the compile-time value only as a
-/// fallback): a test binary reused from a build cache made in another clone must read this
-/// clone's fixtures.
-fn manifest_dir() -> std::path::PathBuf {
-    std::env::var_os("CARGO_MANIFEST_DIR")
-        .map_or_else(|| env!("CARGO_MANIFEST_DIR").into(), Into::into)
 }

@@ -2,12 +2,11 @@
 //! atomically (a temporary directory renamed into place), keeping the last K.
 //!
 //! ```text
-//! RUN_DIR/config.json  vocab.txt  run.json  metrics.jsonl  curves.svg
+//! RUN_DIR/config.json  vocab.txt  run.json  metrics.jsonl  curves.svg  .lock (while written)
 //! RUN_DIR/checkpoints/step-000000100/{model.bpk, optimizer.bpk, lstm_state.bin, trainer.json}
 //!                                     (+ average.bpk once weight averaging has started)
 //! ```
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use burn::tensor::{Device, Tensor, TensorData};
@@ -30,27 +29,9 @@ pub const LSTM_STATE_FILE: &str = "lstm_state.bin";
 pub const TRAINER_FILE: &str = "trainer.json";
 const CHECKPOINTS: &str = "checkpoints";
 
-/// Writes a file atomically: a temporary file in the same directory, flushed, then renamed.
+/// [`elmo_model::write_atomic`], its error naming `path`.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let temp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
-    let result = (|| {
-        let mut file = std::fs::File::create(&temp)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-        std::fs::rename(&temp, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&temp);
-    }
-    result.map_err(io_error(path))
+    elmo_model::write_atomic(path, bytes).map_err(io_error(path))
 }
 
 /// Running sums of the losses since the last metrics line.
@@ -211,6 +192,11 @@ impl RunDirectory {
     /// A run directory at `path` (not created).
     pub fn new(path: impl Into<PathBuf>) -> Self {
         Self { path: path.into() }
+    }
+
+    /// `.lock`: the lock of the process that writes the run ([`elmo_model::RunLock`]).
+    pub fn lock_file(&self) -> PathBuf {
+        self.path.join(".lock")
     }
 
     /// `config.json`.

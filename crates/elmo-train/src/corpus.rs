@@ -80,7 +80,7 @@ pub fn no_sentence(files: &[PathBuf]) -> TrainError {
 /// The tokens of one line.
 pub fn split_line(line: &str, tokenize: bool) -> Vec<String> {
     if tokenize {
-        crate::tokenizer::tokenize(line)
+        elmo_model::tokenizer::tokenize(line)
     } else {
         line.split_whitespace().map(String::from).collect()
     }

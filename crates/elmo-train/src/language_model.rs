@@ -6,6 +6,7 @@
 use burn::module::{Module, Param};
 use burn::optim::GradientsParams;
 use burn::tensor::{Device, Int, Tensor, TensorData};
+use elmo_kernels::KernelSettings;
 use elmo_model::bilm::BiLmConfig;
 use elmo_model::options::BiLmOptions;
 use elmo_model::{BiLm, CharIdBatch, LstmState, LstmWithProjection};
@@ -50,6 +51,7 @@ impl BiLanguageModelConfig {
             }
             .init(device),
             dropout: self.dropout,
+            kernels: KernelSettings::default(),
         }
     }
 }
@@ -65,6 +67,10 @@ pub struct BiLanguageModel {
     /// dropout seed is given to [`loss`](Self::loss)).
     #[module(skip)]
     pub dropout: DropoutConfig,
+    /// Which custom kernels a training step runs on a CubeCL device (the encoder's and the
+    /// softmax's are set with it, [`Self::with_kernels`]).
+    #[module(skip)]
+    pub kernels: KernelSettings,
 }
 
 /// LSTM state carried between batches in the stateful mode, per layer.
@@ -195,6 +201,15 @@ pub(crate) fn grid_char_ids(grids: &[&TokenGrid]) -> CharIdBatch {
 }
 
 impl BiLanguageModel {
+    /// This model running `kernels` on a CubeCL device: its training step's LSTM cells,
+    /// products and reductions, the token encoder's and the softmax's.
+    pub fn with_kernels(mut self, kernels: KernelSettings) -> Self {
+        self.kernels = kernels;
+        self.bilm = self.bilm.with_kernels(kernels);
+        self.softmax.kernels = kernels;
+        self
+    }
+
     /// Parameters in total.
     pub fn n_parameters(&self) -> usize {
         self.num_params()

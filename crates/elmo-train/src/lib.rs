@@ -10,13 +10,12 @@ pub mod checkpoint;
 pub mod config;
 pub mod contiguous;
 pub mod corpus;
-mod cube_adagrad;
-mod cube_norm;
 mod dropout;
 pub mod error;
 pub mod evaluate;
 pub mod init_from;
 pub mod language_model;
+pub mod lstm_backward;
 pub mod metrics;
 pub mod optimizer;
 pub mod plateau;
@@ -25,7 +24,6 @@ mod recorded_stack;
 pub mod run;
 pub mod softmax;
 pub mod step_profile;
-pub mod tokenizer;
 pub mod trainer;
 mod training_step;
 pub mod vocabulary;
@@ -36,12 +34,8 @@ pub use error::{Result, TrainError};
 pub use evaluate::{Perplexity, evaluate};
 pub use init_from::InitFrom;
 pub use language_model::{BiLanguageModel, BiLanguageModelConfig};
+pub use lstm_backward::{LstmGroup, RecordedLstm};
 pub use run::TrainedRun;
+pub use step_profile::StepProfile;
 pub use trainer::{TrainObserver, TrainOptions, TrainSummary, train};
-pub use training_step::PAIRED_DIRECTIONS_VARIABLE;
 pub use vocabulary::Vocabulary;
-
-/// The wgpu device of the integration tests, for unit tests too.
-#[cfg(test)]
-#[path = "../../elmo-model/tests/support/wgpu_probe.rs"]
-mod wgpu_probe;

@@ -7,10 +7,9 @@ use burn::optim::{
     StateSink, StateSource,
 };
 use burn::tensor::{Device, Tensor};
+use elmo_kernels::{AdagradStep, KernelSettings, fused_adagrad_step, fused_squared_norm};
 
 use crate::config::OptimizerConfig;
-use crate::cube_adagrad::fused_adagrad_step;
-use crate::cube_norm::fused_squared_norm;
 
 /// Adagrad as `tf.train.AdagradOptimizer`: `acc ← acc + g²; θ ← θ − lr · g / √acc`, the
 /// accumulator starting at `initial_accumulator` (no epsilon).
@@ -18,6 +17,8 @@ use crate::cube_norm::fused_squared_norm;
 pub struct Adagrad {
     /// Starting value of every accumulator.
     pub initial_accumulator: f64,
+    /// Whether the update runs as one fused kernel per parameter on a CubeCL device.
+    pub kernels: KernelSettings,
 }
 
 /// The squared-gradient accumulator of one parameter.
@@ -40,14 +41,6 @@ impl<const D: usize> RecordState for AdagradState<D> {
     }
 }
 
-/// One Adagrad step's result, from the fused kernel or burn's operations.
-pub(crate) struct AdagradUpdate<const D: usize> {
-    /// `θ − lr · g / √acc`.
-    pub parameter: Tensor<D>,
-    /// `acc + g²` (or `g² + initial_accumulator` on the first step).
-    pub accumulator: Tensor<D>,
-}
-
 impl Adagrad {
     /// The update with burn's operations (every backend; one kernel each on a GPU, where
     /// [`fused_adagrad_step`] runs instead).
@@ -57,14 +50,14 @@ impl Adagrad {
         tensor: Tensor<D>,
         grad: Tensor<D>,
         accumulator: Option<Tensor<D>>,
-    ) -> AdagradUpdate<D> {
+    ) -> AdagradStep<D> {
         let squared = grad.clone().square();
         let accumulator = match accumulator {
             Some(accumulator) => accumulator + squared,
             None => squared.add_scalar(self.initial_accumulator),
         };
         let update = grad.div(accumulator.clone().sqrt()).mul_scalar(lr);
-        AdagradUpdate {
+        AdagradStep {
             parameter: tensor - update,
             accumulator,
         }
@@ -88,6 +81,7 @@ impl Optimizer for Adagrad {
             accumulator.as_ref(),
             self.initial_accumulator,
             lr,
+            self.kernels,
         );
         let update = match fused {
             Some(update) => update,
@@ -108,14 +102,15 @@ impl Optimizer for Adagrad {
     }
 }
 
-/// The module optimizer a config asks for.
-pub fn build_optimizer(config: &OptimizerConfig) -> ModuleOptimizer {
+/// The module optimizer a config asks for (Adagrad's update running `kernels`).
+pub fn build_optimizer(config: &OptimizerConfig, kernels: KernelSettings) -> ModuleOptimizer {
     match config {
         OptimizerConfig::Adagrad {
             initial_accumulator,
             ..
         } => ModuleOptimizer::from(Adagrad {
             initial_accumulator: *initial_accumulator,
+            kernels,
         }),
         OptimizerConfig::Adam { .. } => AdamConfig::new().init(),
         OptimizerConfig::Sgd { .. } => SgdConfig::new().init(),
@@ -169,16 +164,16 @@ pub fn move_gradients<M: Module>(module: &M, from: GradientsParams, to: &mut Gra
     module.visit(&mut MoveGradients { from, to });
 }
 
-/// The global L2 norm of all gradients of `module`: one fused kernel per gradient on wgpu
-/// ([`fused_squared_norm`]), burn's operations elsewhere.
-pub fn global_norm<M: Module>(module: &M, grads: &GradientsParams) -> f64 {
+/// The global L2 norm of all gradients of `module`: one fused kernel per gradient where
+/// `kernels` runs them ([`fused_squared_norm`]), burn's operations elsewhere.
+pub fn global_norm<M: Module>(module: &M, grads: &GradientsParams, kernels: KernelSettings) -> f64 {
     let mut visitor = FlatGradients {
         grads,
         flat: Vec::new(),
     };
     module.visit(&mut visitor);
     let flat = visitor.flat;
-    if let Some(squared) = fused_squared_norm(&flat) {
+    if let Some(squared) = fused_squared_norm(&flat, kernels) {
         return squared.sqrt();
     }
     flat.into_iter()
@@ -189,8 +184,13 @@ pub fn global_norm<M: Module>(module: &M, grads: &GradientsParams) -> f64 {
 
 /// Scales all gradients so that their global norm is at most `max_norm` (unchanged when below);
 /// returns the norm before clipping.
-pub fn clip_global_norm<M: Module>(module: &M, grads: &mut GradientsParams, max_norm: f64) -> f64 {
-    let norm = global_norm(module, grads);
+pub fn clip_global_norm<M: Module>(
+    module: &M,
+    grads: &mut GradientsParams,
+    max_norm: f64,
+    kernels: KernelSettings,
+) -> f64 {
+    let norm = global_norm(module, grads, kernels);
     if norm > max_norm && norm.is_finite() {
         module.visit(&mut Scale {
             grads,
@@ -243,7 +243,7 @@ mod tests {
     #[test]
     fn fused_adagrad_matches_tensorflow_on_wgpu() {
         if let Some(device) =
-            crate::wgpu_probe::wgpu_device_or_skip("fused_adagrad_matches_tensorflow_on_wgpu")
+            elmo_test_support::wgpu_device_or_skip("fused_adagrad_matches_tensorflow_on_wgpu")
         {
             adagrad_matches_tensorflow_on(&device.autodiff());
         }
@@ -254,7 +254,7 @@ mod tests {
     #[test]
     fn fused_adagrad_equals_composed_on_wgpu() {
         let Some(device) =
-            crate::wgpu_probe::wgpu_device_or_skip("fused_adagrad_equals_composed_on_wgpu")
+            elmo_test_support::wgpu_device_or_skip("fused_adagrad_equals_composed_on_wgpu")
         else {
             return;
         };
@@ -267,11 +267,19 @@ mod tests {
         };
         let adagrad = Adagrad {
             initial_accumulator: 0.5,
+            kernels: KernelSettings::default(),
         };
         let (parameter, first, second) = (wave(1.0, 0.0), wave(2.0, 1.0), wave(0.3, 2.0));
         let fused = |parameter: &Tensor<1>, grad: &Tensor<1>, accumulator: Option<&Tensor<1>>| {
-            fused_adagrad_step(parameter, grad, accumulator, 0.5, 0.2)
-                .expect("the fused kernel runs on wgpu")
+            fused_adagrad_step(
+                parameter,
+                grad,
+                accumulator,
+                0.5,
+                0.2,
+                KernelSettings::default(),
+            )
+            .expect("the fused kernel runs on wgpu")
         };
         let fused_first = fused(&parameter, &first, None);
         let fused_second = fused(
@@ -311,12 +319,13 @@ mod tests {
 
     fn adagrad_matches_tensorflow_on(device: &Device) {
         let (model, mut grads) = two_with_gradients_on(device);
-        let norm = clip_global_norm(&model, &mut grads, 1.0);
+        let norm = clip_global_norm(&model, &mut grads, 1.0, KernelSettings::default());
         assert!((norm - (9.0f64 * 2.0 + 4.0).sqrt()).abs() < 1e-5);
-        assert!((global_norm(&model, &grads) - 1.0).abs() < 1e-5);
+        assert!((global_norm(&model, &grads, KernelSettings::default()) - 1.0).abs() < 1e-5);
 
         let mut optim = ModuleOptimizer::from(Adagrad {
             initial_accumulator: 1.0,
+            kernels: KernelSettings::default(),
         });
         let g = 3.0 / 22f64.sqrt();
         let model = optim.step(0.2, model, grads);
@@ -331,7 +340,8 @@ mod tests {
     #[test]
     fn sgd_steps_against_the_gradient_and_its_state_round_trips() {
         let (model, grads) = two_with_gradients();
-        let mut optim = build_optimizer(&OptimizerConfig::Sgd { lr: 0.1 });
+        let mut optim =
+            build_optimizer(&OptimizerConfig::Sgd { lr: 0.1 }, KernelSettings::default());
         // θ ← θ − 0.1·g.
         let model = optim.step(0.1, model, grads);
         let a: Vec<f32> = model.a.val().into_data().try_into_vec_as().unwrap();
@@ -345,9 +355,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("optimizer.bpk");
         optim.save(&path).unwrap();
-        let restored = build_optimizer(&OptimizerConfig::Sgd { lr: 0.1 })
-            .load(&path)
-            .unwrap();
+        let restored =
+            build_optimizer(&OptimizerConfig::Sgd { lr: 0.1 }, KernelSettings::default())
+                .load(&path)
+                .unwrap();
         assert_eq!(restored.to_record().len(), optim.to_record().len());
     }
 }

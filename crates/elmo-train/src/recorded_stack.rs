@@ -1,5 +1,5 @@
 //! The LSTM stacks of a training step run outside autodiff and backpropagated by hand
-//! (`elmo_model::lstm_backward`): dropout on every layer input and on the top output, and the
+//! (`lstm_backward.rs`): dropout on every layer input and on the top output, and the
 //! residual from layer 1 on adding the dropped-out input, as bilm-tf's
 //! `DropoutWrapper(ResidualWrapper(LSTMCell))` and `BiLanguageModel`'s autodiff path; with weight
 //! drop, each layer runs with its masked recurrent weights and the gradient of the weights is the
@@ -7,11 +7,11 @@
 //! shape as one (the two directions on a GPU): their rows stacked, each depth an `LstmGroup`.
 
 use burn::tensor::Tensor;
-use elmo_model::{
-    LstmGroup, LstmGroupGradients, LstmState, LstmTape, LstmWeightGradients, LstmWithProjection,
-};
+use elmo_kernels::KernelSettings;
+use elmo_model::{LstmState, LstmWithProjection};
 
 use crate::dropout::StackDropout;
+use crate::lstm_backward::{LstmGroup, LstmGroupGradients, LstmTape, LstmWeightGradients};
 
 /// The stacks' forward pass and what their backward pass needs.
 pub(crate) struct RecordedStack {
@@ -27,6 +27,8 @@ pub(crate) struct RecordedStack {
     /// Per layer with weight drop, per stack: the layer with its masked recurrent weights, and
     /// the mask.
     dropped: Vec<Option<Vec<(LstmWithProjection, Tensor<2>)>>>,
+    /// The kernels of the forward pass, for the backward pass.
+    kernels: KernelSettings,
 }
 
 /// Gradients of the stacks' backward pass.
@@ -46,7 +48,7 @@ fn stacked_masks(masks: Vec<Option<Tensor<3>>>) -> Option<Tensor<3>> {
 
 /// Runs `stacks` (G stacks of one shape) over `embedded`, stack `g` on rows `g·B .. (g+1)·B`
 /// (every row all `T` steps, left to right), each from its `initial` state (`None`: zero) with
-/// its `dropout`.
+/// its `dropout`, running `kernels` on a CubeCL device.
 ///
 /// # Shapes
 /// - embedded: `[G·B, T, d_input]`
@@ -56,6 +58,7 @@ pub(crate) fn forward_stack(
     embedded: Tensor<3>,
     initial: Vec<Option<Vec<LstmState>>>,
     dropout: Vec<StackDropout>,
+    kernels: KernelSettings,
 ) -> RecordedStack {
     let n_stacks = stacks.len();
     let n_layers = stacks[0].len();
@@ -99,7 +102,7 @@ pub(crate) fn forward_stack(
                 memory: LstmGroup::stacked_rows(memory),
             }
         });
-        let group = LstmGroup::new(layers.iter().map(|layer| layer.as_ref()).collect());
+        let group = LstmGroup::new(layers.iter().map(|layer| layer.as_ref()).collect(), kernels);
         let (out, tape) = group.forward_recorded(input.clone(), start);
         for (g, stack_finals) in finals.iter_mut().enumerate() {
             stack_finals.push(LstmState {
@@ -132,6 +135,7 @@ pub(crate) fn forward_stack(
         input_masks,
         top_mask,
         dropped,
+        kernels,
     }
 }
 
@@ -159,7 +163,7 @@ pub(crate) fn backward_stack(
         let LstmGroupGradients {
             inputs,
             mut weights,
-        } = LstmGroup::new(group).backward_recorded(tape, grad.clone());
+        } = LstmGroup::new(group, stack.kernels).backward_recorded(tape, grad.clone());
         if let Some(dropped) = &dropped {
             weights = (weights.into_iter().zip(dropped))
                 .map(|(mut w, (_, mask))| {

@@ -5,10 +5,9 @@
 use burn::module::{Module, Param};
 use burn::nn::Initializer;
 use burn::tensor::{Device, Int, Tensor, TensorData};
-use elmo_model::cube_reduce::{RowReduction, reduce_rows, sum_columns};
-use elmo_model::cube_tensor::fused_kernels_for;
-use elmo_model::index_add::{add_elements, add_rows};
-use elmo_model::split_product::SplitWeight;
+use elmo_kernels::{
+    KernelSettings, RowReduction, SplitWeight, add_elements, add_rows, reduce_rows, sum_columns,
+};
 use rand::Rng;
 use std::collections::HashSet;
 
@@ -29,6 +28,7 @@ impl SoftmaxConfig {
             weight: Initializer::Normal { mean: 0.0, std }
                 .init([self.n_vocab, self.d_input], device),
             bias: Initializer::Zeros.init([self.n_vocab], device),
+            kernels: KernelSettings::default(),
         }
     }
 }
@@ -40,6 +40,9 @@ pub struct Softmax {
     pub weight: Param<Tensor<2>>,
     /// `[V]`.
     pub bias: Param<Tensor<1>>,
+    /// Which custom kernels the hand-written gradients run on a CubeCL device.
+    #[module(skip)]
+    pub kernels: KernelSettings,
 }
 
 /// Uploads vocabulary ids.
@@ -226,10 +229,10 @@ impl Softmax {
         };
         let candidate_weight_t = candidate_weight.clone().transpose();
         // `∂/∂z · W` has a long inner dimension (the candidates) and a small output: split
-        // along it on a GPU (`split_product`; measured there at 3.3 ms on 8 cubes for 408 rows
-        // of a 10k vocabulary, session 40).
+        // along it on a GPU (`split_product`).
+        let kernels = self.kernels;
         let candidate_product =
-            SplitWeight::for_products(candidate_weight.clone(), fused_kernels_for(&weight));
+            SplitWeight::for_products(candidate_weight.clone(), kernels.split_for(&weight));
         let candidate_bias = candidate_bias.unsqueeze_dim::<2>(0);
         // The targets' weights, true logits and whether they are outside the candidates.
         let target_ids = ids_tensor(targets, &device);
@@ -263,10 +266,10 @@ impl Softmax {
                 chunk(&not_candidate),
             );
             let logits = rows.clone().matmul(candidate_weight_t.clone()) + candidate_bias.clone();
-            let max = reduce_rows(logits.clone(), RowReduction::Max).max_pair(y.clone());
+            let max = reduce_rows(logits.clone(), RowReduction::Max, kernels).max_pair(y.clone());
             let exp = (logits - max.clone()).exp();
             let true_exp = (y.clone() - max.clone()).exp() * outside;
-            let sum = reduce_rows(exp.clone(), RowReduction::Sum) + true_exp.clone();
+            let sum = reduce_rows(exp.clone(), RowReduction::Sum, kernels) + true_exp.clone();
             nll.push((sum.clone().log() + max - y).reshape([len]));
             // ∂/∂y = scale · (p_true − 1); ∂/∂z = scale · softmax, in the logits' buffer.
             let per_sum = scale.clone() / sum;
@@ -276,7 +279,7 @@ impl Softmax {
                 candidate_product.left_product(grad_logits.clone())
                     + chunk(&target_weight) * dy.clone(),
             );
-            grad_candidate_bias = grad_candidate_bias + sum_columns(grad_logits.clone());
+            grad_candidate_bias = grad_candidate_bias + sum_columns(grad_logits.clone(), kernels);
             grad_candidate_weight = grad_candidate_weight + grad_logits.transpose().matmul(rows);
             grad_true.push(dy);
             start += len;
@@ -293,13 +296,24 @@ impl Softmax {
                     Tensor::zeros([n_vocab, d], &device),
                     ids.clone(),
                     grad_candidate_weight,
+                    kernels,
                 ),
-                add_elements(Tensor::zeros([n_vocab], &device), ids, grad_candidate_bias),
+                add_elements(
+                    Tensor::zeros([n_vocab], &device),
+                    ids,
+                    grad_candidate_bias,
+                    kernels,
+                ),
             ),
         };
         // The true logits' share, row by row into their targets' rows (repeats add up).
-        let grad_weight = add_rows(grad_weight, target_ids.clone(), hidden * grad_true.clone());
-        let grad_bias = add_elements(grad_bias, target_ids, grad_true.reshape([n]));
+        let grad_weight = add_rows(
+            grad_weight,
+            target_ids.clone(),
+            hidden * grad_true.clone(),
+            kernels,
+        );
+        let grad_bias = add_elements(grad_bias, target_ids, grad_true.reshape([n]), kernels);
         SoftmaxGradients {
             nll: match nll.is_empty() {
                 true => Tensor::zeros([0], &device),
@@ -431,10 +445,10 @@ mod tests {
     /// slices (`split_product`).
     #[test]
     fn hand_written_softmax_gradients_equal_autodiff_on_wgpu() {
-        if let Some(device) = crate::wgpu_probe::wgpu_device_or_skip(
+        if let Some(device) = elmo_test_support::wgpu_device_or_skip(
             "hand_written_softmax_gradients_equal_autodiff_on_wgpu",
         ) {
-            assert_eq!(elmo_model::split_product::slices_for(512), 4);
+            assert_eq!(elmo_kernels::slices_for(512), 4);
             check_softmax_gradients(device.clone(), 9);
             check_softmax_gradients(device, 512);
         }
@@ -517,6 +531,7 @@ mod tests {
                 TensorData::new(bias.iter().map(|&b| b as f32).collect(), [n_vocab]),
                 &device,
             )),
+            kernels: KernelSettings::default(),
         };
         let hidden: Vec<f32> = (0..4 * d).map(|i| (i as f32 * 1.3).sin() * 2.0).collect();
         let targets = [2u32, 7, 0, 5];

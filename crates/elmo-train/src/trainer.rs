@@ -14,6 +14,8 @@ use std::time::Instant;
 use burn::module::Module;
 use burn::optim::ModuleOptimizer;
 use burn::tensor::Device;
+use elmo_kernels::KernelSettings;
+use elmo_model::RunLock;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -31,7 +33,7 @@ use crate::metrics::{MetricsLog, MetricsRecord, read_metrics};
 use crate::optimizer::{build_optimizer, clip_global_norm};
 use crate::run::{RunInfo, model_for};
 use crate::softmax::SampledCandidates;
-use crate::step_profile;
+use crate::step_profile::StepProfile;
 use crate::vocabulary::Vocabulary;
 
 /// How to run the training (data, length, checkpoints); the model and optimisation settings are
@@ -58,6 +60,11 @@ pub struct TrainOptions {
     pub resume: bool,
     /// Start a new run from pretrained weights or another run's (see [`InitFrom`]).
     pub init_from: Option<InitFrom>,
+    /// Which custom kernels run on a CubeCL device (all by default; the same results).
+    pub kernels: KernelSettings,
+    /// Remove a lock on `run_dir` left by a writer that is no longer running
+    /// ([`elmo_model::RunLock`]); without it such a lock is an error.
+    pub break_stale_lock: bool,
 }
 
 /// Progress of one step, for progress bars.
@@ -95,6 +102,8 @@ pub trait TrainObserver {
     fn initialised_from(&mut self, _init_from: &InitFrom, _softmax_taken: bool) {}
     /// Weight averaging started with the weights after step `step`.
     fn averaging_started(&mut self, _step: u64) {}
+    /// Something went wrong that does not stop the run (a plot that could not be drawn).
+    fn warning(&mut self, _message: &str) {}
 }
 
 impl TrainObserver for () {}
@@ -134,6 +143,8 @@ pub struct StepSettings<'a> {
     pub lr_scale: f64,
     /// The autodiff device.
     pub device: &'a Device,
+    /// Adds each phase's time to it, when given (the device is then synchronised per phase).
+    pub profile: Option<&'a StepProfile>,
 }
 
 /// The losses of one optimizer step (host values).
@@ -172,8 +183,16 @@ pub fn optimizer_step(
         step,
         lr_scale,
         device,
+        profile,
     } = settings;
-    step_profile::start(device);
+    let mark = |phase| {
+        if let Some(profile) = profile {
+            profile.mark(device, phase);
+        }
+    };
+    if let Some(profile) = profile {
+        profile.start(device);
+    }
     let candidates = config.uses_sampled_softmax(n_vocab).then(|| {
         let mut rng = ChaCha8Rng::seed_from_u64(mix_seed(&[seed, step, 0x5A3]));
         SampledCandidates::draw(config.negatives, n_vocab, &mut rng)
@@ -195,6 +214,7 @@ pub fn optimizer_step(
         mode,
         Some(mix_seed(&[seed, step, 0xD80])),
         device,
+        profile,
     );
     let lr = config.optimizer.lr() * config.lr_schedule.factor(step) * lr_scale;
     let mut losses = StepLosses {
@@ -211,15 +231,15 @@ pub fn optimizer_step(
     };
     losses.forward_nll = f64::from(out.loss.forward_nll.clone().into_scalar::<f32>());
     losses.backward_nll = f64::from(out.loss.backward_nll.clone().into_scalar::<f32>());
-    step_profile::mark(device, "losses to the host");
+    mark("losses to the host");
     losses.grad_norm = match config.clip_norm {
-        Some(max) => clip_global_norm(&model, &mut grads, max),
-        None => crate::optimizer::global_norm(&model, &grads),
+        Some(max) => clip_global_norm(&model, &mut grads, max, model.kernels),
+        None => crate::optimizer::global_norm(&model, &grads, model.kernels),
     };
-    step_profile::mark(device, "gradient norm and clipping");
+    mark("gradient norm and clipping");
     *state = out.state.map(CarriedState::detach);
     let model = optimizer.step(lr, model, grads);
-    step_profile::mark(device, "optimizer update");
+    mark("optimizer update");
     (model, losses)
 }
 
@@ -326,12 +346,15 @@ pub fn train(
         mix_seed(&[options.seed, 0x1417]),
         &train_device,
     )?;
-    let mut model = initial.model;
+    let mut model = initial.model.with_kernels(options.kernels);
+    // One writer per run directory, held until the run returns.
+    std::fs::create_dir_all(&run.path).map_err(crate::error::io_error(&run.path))?;
+    let _lock = RunLock::acquire(run.lock_file(), options.break_stale_lock)?;
     let resume_from = prepare_run(&run, config, &vocab, &info, options.resume)?;
     if let Some(from) = init_from {
         observer.initialised_from(from, initial.softmax_taken);
     }
-    let mut optimizer = build_optimizer(&config.optimizer);
+    let mut optimizer = build_optimizer(&config.optimizer, options.kernels);
     let vocab = Arc::new(vocab);
     let shape = config.batch_shape();
     let mut batcher = Batcher::new(
@@ -422,6 +445,7 @@ pub fn train(
                 step,
                 lr_scale: trainer.plateau.factor(&config.lr_schedule),
                 device: &train_device,
+                profile: None,
             },
         );
         model = next_model;
@@ -547,8 +571,14 @@ pub fn train(
             )?;
             observer.checkpoint(&checkpoint);
             last_checkpoint = Some(checkpoint);
-            // Redrawn at every checkpoint so the curves follow a long run.
-            crate::plot::plot_curves(&read_metrics(run.metrics_file())?, &run.curves_file())?;
+            // Redrawn at every checkpoint so the curves follow a long run. A plot is a
+            // convenience: one that cannot be drawn (no perplexity logged yet, a full disk) is
+            // reported and never stops the run.
+            let plotted = read_metrics(run.metrics_file())
+                .and_then(|records| crate::plot::plot_curves(&records, &run.curves_file()));
+            if let Err(error) = plotted {
+                observer.warning(&format!("curves not drawn: {error}"));
+            }
         }
     }
     Ok(TrainSummary {

@@ -7,32 +7,19 @@
 
 use burn::optim::GradientsParams;
 use burn::tensor::{Device, Tensor};
-use elmo_model::cube_tensor::fused_kernels_for;
-use elmo_model::index_add::add_rows;
-use elmo_model::{LstmGroup, LstmState, LstmWithProjection};
+use elmo_kernels::add_rows;
+use elmo_model::{LstmState, LstmWithProjection};
 
 use crate::batcher::{LmBatch, Targets};
 use crate::language_model::{
     BiLanguageModel, CarriedState, LmGradients, LmLoss, LmStep, SoftmaxMode, grid_char_ids,
     is_finite, positions_tensor, register_if_trained,
 };
+use crate::lstm_backward::LstmGroup;
 use crate::optimizer::move_gradients;
 use crate::recorded_stack::{RecordedStack, StackGradients, backward_stack, forward_stack};
 use crate::softmax::SampledCandidates;
-use crate::step_profile;
-
-/// The environment variable that runs the two directions' LSTM stacks apart on a GPU (`off`),
-/// so that one binary can measure pairing them against it.
-pub const PAIRED_DIRECTIONS_VARIABLE: &str = "ELMO_PAIRED_DIRECTIONS";
-
-/// Whether a step's two LSTM stacks run as one on their rows stacked (`elmo_model::LstmGroup`:
-/// one batched product and one launch of each fused kernel for both directions): where the
-/// fused kernels run (a GPU, whose steps are bound by small products and launches), unless
-/// `ELMO_PAIRED_DIRECTIONS=off`. Elsewhere (CPU) the two stacks run on two threads.
-fn pair_directions(tensor: &Tensor<3>) -> bool {
-    let off = std::env::var(PAIRED_DIRECTIONS_VARIABLE).is_ok_and(|value| value == "off");
-    !off && fused_kernels_for(tensor)
-}
+use crate::step_profile::StepProfile;
 
 /// The two directions' recorded LSTM stacks: one record of both (paired, their rows stacked)
 /// or one record each, in direction order.
@@ -71,12 +58,13 @@ struct SoftmaxStep {
 impl BiLanguageModel {
     /// [`Self::loss`] and the gradient of every trainable parameter, for a training step
     /// (`device` with autodiff). Packed (stateful) batches take the fast path: the LSTM stacks run
-    /// outside autodiff, one thread per direction on a CPU and both as one on a GPU
-    /// ([`pair_directions`]), and are backpropagated by hand; the softmax
+    /// outside autodiff, one thread per direction on a CPU and both as one where the fused
+    /// kernels run (`KernelSettings::paired_for`: one batched product and one launch of each
+    /// fused kernel for both directions), and are backpropagated by hand; the softmax
     /// (full or sampled) is differentiated by hand too; the token encoder goes through autodiff, receiving both stacks' input gradients in one backward pass.
     /// Sentence batches (rows of different lengths) use autodiff throughout. Both paths give
     /// the same gradients up to float rounding (tested). `grads` is `None` when the loss is not
-    /// finite.
+    /// finite. `profile`, when given, adds each phase's time to it.
     pub fn loss_and_gradients(
         &self,
         batch: &LmBatch,
@@ -84,7 +72,13 @@ impl BiLanguageModel {
         softmax: SoftmaxMode,
         dropout_seed: Option<u64>,
         device: &Device,
+        profile: Option<&StepProfile>,
     ) -> LmGradients {
+        let mark = |phase| {
+            if let Some(profile) = profile {
+                profile.mark(device, phase);
+            }
+        };
         let LmBatch::Packed {
             forward,
             backward,
@@ -101,7 +95,7 @@ impl BiLanguageModel {
         let embedded = self
             .bilm
             .encode_tokens(&grid_char_ids(&[forward, backward]), device);
-        step_profile::mark(device, "encoder forward");
+        mark("encoder forward");
         let (f_start, b_start) = match state {
             Some(s) => (Some(s.forward), Some(s.backward)),
             None => (None, None),
@@ -109,7 +103,8 @@ impl BiLanguageModel {
         let skip = self.bilm.use_skip_connections;
         let stacks: [&[LstmWithProjection]; 2] =
             [&self.bilm.forward_layers, &self.bilm.backward_layers];
-        let recorded = RecordedDirections(if pair_directions(&embedded) {
+        let kernels = self.kernels;
+        let recorded = RecordedDirections(if kernels.paired_for(&embedded) {
             vec![forward_stack(
                 &stacks,
                 skip,
@@ -119,6 +114,7 @@ impl BiLanguageModel {
                     self.stack_dropout(dropout_seed, 0),
                     self.stack_dropout(dropout_seed, 1),
                 ],
+                kernels,
             )]
         } else {
             let run = |direction: usize, start| {
@@ -128,6 +124,7 @@ impl BiLanguageModel {
                     embedded.clone().narrow(0, direction * n_rows, n_rows),
                     vec![start],
                     vec![self.stack_dropout(dropout_seed, direction as u64)],
+                    kernels,
                 )
             };
             std::thread::scope(|scope| {
@@ -136,7 +133,7 @@ impl BiLanguageModel {
                 vec![f, b.join().expect("backward LSTM thread panicked")]
             })
         });
-        step_profile::mark(device, "LSTM forward");
+        mark("LSTM forward");
         let [f_top, b_top] = recorded.tops();
         let tops = [&f_top, &b_top];
         let targets = [forward_targets, backward_targets];
@@ -145,7 +142,7 @@ impl BiLanguageModel {
             SoftmaxMode::Sampled(candidates) => Some(candidates),
         };
         let SoftmaxStep { loss, gradients } = self.softmax_step(tops, targets, candidates);
-        step_profile::mark(device, "softmax");
+        mark("softmax");
         let [forward_finals, backward_finals] = recorded.finals();
         let step = LmStep {
             loss,
@@ -179,7 +176,7 @@ impl BiLanguageModel {
                 }
             }
         };
-        step_profile::mark(device, "LSTM backward");
+        mark("LSTM backward");
         for (layers, gradients) in stacks.into_iter().zip(layer_grads) {
             for (layer, g) in layers.iter().zip(gradients) {
                 register_if_trained(&mut grads, &layer.input_weight, g.input_weight);
@@ -193,7 +190,7 @@ impl BiLanguageModel {
             let surrogate = (embedded * grad_embedded).sum();
             let encoder_grads = GradientsParams::from_grads(surrogate.backward(), encoder);
             move_gradients(encoder, encoder_grads, &mut grads);
-            step_profile::mark(device, "encoder backward");
+            mark("encoder backward");
         }
         LmGradients {
             step,
@@ -271,6 +268,7 @@ impl BiLanguageModel {
                     zeros,
                     positions_tensor(cells, &device),
                     out.hidden.clone().narrow(0, start, n),
+                    self.kernels,
                 ),
             };
             start += n;

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::GradientsParams;
 use burn::tensor::{Device, Tensor};
+use elmo_model::KernelSettings;
 use elmo_train::batcher::{BatchMode, BatchShape, Batcher, LmBatch, Targets, TokenGrid};
 use elmo_train::config::{Averaging, LrSchedule, OptimizerConfig, TrainConfig};
 use elmo_train::init_from::initial_model;
@@ -51,13 +52,12 @@ fn options(run_dir: &Path, corpus: &Path, steps: u64) -> TrainOptions {
         seed: 11,
         resume: false,
         init_from: None,
+        kernels: KernelSettings::default(),
+        break_stale_lock: false,
     }
 }
 
-use elmo_model::gradients::nonzero_gradients as gradient_map;
-
-#[path = "../../elmo-model/tests/support/wgpu_probe.rs"]
-mod wgpu_probe;
+use elmo_test_support::nonzero_gradients as gradient_map;
 
 fn first_batch(corpus: &Path, vocab: &Vocabulary, mode: BatchMode) -> LmBatch {
     let shape = BatchShape {
@@ -169,7 +169,7 @@ fn fast_training_step_equals_autodiff() {
 #[test]
 fn fast_training_step_equals_autodiff_on_wgpu() {
     if let Some(device) =
-        wgpu_probe::wgpu_device_or_skip("fast_training_step_equals_autodiff_on_wgpu")
+        elmo_test_support::wgpu_device_or_skip("fast_training_step_equals_autodiff_on_wgpu")
     {
         check_fast_step(device);
     }
@@ -206,7 +206,7 @@ fn check_fast_step_with(config: &TrainConfig, device: Device) -> f32 {
         let reference = model.loss(&batch, state.clone(), mode, Some(5), &device);
         let expected_loss: f32 = reference.loss.loss.clone().into_scalar();
         let expected = GradientsParams::from_grads(reference.loss.loss.backward(), &model);
-        let fast = model.loss_and_gradients(&batch, state.clone(), mode, Some(5), &device);
+        let fast = model.loss_and_gradients(&batch, state.clone(), mode, Some(5), &device, None);
         let loss: f32 = fast.step.loss.loss.clone().into_scalar();
         assert!(
             (loss - expected_loss).abs() < 1e-5,
@@ -381,7 +381,7 @@ fn frozen_parts_get_no_gradient() {
             .loss;
         let autodiff = GradientsParams::from_grads(autodiff.loss.backward(), &model);
         let fast = model
-            .loss_and_gradients(&batch, None, SoftmaxMode::Full, Some(5), &device)
+            .loss_and_gradients(&batch, None, SoftmaxMode::Full, Some(5), &device, None)
             .grads
             .expect("finite loss");
         for (name, grads) in [("autodiff", autodiff), ("fast path", fast)] {
@@ -553,6 +553,83 @@ fn non_finite_loss_stops_with_the_last_checkpoint_intact() {
     // The last good checkpoint still loads.
     let run = TrainedRun::load(&dir.path().join("run"), &Device::flex()).unwrap();
     assert!(run.step >= 1);
+}
+
+/// Regression (issue 49): without `--valid` and with no metrics line before the first checkpoint,
+/// the curves had nothing to draw and the run died there. A plot never stops a run: it is
+/// reported to the observer and the run goes on to its last step.
+#[test]
+fn a_plot_that_cannot_be_drawn_does_not_stop_the_run() {
+    struct Warnings(Vec<String>);
+    impl elmo_train::TrainObserver for Warnings {
+        fn warning(&mut self, message: &str) {
+            self.0.push(message.to_string());
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let corpus = write_corpus(dir.path());
+    let vocab = vocab(&corpus);
+    let mut opts = options(&dir.path().join("run"), &corpus, 4);
+    opts.checkpoint_every = 2;
+    opts.log_every = 100;
+    opts.valid_file = None;
+    let mut warnings = Warnings(Vec::new());
+    let summary = train(&tiny_config(), vocab, &opts, &Device::flex(), &mut warnings)
+        .expect("the run finishes");
+    assert_eq!(summary.steps, 4);
+    assert!(
+        warnings.0.iter().any(|w| w.contains("no perplexity")),
+        "{:?}",
+        warnings.0
+    );
+    assert_eq!(
+        TrainedRun::load(&dir.path().join("run"), &Device::flex())
+            .unwrap()
+            .step,
+        4
+    );
+}
+
+/// Regression (issue 49): two `elmo train` processes on one run directory both ran. The second
+/// writer, fresh or `--resume`, is refused while the first holds the run's lock, and nothing of
+/// the run is touched.
+#[test]
+fn a_second_writer_of_a_run_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let corpus = write_corpus(dir.path());
+    let run_dir = dir.path().join("run");
+    std::fs::create_dir_all(&run_dir).unwrap();
+    let held = elmo_model::RunLock::acquire(run_dir.join(".lock"), false).unwrap();
+    for resume in [false, true] {
+        let mut opts = options(&run_dir, &corpus, 2);
+        opts.resume = resume;
+        opts.break_stale_lock = true;
+        let error = train(
+            &tiny_config(),
+            vocab(&corpus),
+            &opts,
+            &Device::flex(),
+            &mut (),
+        )
+        .expect_err("locked")
+        .to_string();
+        assert!(error.contains("locked by process"), "{error}");
+        assert!(!run_dir.join("config.json").exists());
+    }
+    drop(held);
+    let opts = options(&run_dir, &corpus, 2);
+    train(
+        &tiny_config(),
+        vocab(&corpus),
+        &opts,
+        &Device::flex(),
+        &mut (),
+    )
+    .expect("free again");
+    assert!(
+        !run_dir.join(".lock").exists(),
+        "the lock is released when the run returns"
+    );
 }
 
 #[test]
@@ -801,11 +878,11 @@ fn weight_averaging_is_the_mean_of_the_steps_weights_and_resumes_exactly() {
     assert!(error.to_string().contains("validation"), "{error}");
 }
 
-/// The PTB configs shipped in `examples/configs/` load, and have the sizes docs/training.md
+/// The configs shipped in `examples/configs/` load, and have the sizes docs/training.md
 /// gives them (PTB's vocabulary: 10,002 entries).
 #[test]
 fn shipped_ptb_configs_have_their_documented_sizes() {
-    let dir = manifest_dir().join("../../examples/configs");
+    let dir = elmo_test_support::repository_root().join("examples/configs");
     let vocab = Vocabulary::from_tokens((0..9_999).map(|k| format!("w{k}")));
     assert_eq!(vocab.len(), 10_002);
     let device = Device::flex();
@@ -817,12 +894,13 @@ fn shipped_ptb_configs_have_their_documented_sizes() {
     assert_eq!(millions("ptb-small.json").1, 4.88);
     assert_eq!(millions("ptb-312-200.json").0, 4_960_411);
     assert_eq!(millions("ptb-large.json").1, 18.86);
-}
-
-/// This crate's directory as `cargo test` gives it at run time (the compile-time value only as a
-/// fallback): a test binary reused from a build cache made in another clone must read this
-/// clone's fixtures.
-fn manifest_dir() -> std::path::PathBuf {
-    std::env::var_os("CARGO_MANIFEST_DIR")
-        .map_or_else(|| env!("CARGO_MANIFEST_DIR").into(), Into::into)
+    // docs/training.md's pretraining preset: a full softmax over its 20,000-word vocabulary.
+    let pretraining = TrainConfig::from_file(dir.join("lm-small-v2.json")).expect("lm-small-v2");
+    assert!(!pretraining.uses_sampled_softmax(20_000));
+    assert_eq!(
+        pretraining.model,
+        TrainConfig::from_file(dir.join("ptb-small.json"))
+            .unwrap()
+            .model
+    );
 }

@@ -42,13 +42,5 @@ pub fn path(p: &Path) -> &str {
 
 /// A file under `fixtures/`.
 pub fn fixture(rel: &str) -> PathBuf {
-    manifest_dir().join("../../fixtures").join(rel)
-}
-
-/// This crate's directory as `cargo test` gives it at run time (the compile-time value only as a
-/// fallback): a test binary reused from a build cache made in another clone must read this
-/// clone's fixtures.
-fn manifest_dir() -> std::path::PathBuf {
-    std::env::var_os("CARGO_MANIFEST_DIR")
-        .map_or_else(|| env!("CARGO_MANIFEST_DIR").into(), Into::into)
+    elmo_test_support::fixture(rel)
 }

@@ -8,7 +8,7 @@ use burn::tensor::Device;
 use elmo_model::options::BiLmOptions;
 use elmo_model::weights::{WeightFile, load_bilm_from};
 
-use crate::common::{elmo, fixture};
+use crate::common::{elmo, fails, fixture, ok, path};
 
 fn embed(dir: &Path, input: &str, extra: &[&str]) -> (PathBuf, std::process::Output) {
     let input_path = dir.join("input.txt");
@@ -294,4 +294,199 @@ fn bad_arguments_are_clear_errors() {
             "{stderr}"
         );
     }
+}
+
+/// Every dataset of an output by name (shape and values).
+type Datasets = std::collections::BTreeMap<String, (Vec<usize>, Vec<f32>)>;
+
+/// Every dataset of an output (shape and values) and its `sentence_to_index`.
+fn contents(path: &Path) -> (Datasets, String) {
+    let file = hdf5_pure::File::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut datasets = std::collections::BTreeMap::new();
+    let mut index = String::new();
+    for name in file.root().datasets().expect("datasets") {
+        if name == "sentence_to_index" {
+            index = file
+                .dataset(&name)
+                .expect("dataset")
+                .read_string()
+                .expect("string")
+                .concat();
+        } else {
+            datasets.insert(name.clone(), dataset(&file, &name));
+        }
+    }
+    (datasets, index)
+}
+
+/// `n` lines of varied length (with repeats and an empty line), from a fixed rule.
+fn corpus(n: usize) -> String {
+    let words = [
+        "the", "bank", "river", "money", "deposit", "a", "went", "I", ".", "quick",
+    ];
+    (0..n)
+        .map(|i| match i % 17 {
+            5 => String::new(),
+            _ => (0..(i * 7 % 13) + 1)
+                .map(|k| words[(i * 3 + k * 5) % words.len()])
+                .collect::<Vec<_>>()
+                .join(" "),
+        })
+        .map(|line| line + "\n")
+        .collect()
+}
+
+/// Regression (issue 49): a killed `elmo embed` lost everything. Killed (SIGKILL) mid-run, the
+/// next run of the same command continues from the committed lines, and the output equals an
+/// uninterrupted run's: every dataset and `sentence_to_index`.
+#[test]
+fn a_killed_run_continues_to_the_same_output() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let input = dir.path().join("input.txt");
+    std::fs::write(&input, corpus(4000)).expect("write");
+    let whole = dir.path().join("whole.hdf5");
+    let out = dir.path().join("out.hdf5");
+    let args = |output: &Path| -> Vec<String> {
+        [
+            "embed",
+            "--quiet",
+            "--commit-mib",
+            "0",
+            "--batch-size",
+            "16",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .chain([path(&input).to_string(), path(output).to_string()])
+        .collect()
+    };
+    fn as_str(v: &[String]) -> Vec<&str> {
+        v.iter().map(String::as_str).collect()
+    }
+    ok(&as_str(&args(&whole)));
+
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_elmo"))
+        .args(args(&out))
+        .spawn()
+        .expect("spawn");
+    let partial = dir.path().join(".out.hdf5.partial");
+    let started = std::time::Instant::now();
+    // Killed once a good share of the lines is on disk (the partial file grows at commits).
+    while std::fs::metadata(&partial).map_or(0, |m| m.len()) < 400_000 {
+        assert!(
+            child.try_wait().expect("wait").is_none(),
+            "the run ended before it could be killed"
+        );
+        assert!(started.elapsed().as_secs() < 120, "no progress");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.kill().expect("SIGKILL");
+    child.wait().expect("wait");
+    assert!(!out.exists(), "nothing under the output name");
+
+    // The dead writer's lock is reported, and cleared on request.
+    let stderr = fails(&as_str(&args(&out)));
+    assert!(stderr.contains("stale lock"), "{stderr}");
+    let mut again = args(&out);
+    again.retain(|a| a != "--quiet");
+    again.push("--break-stale-lock".into());
+    let result = elmo(&as_str(&again));
+    assert!(
+        result.status.success(),
+        "{}",
+        String::from_utf8_lossy(&result.stderr)
+    );
+    let stderr = String::from_utf8_lossy(&result.stderr);
+    let continued: usize = stderr
+        .split("continuing an interrupted run: ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("did not continue: {stderr}"));
+    assert!(continued > 0 && continued < 4000, "{continued} lines kept");
+    assert_eq!(contents(&out), contents(&whole));
+    assert_eq!(
+        leftovers(dir.path()).len(),
+        2,
+        "{:?}",
+        leftovers(dir.path())
+    );
+}
+
+/// `--shard K/N` parts merge to the output of one run over all lines; `--lines A:B` writes the
+/// lines it names with their global numbers; overlapping or missing parts are clear errors.
+#[test]
+fn shards_merge_to_the_output_of_one_run() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let input = dir.path().join("input.txt");
+    std::fs::write(&input, corpus(50)).expect("write");
+    let run = |output: &Path, extra: &[&str]| {
+        let mut args = vec!["embed", "--quiet", path(&input), path(output)];
+        args.extend_from_slice(extra);
+        ok(&args);
+    };
+    let whole = dir.path().join("whole.hdf5");
+    run(&whole, &[]);
+    let parts: Vec<PathBuf> = (0..3)
+        .map(|k| {
+            let part = dir.path().join(format!("part-{k}.hdf5"));
+            run(&part, &["--shard", &format!("{k}/3")]);
+            part
+        })
+        .collect();
+    let (first, _) = contents(&parts[0]);
+    assert_eq!(
+        first.keys().map(|k| k.parse::<usize>().unwrap()).max(),
+        Some(15)
+    );
+    let merged = dir.path().join("merged.hdf5");
+    let mut args = vec!["merge", "--quiet", path(&merged)];
+    args.extend(parts.iter().rev().map(|p| path(p)));
+    ok(&args);
+    assert_eq!(contents(&merged), contents(&whole));
+
+    let lines = dir.path().join("lines.hdf5");
+    run(&lines, &["--lines", "10:13"]);
+    let (datasets, index) = contents(&lines);
+    assert_eq!(datasets.keys().collect::<Vec<_>>(), ["10", "11", "12"]);
+    assert_eq!(datasets["11"], contents(&whole).0["11"]);
+    assert!(index.contains("\"11\""), "{index}");
+
+    let overlap = fails(&[
+        "merge",
+        path(&dir.path().join("m2.hdf5")),
+        path(&parts[0]),
+        path(&lines),
+    ]);
+    assert!(overlap.contains("line 10 is in both"), "{overlap}");
+    let gap = fails(&[
+        "merge",
+        path(&dir.path().join("m3.hdf5")),
+        path(&parts[0]),
+        path(&parts[2]),
+    ]);
+    assert!(gap.contains("line 16 is in no part"), "{gap}");
+    assert!(!dir.path().join("m2.hdf5").exists() && !dir.path().join("m3.hdf5").exists());
+    for bad in ["--shard=3/3", "--shard=1/0", "--lines=5:2", "--lines=x:3"] {
+        let stderr = fails(&["embed", path(&input), path(&dir.path().join("b.hdf5")), bad]);
+        assert!(
+            stderr.contains(bad.split('=').nth(1).unwrap()),
+            "{bad}: {stderr}"
+        );
+    }
+}
+
+/// Regression (issue 49): nothing stopped two processes writing one output. A live writer's
+/// lock refuses a second one, even with --break-stale-lock.
+#[test]
+fn a_second_writer_of_an_output_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let input = dir.path().join("input.txt");
+    std::fs::write(&input, TEXT).expect("write");
+    let output = dir.path().join("out.hdf5");
+    let _held =
+        elmo_model::RunLock::acquire(dir.path().join("out.hdf5.lock"), false).expect("lock");
+    let stderr = fails(&["embed", "--break-stale-lock", path(&input), path(&output)]);
+    assert!(stderr.contains("locked by process"), "{stderr}");
+    assert!(!output.exists());
 }

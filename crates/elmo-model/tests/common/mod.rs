@@ -7,24 +7,14 @@ use burn::tensor::{Device, Tensor};
 
 /// A path under the repository's `fixtures/`.
 pub fn fixture(rel: &str) -> PathBuf {
-    manifest_dir().join("../../fixtures").join(rel)
+    elmo_test_support::fixture(rel)
 }
 
-/// An n-d array read from a `.npy` file.
-pub struct Array<T> {
-    pub shape: Vec<usize>,
-    pub data: Vec<T>,
-}
+pub use elmo_test_support::Array;
 
-pub fn npy<T: npyz::Deserialize>(rel: &str) -> Array<T> {
-    let path = fixture(rel);
-    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let file = npyz::NpyFile::new(&bytes[..]).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let shape = file.shape().iter().map(|&d| d as usize).collect();
-    let data = file
-        .into_vec::<T>()
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    Array { shape, data }
+/// The array of a `.npy` fixture.
+pub fn npy<T: elmo_test_support::NpyElement>(rel: &str) -> Array<T> {
+    elmo_test_support::read_npy(&fixture(rel))
 }
 
 /// The CPU devices every parity test runs on.
@@ -106,12 +96,4 @@ pub fn tiny_bilm(device: &Device) -> elmo_model::BiLm {
         device,
     )
     .expect("tiny weights load")
-}
-
-/// This crate's directory as `cargo test` gives it at run time (the compile-time value only as a
-/// fallback): a test binary reused from a build cache made in another clone must read this
-/// clone's fixtures.
-fn manifest_dir() -> std::path::PathBuf {
-    std::env::var_os("CARGO_MANIFEST_DIR")
-        .map_or_else(|| env!("CARGO_MANIFEST_DIR").into(), Into::into)
 }

@@ -9,24 +9,22 @@
 //! Here the backward pass computes the per-step gate gradients and then each weight gradient
 //! with ONE matmul over all steps (`[x_t]ᵀ·[dz_t]`), as cuDNN does, and a caller can run the
 //! two directions' passes on two threads (a CPU) or as one [`LstmGroup`] (a GPU: both
-//! directions in each step's products and kernels, session 41). Both passes keep the operations
+//! directions in each step's products and kernels). Both passes keep the operations
 //! per time step few: ~32 for forward and backward together with burn's operations, each a
 //! kernel launch on a GPU, and 8 with the fused kernels of `cube_lstm_cell` that run on a
-//! CubeCL device (counted in docs/benchmarks.md, sessions 16 and 38).
+//! CubeCL device.
 //!
 //! Scope: every row runs all `T` steps left to right (the packed stateful batches of biLM
 //! training); no gradient flows into the initial state (it is cut at batch boundaries).
 
 use burn::tensor::Tensor;
+use elmo_kernels::{
+    CellKernels, CellRecords, GateActivation, KernelSettings, SplitWeight, sum_columns,
+    transposed_product,
+};
+use elmo_model::lstm_projection::{LstmOutput, LstmState, LstmWithProjection};
 
-use crate::cube_lstm_cell::{self, CellKernels, CellRecords};
-use crate::cube_reduce::sum_columns;
-use crate::cube_tensor;
-use crate::gate_activation::GateActivation;
-use crate::lstm_projection::{LstmOutput, LstmState, LstmWithProjection};
-use crate::split_product::{SplitWeight, transposed_product};
-
-/// The record of a recorded forward pass ([`LstmWithProjection::forward_recorded`],
+/// The record of a recorded forward pass ([`RecordedLstm::forward_recorded`],
 /// [`LstmGroup::forward_recorded`]), consumed by the matching backward pass. Time-major (row
 /// `t·B + b`, B all the rows of the group), so that one step is a contiguous block.
 #[derive(Debug, Clone)]
@@ -45,7 +43,7 @@ pub struct LstmTape {
     initial: LstmState,
 }
 
-/// Gradients of [`LstmWithProjection::backward_recorded`].
+/// Gradients of [`RecordedLstm::backward_recorded`].
 #[derive(Debug, Clone)]
 pub struct LstmGradients {
     /// `[B, T, d_input]`: gradient of the layer's inputs.
@@ -141,18 +139,19 @@ fn joined<const D: usize>(mut parts: Vec<Tensor<D>>, dim: usize) -> Tensor<D> {
 /// independent. Every step is then one batched product per weight for all G layers
 /// (`split_product::SplitWeight::grouped`) and, on a CubeCL device, one launch of each fused cell
 /// kernel: G times the work per launch, 1/G of the launches, where a GPU step is bound by small
-/// products and launches (docs/benchmarks.md, session 40). The arithmetic of each row is that of
-/// its layer alone ([`LstmWithProjection::forward_recorded`] is a group of one).
+/// products and launches. The arithmetic of each row is that of
+/// its layer alone ([`RecordedLstm::forward_recorded`] is a group of one).
 pub struct LstmGroup<'a> {
     layers: Vec<&'a LstmWithProjection>,
+    kernels: KernelSettings,
 }
 
 impl<'a> LstmGroup<'a> {
-    /// The group of `layers`, in row order.
+    /// The group of `layers`, in row order, running `kernels` on a CubeCL device.
     ///
     /// # Panics
     /// Without layers, or when they differ in shape or clips.
-    pub fn new(layers: Vec<&'a LstmWithProjection>) -> Self {
+    pub fn new(layers: Vec<&'a LstmWithProjection>, kernels: KernelSettings) -> Self {
         let first = *layers.first().expect("an LSTM group needs a layer");
         let shape = |layer: &LstmWithProjection| {
             (
@@ -166,7 +165,7 @@ impl<'a> LstmGroup<'a> {
             layers.iter().all(|layer| shape(layer) == shape(first)),
             "the layers of an LSTM group differ in shape or clips"
         );
-        Self { layers }
+        Self { layers, kernels }
     }
 
     /// G, the layers.
@@ -203,7 +202,7 @@ impl<'a> LstmGroup<'a> {
         joined(parts, 0)
     }
 
-    /// [`LstmWithProjection::forward_recorded`] for the group: every layer over its rows.
+    /// [`RecordedLstm::forward_recorded`] for the group: every layer over its rows.
     ///
     /// # Shapes
     /// - inputs: `[G·B, T, d_input]`; initial_state: `[G·B, ·]`
@@ -213,8 +212,8 @@ impl<'a> LstmGroup<'a> {
         inputs: Tensor<3>,
         initial_state: Option<LstmState>,
     ) -> (LstmOutput, LstmTape) {
-        let kernels = CellKernels::for_tensor(&inputs);
-        self.forward_recorded_using(inputs, initial_state, kernels)
+        let cells = CellKernels::for_tensor(&inputs, self.kernels);
+        self.forward_recorded_using(inputs, initial_state, cells)
     }
 
     /// [`Self::forward_recorded`] with the cell's kernels chosen by the caller.
@@ -268,16 +267,17 @@ impl<'a> LstmGroup<'a> {
         let fused = kernels == CellKernels::Fused;
         // With the fused kernels (a GPU) the step products are split along K (`split_product`),
         // and the kernels write the products' left factors in the split layout.
+        let split = fused && self.kernels.split_products;
         let state_product = SplitWeight::for_group(
             weights
                 .iter()
                 .map(|w| activation.prepare(w.state.clone()))
                 .collect(),
-            fused,
+            split,
         );
         let projection_product = SplitWeight::for_group(
             weights.iter().map(|w| w.projection.clone()).collect(),
-            fused,
+            split,
         );
         let mut split_state: Option<Tensor<3>> = None;
         for t in 0..n_steps {
@@ -292,7 +292,7 @@ impl<'a> LstmGroup<'a> {
                     tanh_memory: &tanh_memory_all,
                     hidden: &hidden_all,
                 };
-                let cell_output = cube_lstm_cell::cell_forward(
+                let cell_output = elmo_kernels::cell_forward(
                     &projected,
                     recurrent,
                     &initial.memory,
@@ -301,7 +301,7 @@ impl<'a> LstmGroup<'a> {
                     layer.cell_clip,
                     projection_product.layout(),
                 );
-                split_state = Some(cube_lstm_cell::hidden_forward(
+                split_state = Some(elmo_kernels::hidden_forward(
                     projection_product.split_left_partials(cell_output),
                     &records,
                     t,
@@ -355,11 +355,11 @@ impl<'a> LstmGroup<'a> {
         )
     }
 
-    /// [`LstmWithProjection::backward_recorded`] for the group: `grad_outputs` `[G·B, T, P]`,
+    /// [`RecordedLstm::backward_recorded`] for the group: `grad_outputs` `[G·B, T, P]`,
     /// each layer's rows in turn.
     pub fn backward_recorded(&self, tape: LstmTape, grad_outputs: Tensor<3>) -> LstmGroupGradients {
-        let kernels = CellKernels::for_tensor(&grad_outputs);
-        self.backward_recorded_using(tape, grad_outputs, kernels)
+        let cells = CellKernels::for_tensor(&grad_outputs, self.kernels);
+        self.backward_recorded_using(tape, grad_outputs, cells)
     }
 
     /// [`Self::backward_recorded`] with the cell's kernels chosen by the caller.
@@ -390,14 +390,14 @@ impl<'a> LstmGroup<'a> {
                     .collect(),
             };
         }
-        let fused = kernels == CellKernels::Fused;
+        let split = kernels == CellKernels::Fused && self.kernels.split_products;
         let transposed = |weight: fn(&PlainWeights) -> &Tensor<2>| {
             SplitWeight::for_group(
                 weights
                     .iter()
                     .map(|w| weight(w).clone().transpose())
                     .collect(),
-                fused,
+                split,
             )
         };
         let transposed = TransposedWeights {
@@ -441,17 +441,17 @@ impl<'a> LstmGroup<'a> {
             );
             // Products over all T·B rows: split over them where the fused kernels run.
             grad_weights.push(LstmWeightGradients {
-                input_weight: transposed_product(inputs, grad_gates.clone(), fused),
+                input_weight: transposed_product(inputs, grad_gates.clone(), split),
                 state_weight: transposed_product(
                     rows_of(&hidden_prev, g),
                     grad_gates.clone(),
-                    fused,
+                    split,
                 ),
-                bias: sum_columns(grad_gates),
+                bias: sum_columns(grad_gates, self.kernels),
                 projection: transposed_product(
                     rows_of(&projection_inputs, g),
                     rows_of(&grad_projected, g),
-                    fused,
+                    split,
                 ),
             });
         }
@@ -577,12 +577,12 @@ impl<'a> LstmGroup<'a> {
         let grad_gates = Tensor::<3>::empty([n_steps, rows, 4 * d_cell], &device);
         let grad_projected = Tensor::<3>::empty([n_steps, rows, d_projection], &device);
         // Every step's kernel reads it: one copy here when it is strided, not one a step.
-        let grad_outputs = &cube_tensor::contiguous(grad_outputs.clone());
+        let grad_outputs = &elmo_kernels::contiguous(grad_outputs.clone());
         let (state_product, projection_product) = (&transposed.state, &transposed.projection);
         let mut grad_hidden_next: Option<Tensor<3>> = None;
         let mut grad_memory_next: Option<Tensor<2>> = None;
         for t in (0..n_steps).rev() {
-            let grad_raw_hidden = cube_lstm_cell::hidden_backward(
+            let grad_raw_hidden = elmo_kernels::hidden_backward(
                 grad_outputs,
                 &tape.hidden,
                 grad_hidden_next.take(),
@@ -591,7 +591,7 @@ impl<'a> LstmGroup<'a> {
                 layer.projection_clip,
                 projection_product.layout(),
             );
-            let cell = cube_lstm_cell::cell_backward(
+            let cell = elmo_kernels::cell_backward(
                 projection_product.split_left_partials(grad_raw_hidden),
                 &records,
                 &tape.initial.memory,
@@ -613,26 +613,27 @@ impl<'a> LstmGroup<'a> {
     }
 }
 
-impl LstmWithProjection {
-    /// [`Self::forward`] for rows that all run `T` steps left to right, computed outside autodiff
-    /// (inputs, state and weights are used without their autodiff association) and recorded for
-    /// [`Self::backward_recorded`]. Outputs equal `forward`'s up to float rounding.
+/// The training fast path of an [`LstmWithProjection`]: a recorded forward pass outside autodiff
+/// and its hand-written backpropagation through time (a group of one, [`LstmGroup`]).
+pub trait RecordedLstm {
+    /// `LstmWithProjection::forward` for rows that all run `T` steps left to right, computed
+    /// outside autodiff (inputs, state and weights are used without their autodiff association)
+    /// and recorded for [`Self::backward_recorded`]. Outputs equal `forward`'s up to float
+    /// rounding.
     ///
     /// Few operations per step (each one a kernel launch on a GPU): the gates in one
     /// `GateActivation` pass, the steps' records written into preallocated time-major buffers;
-    /// on a CubeCL device (wgpu) the fused cell kernels of `cube_lstm_cell` ([`CellKernels`]).
-    /// A group of one ([`LstmGroup`] runs several layers as one).
+    /// where `kernels` runs them, the fused cell kernels of elmo-kernels ([`CellKernels`]).
     ///
     /// # Shapes
     /// - inputs: `[B, T, d_input]`
     /// - output: `outputs` `[B, T, P]`, the state after step `T`
-    pub fn forward_recorded(
+    fn forward_recorded(
         &self,
         inputs: Tensor<3>,
         initial_state: Option<LstmState>,
-    ) -> (LstmOutput, LstmTape) {
-        LstmGroup::new(vec![self]).forward_recorded(inputs, initial_state)
-    }
+        kernels: KernelSettings,
+    ) -> (LstmOutput, LstmTape);
 
     /// Backpropagation through time of a [`Self::forward_recorded`] pass, given the gradient of
     /// its outputs (none flows out of the final state or into the initial state).
@@ -640,18 +641,41 @@ impl LstmWithProjection {
     /// Everything that does not depend on the gradient flowing back through time (the gates'
     /// derivatives, the clip masks) is computed for all steps at once before the loop; a step
     /// is then two matmuls and a few elementwise operations, and each weight gradient is one
-    /// matmul over all steps (`[x_t]ᵀ·[dz_t]`), as cuDNN does. On a CubeCL device the fused
-    /// kernels ([`CellKernels`]) compute those factors inside the step instead: a step is two
+    /// matmul over all steps (`[x_t]ᵀ·[dz_t]`), as cuDNN does. With the fused kernels
+    /// ([`CellKernels`]) those factors are computed inside the step instead: a step is two
     /// matmuls and two kernels, with nothing computed beforehand.
     ///
     /// # Shapes
     /// - grad_outputs: `[B, T, P]`
     /// - output: [`LstmGradients`]
-    pub fn backward_recorded(&self, tape: LstmTape, grad_outputs: Tensor<3>) -> LstmGradients {
+    fn backward_recorded(
+        &self,
+        tape: LstmTape,
+        grad_outputs: Tensor<3>,
+        kernels: KernelSettings,
+    ) -> LstmGradients;
+}
+
+impl RecordedLstm for LstmWithProjection {
+    fn forward_recorded(
+        &self,
+        inputs: Tensor<3>,
+        initial_state: Option<LstmState>,
+        kernels: KernelSettings,
+    ) -> (LstmOutput, LstmTape) {
+        LstmGroup::new(vec![self], kernels).forward_recorded(inputs, initial_state)
+    }
+
+    fn backward_recorded(
+        &self,
+        tape: LstmTape,
+        grad_outputs: Tensor<3>,
+        kernels: KernelSettings,
+    ) -> LstmGradients {
         let LstmGroupGradients {
             inputs,
             mut weights,
-        } = LstmGroup::new(vec![self]).backward_recorded(tape, grad_outputs);
+        } = LstmGroup::new(vec![self], kernels).backward_recorded(tape, grad_outputs);
         LstmGradients {
             inputs,
             weights: weights.remove(0),
@@ -679,8 +703,32 @@ struct StepGradients {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lstm_projection::seeded_layer;
     use burn::tensor::{Device, TensorData};
+    use elmo_model::LstmWithProjectionConfig;
+
+    const ON: KernelSettings = KernelSettings {
+        fused: true,
+        split_products: true,
+        paired_directions: true,
+    };
+
+    /// A layer of `[d_input, d_cell, d_projection]` with weights drawn from `seed`.
+    fn seeded_layer(
+        device: &Device,
+        seed: u64,
+        [d_input, d_cell, d_projection]: [usize; 3],
+        cell_clip: Option<f64>,
+        projection_clip: Option<f64>,
+    ) -> LstmWithProjection {
+        LstmWithProjectionConfig {
+            d_input,
+            d_cell,
+            d_projection,
+            cell_clip,
+            projection_clip,
+        }
+        .init_seeded(device, seed)
+    }
 
     fn values(n: usize, scale: f32, phase: f32) -> Vec<f32> {
         (0..n)
@@ -699,10 +747,10 @@ mod tests {
     #[test]
     fn fused_kernels_equal_autodiff_on_wgpu() {
         if let Some(device) =
-            crate::wgpu_probe::wgpu_device_or_skip("fused_kernels_equal_autodiff_on_wgpu")
+            elmo_test_support::wgpu_device_or_skip("fused_kernels_equal_autodiff_on_wgpu")
         {
             let probe = Tensor::<1>::zeros([1], &device);
-            assert_eq!(CellKernels::for_tensor(&probe), CellKernels::Fused);
+            assert_eq!(CellKernels::for_tensor(&probe, ON), CellKernels::Fused);
             check_against_autodiff(&device.autodiff());
         }
     }
@@ -801,7 +849,7 @@ mod tests {
             layers: &[&LstmWithProjection],
             kernels: CellKernels,
         ) -> (LstmOutput, LstmGroupGradients) {
-            let group = LstmGroup::new(layers.to_vec());
+            let group = LstmGroup::new(layers.to_vec(), ON);
             let (output, tape) = group.forward_recorded_using(
                 self.inputs.clone(),
                 Some(self.start.clone()),
@@ -825,7 +873,7 @@ mod tests {
     #[test]
     fn fused_kernels_equal_composed_on_wgpu() {
         let Some(device) =
-            crate::wgpu_probe::wgpu_device_or_skip("fused_kernels_equal_composed_on_wgpu")
+            elmo_test_support::wgpu_device_or_skip("fused_kernels_equal_composed_on_wgpu")
         else {
             return;
         };
@@ -861,7 +909,7 @@ mod tests {
     fn a_group_equals_its_layers_alone() {
         let mut runs = vec![(Device::flex(), CellKernels::Composed)];
         runs.extend(
-            crate::wgpu_probe::wgpu_device_or_skip("a_group_equals_its_layers_alone")
+            elmo_test_support::wgpu_device_or_skip("a_group_equals_its_layers_alone")
                 .map(|device| (device, CellKernels::Fused)),
         );
         let batch = 3;
@@ -930,7 +978,7 @@ mod tests {
                 .sum()
                 .backward();
 
-            let (recorded, tape) = layer.forward_recorded(inputs.clone(), Some(start));
+            let (recorded, tape) = layer.forward_recorded(inputs.clone(), Some(start), ON);
             let diff = |a: Tensor<3>, b: Tensor<3>| -> f32 {
                 (a.inner() - b.inner()).abs().max().into_scalar()
             };
@@ -953,7 +1001,7 @@ mod tests {
                 );
                 assert!(reached(c, cell_clip), "cell clip not reached: {c}");
             }
-            let manual = layer.backward_recorded(tape, weights.inner());
+            let manual = layer.backward_recorded(tape, weights.inner(), ON);
             let close = |name: &str, expected: Option<Tensor<2>>, got: Tensor<2>| {
                 let expected = expected.unwrap_or_else(|| panic!("no autodiff gradient: {name}"));
                 let scale: f32 = expected.clone().abs().max().into_scalar();
@@ -997,10 +1045,10 @@ mod tests {
     fn zero_steps_record_nothing() {
         let device = Device::flex();
         let layer = seeded_layer(&device, 4, [3, 4, 2], Some(1.0), Some(1.0));
-        let (output, tape) = layer.forward_recorded(Tensor::zeros([2, 0, 3], &device), None);
+        let (output, tape) = layer.forward_recorded(Tensor::zeros([2, 0, 3], &device), None, ON);
         assert_eq!(output.outputs.dims(), [2, 0, 2]);
         assert_eq!(output.final_state.memory.dims(), [2, 4]);
-        let grads = layer.backward_recorded(tape, Tensor::zeros([2, 0, 2], &device));
+        let grads = layer.backward_recorded(tape, Tensor::zeros([2, 0, 2], &device), ON);
         assert_eq!(grads.inputs.dims(), [2, 0, 3]);
         let total: f32 = grads.weights.state_weight.abs().sum().into_scalar();
         assert_eq!(total, 0.0);

@@ -5,10 +5,10 @@
 //! Each backend runs in its own child process so that its peak RSS (`VmHWM`) is its own.
 //! Flags: `--preset small` (or a config JSON),
 //! `--backends flex,ndarray[,wgpu][,wgpu-unfused][,wgpu-whole][,wgpu-apart]` (`wgpu-unfused`:
-//! wgpu with `ELMO_FUSED_KERNELS=off`, burn's operations instead of the fused kernels, the
+//! wgpu with burn's operations instead of the fused kernels (`KernelSettings::COMPOSED`), the
 //! baseline that the fused ones are measured against; `wgpu-whole`: the fused kernels with the
-//! LSTM's step products not split along K, `ELMO_SPLIT_PRODUCTS=off`; `wgpu-apart`: the two
-//! directions' LSTM stacks run apart instead of as one group, `ELMO_PAIRED_DIRECTIONS=off`),
+//! LSTM's step products not split along K (`split_products: false`); `wgpu-apart`: the two
+//! directions' LSTM stacks run apart instead of as one group (`paired_directions: false`)),
 //! `--steps 3` (after one warm-up),
 //! `--batch-size 32`, `--unroll-steps 20`, `--vocab-size 50000`, `--negatives 8192`,
 //! `--peer PYTHON` (a Python with torch), `--peer-device cpu|cuda` (where the peer runs),
@@ -18,31 +18,64 @@
 //! noisy machine the ratio of medians taken in the same minutes is the number to quote).
 //! Each implementation of elmo-rs also prints every step's loss (`LOSSES name: …`, warm-up
 //! first): one model, seed and corpus, so two implementations agree to float rounding.
-//! With `ELMO_STEP_PROFILE=1` each backend also prints its step's phases (ms per step, the
-//! device synchronised at every phase boundary: see `elmo_train::step_profile`).
+//! With `--phases` each backend also prints its step's phases (ms per step, the device
+//! synchronised at every phase boundary: see `elmo_train::StepProfile`).
 //! `--launch-probe BACKEND` instead times one elementwise operation issued many times in a row
 //! (µs per operation on a 1-element and a `[64, 1200]` tensor, to the device's results): on a
 //! GPU, the cost of one kernel launch that a training step pays ~1,700 times (docs/benchmarks.md).
 //! `--matmul-probe BACKEND` times each of cubek's matmul kernels on the step's product shapes
 //! (`MATMUL` lines: µs, TFLOPS, largest difference from burn's product).
+//!
+//! Built with the `elmo` binary's features (`cargo xtask bench train`), so no second build of
+//! burn.
 
 use std::io::Write;
 use std::process::Command;
 use std::sync::Arc;
 use std::time::Instant;
 
+use elmo_model::KernelSettings;
+use elmo_test_support::bench::{device, flag_value, peak_rss_mib};
 use elmo_train::batcher::Batcher;
 use elmo_train::language_model::CarriedState;
 use elmo_train::optimizer::build_optimizer;
 use elmo_train::run::seeded_model;
-use elmo_train::step_profile;
 use elmo_train::trainer::{StepSettings, optimizer_step};
-use elmo_train::{TrainConfig, Vocabulary};
+use elmo_train::{StepProfile, TrainConfig, Vocabulary};
 use rand::{Rng, SeedableRng};
 
-#[path = "../../../xtask/bench_support.rs"]
-mod bench_support;
-use bench_support::{device, flag_value, peak_rss_mib};
+/// The device of `backend`, with the CLI's matmul setting on flex.
+fn bench_device(backend: &str) -> burn::tensor::Device {
+    #[cfg(feature = "flex")]
+    if backend == "flex" {
+        elmo_model::cpu_matmul::pack_small_batch_weights();
+    }
+    device(backend)
+}
+
+/// A child's backend and kernels from its name: `wgpu-unfused`, `wgpu-whole` and `wgpu-apart`
+/// are wgpu with one of the kernel settings off.
+fn backend_and_kernels(name: &str) -> (&str, KernelSettings) {
+    let on = KernelSettings::default();
+    match name {
+        "wgpu-unfused" => ("wgpu", KernelSettings::COMPOSED),
+        "wgpu-whole" => (
+            "wgpu",
+            KernelSettings {
+                split_products: false,
+                ..on
+            },
+        ),
+        "wgpu-apart" => (
+            "wgpu",
+            KernelSettings {
+                paired_directions: false,
+                ..on
+            },
+        ),
+        other => (other, on),
+    }
+}
 
 /// A Zipfian corpus over `w0 … w{V-4}` (sentences of 10-30 words).
 fn write_corpus(path: &std::path::Path, n_vocab: usize, n_sentences: usize) {
@@ -69,10 +102,12 @@ struct Settings {
     unroll_steps: usize,
     vocab_size: usize,
     negatives: usize,
+    phases: bool,
 }
 
-fn child(backend: &str, s: &Settings) {
-    let base = device(backend);
+fn child(name: &str, s: &Settings) {
+    let (backend, kernels) = backend_and_kernels(name);
+    let base = bench_device(backend);
     let train_device = base.clone().autodiff();
     let mut config =
         TrainConfig::from_preset_or_file(&s.preset).expect("--preset: a preset or a config file");
@@ -84,8 +119,9 @@ fn child(backend: &str, s: &Settings) {
     std::fs::create_dir_all(&dir).expect("temp dir");
     let corpus = dir.join("corpus.txt");
     write_corpus(&corpus, s.vocab_size, 20_000);
-    let mut model = seeded_model(&config, &vocab, 0, &train_device);
-    let mut optimizer = build_optimizer(&config.optimizer);
+    let mut model = seeded_model(&config, &vocab, 0, &train_device).with_kernels(kernels);
+    let mut optimizer = build_optimizer(&config.optimizer, kernels);
+    let profile = StepProfile::new();
     let shape = config.batch_shape();
     let mut batcher = Batcher::new(vec![corpus], false, Arc::new(vocab.clone()), shape, Some(1));
     let mut state: Option<CarriedState> = None;
@@ -97,7 +133,7 @@ fn child(backend: &str, s: &Settings) {
             // Step 0 is the warm-up (allocations, autotuning).
             start = Instant::now();
             targets = 0;
-            step_profile::take();
+            profile.take();
         }
         let batch = batcher.next_batch().expect("batch").expect("endless");
         let (next, losses) = optimizer_step(
@@ -112,6 +148,7 @@ fn child(backend: &str, s: &Settings) {
                 step: step as u64,
                 lr_scale: 1.0,
                 device: &train_device,
+                profile: s.phases.then_some(&profile),
             },
         );
         model = next;
@@ -120,19 +157,19 @@ fn child(backend: &str, s: &Settings) {
     }
     let seconds = start.elapsed().as_secs_f64();
     let _ = std::fs::remove_dir_all(&dir);
-    let phases = step_profile::take();
+    let phases = profile.take();
     let profiled: f64 = phases.iter().map(|(_, t)| t.as_secs_f64()).sum();
     for (phase, total) in &phases {
         println!(
-            "PHASE {backend}: {phase}: {:.1} ms per step ({:.0}%)",
+            "PHASE {name}: {phase}: {:.1} ms per step ({:.0}%)",
             1000.0 * total.as_secs_f64() / s.steps as f64,
             100.0 * total.as_secs_f64() / profiled
         );
     }
     // Every step's loss (warm-up first), to compare implementations: one model, seed and data.
-    println!("LOSSES {backend}: {}", losses_per_step.join(" "));
+    println!("LOSSES {name}: {}", losses_per_step.join(" "));
     println!(
-        "RESULT backend={backend} targets={targets} seconds={seconds:.3} tokens_per_s={:.1} peak_rss_mib={:.0} parameters={}",
+        "RESULT backend={name} targets={targets} seconds={seconds:.3} tokens_per_s={:.1} peak_rss_mib={:.0} parameters={}",
         targets as f64 / seconds,
         peak_rss_mib(),
         model.n_parameters()
@@ -143,7 +180,7 @@ fn child(backend: &str, s: &Settings) {
 /// of the result (which waits for the device).
 fn launch_probe(backend: &str) {
     use burn::tensor::Tensor;
-    let device = device(backend);
+    let device = bench_device(backend);
     for (shape, n) in [([1, 1], 5000), ([64, 1200], 2000)] {
         let mut x = Tensor::<2>::zeros(shape, &device);
         for _ in 0..100 {
@@ -169,14 +206,15 @@ fn launch_probe(backend: &str) {
 }
 
 /// `--matmul-probe`: µs and TFLOPS of each of cubek's matmul kernels
-/// (`elmo_model::cube_matmul::MatmulKernel`) on the product shapes of a `ptb-large.json`
+/// (`elmo_kernels::MatmulKernel`) on the product shapes of a `ptb-large.json`
 /// training step at 256 × 35 (the full softmax's chunk of 419 rows of a 10k vocabulary, the
 /// LSTM's weight gradient over 8,960 rows, one time step's products, the char CNN's highway),
 /// each product repeated after a warm-up, with its largest difference from burn's product.
+#[cfg(feature = "kernels")]
 fn matmul_probe(backend: &str) {
     use burn::tensor::{Distribution, Tensor};
-    use elmo_model::cube_matmul::{MatmulKernel, matmul_with};
-    let device = device(backend);
+    use elmo_kernels::{MatmulKernel, matmul_with};
+    let device = bench_device(backend);
     let normal = Distribution::Normal(0.0, 1.0);
     let random = |shape: [usize; 2]| Tensor::<2>::random(shape, normal, &device);
     // (what, lhs, rhs): a transposed factor as the training step has it.
@@ -279,13 +317,17 @@ fn main() {
         unroll_steps: number("--unroll-steps", "20"),
         vocab_size: number("--vocab-size", "50000"),
         negatives: number("--negatives", "8192"),
+        phases: args.iter().any(|a| a == "--phases"),
     };
     if let Some(i) = args.iter().position(|a| a == "--launch-probe") {
         launch_probe(args.get(i + 1).map_or("wgpu", String::as_str));
         return;
     }
     if let Some(i) = args.iter().position(|a| a == "--matmul-probe") {
+        #[cfg(feature = "kernels")]
         matmul_probe(args.get(i + 1).map_or("wgpu", String::as_str));
+        #[cfg(not(feature = "kernels"))]
+        eprintln!("--matmul-probe {i}: built without the `kernels` feature");
         return;
     }
     if let Some(i) = args.iter().position(|a| a == "--child") {
@@ -331,22 +373,9 @@ fn main() {
         .split(',')
         .map(|backend| {
             let mut command = Command::new(&exe);
-            match backend {
-                "wgpu-unfused" => {
-                    command.args(["--child", "wgpu"]);
-                    command.env(elmo_model::cube_tensor::FUSED_KERNELS_VARIABLE, "off");
-                }
-                "wgpu-whole" => {
-                    command.args(["--child", "wgpu"]);
-                    command.env(elmo_model::split_product::SPLIT_PRODUCTS_VARIABLE, "off");
-                }
-                "wgpu-apart" => {
-                    command.args(["--child", "wgpu"]);
-                    command.env(elmo_train::PAIRED_DIRECTIONS_VARIABLE, "off");
-                }
-                _ => {
-                    command.args(["--child", backend]);
-                }
+            command.args(["--child", backend]);
+            if settings.phases {
+                command.arg("--phases");
             }
             for (flag, value) in &common {
                 command.args([flag, value.as_str()]);

@@ -1,5 +1,5 @@
-//! Test support: a wgpu device when an adapter can be opened (in CI, Mesa's lavapipe software
-//! Vulkan), shared by the wgpu tests of several crates (`#[path]`-included).
+//! A wgpu device for tests when an adapter can be opened (in CI, Mesa's lavapipe software
+//! Vulkan), shared by the wgpu tests of every crate.
 //!
 //! Without an adapter a test reports that it could not run, unless `ELMO_REQUIRE_WGPU=1` (set by
 //! `.ci/run`) makes a missing adapter a failure.
@@ -33,7 +33,6 @@ pub fn wgpu_device_or_skip(test: &str) -> Option<Device> {
 
 /// flex, then the wgpu device where [`wgpu_device_or_skip`] opens one: the devices of a test
 /// that checks a CubeCL path against the CPU's.
-#[allow(dead_code)] // not every test target that includes this file uses it
 pub fn flex_and_wgpu(test: &str) -> Vec<Device> {
     let mut devices = vec![Device::flex()];
     devices.extend(wgpu_device_or_skip(test));

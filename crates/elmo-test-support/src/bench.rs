@@ -1,16 +1,14 @@
-//! Helpers shared by the benchmark programs (`bench_embed`, `bench_train`), included with
-//! `#[path]`: flag values, the backend of a name, and the process's peak resident memory.
+//! Helpers shared by the benchmark programs (`bench_embed`, `bench_train`): flag values, the
+//! backend of a name, and the process's peak resident memory.
 
 use burn::tensor::{Device, DeviceKind};
 
-/// The device of a backend name (`flex`, `ndarray`, `wgpu`).
+/// The device of a backend name (`flex`, `ndarray`, `wgpu`). For flex, the caller makes the
+/// application's matmul setting (`elmo_model::cpu_matmul`) as the CLI does.
 #[allow(deprecated)]
 pub fn device(backend: &str) -> Device {
     match backend {
-        "flex" => {
-            elmo_model::cpu_matmul::pack_small_batch_weights();
-            Device::flex()
-        }
+        "flex" => Device::flex(),
         "ndarray" => Device::ndarray(),
         "wgpu" => Device::wgpu(DeviceKind::DefaultDevice),
         other => panic!("unknown backend {other}"),

@@ -1,20 +1,21 @@
-//! The global gradient norm (`tf.clip_by_global_norm`'s `global_norm`) on wgpu as one fused CubeCL
+//! The global gradient norm (`tf.clip_by_global_norm`'s `global_norm`) as one fused CubeCL
 //! kernel per parameter: each writes its blocks' sums of squares into one shared buffer, and the
 //! host adds them up after a single read.
 //!
 //! Why: with burn's operations a parameter's share is four kernels (square, a zero-filled output,
 //! the sum, the running total's add), ~150 a training step for the biLM's ~37 parameter tensors,
-//! each a launch whatever its size (docs/benchmarks.md, session 39). Elsewhere, or with
-//! `ELMO_FUSED_KERNELS=off`, [`crate::optimizer::global_norm`] keeps the composed operations.
+//! each a launch whatever its size. Elsewhere, or with the fused kernels off, elmo-train's
+//! `global_norm` keeps the composed operations.
 //!
 //! The sum is deterministic: every block adds its elements in a fixed order and a fixed tree, and
 //! the host adds the blocks' sums in order, in `f64`.
 
-use burn::cubecl::prelude::{CubeCount, CubeDim};
-use burn::tensor::{Device, Tensor};
-use elmo_model::cube_tensor::{fused_kernels_for, kernel_in_place, kernel_input};
+use burn::tensor::Tensor;
+
+use crate::KernelSettings;
 
 /// The kernel (CubeCL's `Tensor` is not burn's, hence a module of its own).
+#[cfg(feature = "cubecl")]
 mod kernels {
     use burn::cubecl;
     use burn::cubecl::prelude::*;
@@ -59,53 +60,66 @@ mod kernels {
 }
 
 /// Units per cube (a power of two, as the tree needs).
+#[cfg(feature = "cubecl")]
 const UNITS_PER_CUBE: usize = 256;
 /// Elements each unit adds at least before another cube is launched for a tensor.
+#[cfg(feature = "cubecl")]
 const ELEMENTS_PER_UNIT: usize = 64;
 /// The most cubes one tensor gets (a 6.4M-element softmax gradient: 256 × 256 units, ~98 each).
+#[cfg(feature = "cubecl")]
 const MAX_CUBES: usize = 256;
 
 /// How many cubes sum a tensor of `n` elements.
+#[cfg(feature = "cubecl")]
 fn cubes_for(n: usize) -> usize {
     n.div_ceil(UNITS_PER_CUBE * ELEMENTS_PER_UNIT)
         .clamp(1, MAX_CUBES)
 }
 
 /// `Σ_i ‖gradients_i‖²` with one kernel per tensor and one read; `None` where the fused kernels
-/// do not run ([`fused_kernels_for`]) or there is nothing to sum.
-pub(crate) fn fused_squared_norm(gradients: &[Tensor<1>]) -> Option<f64> {
+/// do not run ([`KernelSettings::fused_for`]) or there is nothing to sum.
+pub fn fused_squared_norm(gradients: &[Tensor<1>], kernels: KernelSettings) -> Option<f64> {
     let first = gradients.first()?;
-    if !fused_kernels_for(first) {
+    if !kernels.fused_for(first) {
         return None;
     }
-    let device: Device = first.device();
-    let cubes: Vec<usize> = gradients.iter().map(|g| cubes_for(g.dims()[0])).collect();
-    let partials = Tensor::<1>::empty([cubes.iter().sum::<usize>()], &device);
-    let output = kernel_in_place(&partials);
-    let client = output.client.clone();
-    let dtype = burn::backend::cubecl::dtype_to_storage_type(output.dtype);
-    let mut offset = 0;
-    for (gradient, &n_cubes) in gradients.iter().zip(&cubes) {
-        kernels::squared_sum_kernel::launch(
-            &client,
-            CubeCount::new_1d(n_cubes as u32),
-            CubeDim::new_1d(UNITS_PER_CUBE as u32),
-            kernel_input(gradient).into_tensor_arg(),
-            output.clone().into_tensor_arg(),
-            offset as u32,
-            UNITS_PER_CUBE,
-            dtype,
-        );
-        offset += n_cubes;
+    #[cfg(not(feature = "cubecl"))]
+    unreachable!("`fused_for` is false without the `cubecl` feature");
+    #[cfg(feature = "cubecl")]
+    {
+        use crate::cube_tensor::{kernel_in_place, kernel_input};
+        use burn::cubecl::prelude::{CubeCount, CubeDim};
+        use burn::tensor::Device;
+
+        let device: Device = first.device();
+        let cubes: Vec<usize> = gradients.iter().map(|g| cubes_for(g.dims()[0])).collect();
+        let partials = Tensor::<1>::empty([cubes.iter().sum::<usize>()], &device);
+        let output = kernel_in_place(&partials);
+        let client = output.client.clone();
+        let dtype = burn::backend::cubecl::dtype_to_storage_type(output.dtype);
+        let mut offset = 0;
+        for (gradient, &n_cubes) in gradients.iter().zip(&cubes) {
+            kernels::squared_sum_kernel::launch(
+                &client,
+                CubeCount::new_1d(n_cubes as u32),
+                CubeDim::new_1d(UNITS_PER_CUBE as u32),
+                kernel_input(gradient).into_tensor_arg(),
+                output.clone().into_tensor_arg(),
+                offset as u32,
+                UNITS_PER_CUBE,
+                dtype,
+            );
+            offset += n_cubes;
+        }
+        let sums = partials
+            .into_data()
+            .try_to_vec::<f32>()
+            .expect("the partial sums are f32, as the tensor was made");
+        Some(sums.iter().map(|&s| f64::from(s)).sum())
     }
-    let sums = partials
-        .into_data()
-        .try_to_vec::<f32>()
-        .expect("the partial sums are f32, as the tensor was made");
-    Some(sums.iter().map(|&s| f64::from(s)).sum())
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "cubecl"))]
 mod tests {
     use super::*;
     use burn::tensor::TensorData;
@@ -115,7 +129,7 @@ mod tests {
     #[test]
     fn fused_squared_norm_equals_a_host_sum_on_wgpu() {
         let Some(device) =
-            crate::wgpu_probe::wgpu_device_or_skip("fused_squared_norm_equals_a_host_sum_on_wgpu")
+            elmo_test_support::wgpu_device_or_skip("fused_squared_norm_equals_a_host_sum_on_wgpu")
         else {
             return;
         };
@@ -136,7 +150,8 @@ mod tests {
             })
             .collect();
         assert!(cubes_for(300_001) > 1, "the test spans several cubes");
-        let fused = fused_squared_norm(&gradients).expect("the fused kernel runs on wgpu");
+        let fused = fused_squared_norm(&gradients, KernelSettings::default())
+            .expect("the fused kernel runs on wgpu");
         let relative = (fused - expected).abs() / expected;
         assert!(relative < 1e-6, "{fused} vs {expected}: {relative}");
     }

@@ -5,13 +5,13 @@
 //! burn built without its `autotune` feature runs every product with cubek's `Auto` strategy:
 //! the tensor-core (cmma) kernels where the device offers them for the type, which wgpu does
 //! not for f32, then `SimpleUnit` with its largest register tiles (4 × 4 × 4 on an H200),
-//! ~3.6 TFLOPS on the softmax's `[419, 10,002] · [10,002, 256]` there (docs/benchmarks.md,
-//! session 42), where cuBLAS runs f32 at ~50. cubek has other unit kernels (double-buffered,
-//! smaller tiles) and a plane-cooperative GEMM; which one wins per shape is a GPU measurement.
+//! ~3.6 TFLOPS on the softmax's `[419, 10,002] · [10,002, 256]` there, where cuBLAS runs f32
+//! at ~50. cubek has other unit kernels (double-buffered, smaller tiles) and a plane-cooperative
+//! GEMM; which one wins per shape is a GPU measurement.
 
 use burn::backend::cubecl::dtype_to_storage_type;
-use burn::backend::wgpu::CubeBackend;
 use burn::tensor::Tensor;
+use burn_cubecl::CubeBackend;
 use burn_cubecl::kernel::matmul::init_matmul_output;
 use cubek::matmul::definition::{MatmulElems, MatmulGlobalElems};
 use cubek::matmul::multi_level::Strategy as MultiLevel;
@@ -129,12 +129,12 @@ pub fn matmul_with<const D: usize>(
     Ok(Tensor::from_primitive::<CubeBackend>(out))
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "cubecl"))]
 mod tests {
     use super::*;
     use burn::tensor::{Distribution, Tolerance};
 
-    use crate::wgpu_probe::wgpu_device_or_skip;
+    use elmo_test_support::wgpu_device_or_skip;
 
     /// On wgpu, every kernel that launches gives burn's product (a row-major and a transposed
     /// right factor, and a batch), and burn's own fallback kernel launches (on lavapipe all

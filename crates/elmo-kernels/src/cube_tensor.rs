@@ -1,23 +1,19 @@
-//! Launching custom CubeCL kernels on burn tensors (wgpu): a tensor's `CubeTensor` primitive,
-//! contiguous inputs, in-place outputs, and one kernel unit per output element. Used by the fused
-//! LSTM cell (`cube_lstm_cell.rs`) and elmo-train's fused Adagrad.
+//! Launching custom CubeCL kernels on burn tensors: a tensor's `CubeTensor` primitive, contiguous
+//! inputs, in-place outputs, and one kernel unit per output element. Used by the fused LSTM cell
+//! (`cube_lstm_cell.rs`), Adagrad and the gradient norm (with the `cubecl` feature only).
 //!
 //! burn 0.22 gives the primitive through `Tensor::try_into_primitive` (its `extension` feature);
 //! with burn's `fusion` feature on, or on another backend, there is none, and callers keep their
 //! composed burn operations.
 
 use burn::backend::cubecl::dtype_to_storage_type;
-use burn::backend::wgpu::{CubeBackend, CubeTensor};
 use burn::cubecl;
 use burn::cubecl::client::Client;
 use burn::cubecl::ir::ElemType;
 use burn::cubecl::prelude::{CubeCount, CubeDim};
 use burn::tensor::{Device, Tensor};
 use burn_cubecl::kernel::into_contiguous;
-
-/// The environment variable that turns the fused kernels off (`off`), so that one binary can
-/// measure them against burn's composed operations.
-pub const FUSED_KERNELS_VARIABLE: &str = "ELMO_FUSED_KERNELS";
+use burn_cubecl::{CubeBackend, tensor::CubeTensor};
 
 /// A tensor's CubeCL primitive, `None` on another backend (or with burn's `fusion`).
 pub fn cube_primitive<const D: usize>(tensor: &Tensor<D>) -> Option<CubeTensor> {
@@ -28,19 +24,14 @@ pub fn cube_primitive<const D: usize>(tensor: &Tensor<D>) -> Option<CubeTensor> 
         .ok()
 }
 
-/// Whether the fused kernels run for `tensor`: it lives on a CubeCL device and
-/// `ELMO_FUSED_KERNELS` is not `off`.
-pub fn fused_kernels_for<const D: usize>(tensor: &Tensor<D>) -> bool {
-    let off = std::env::var(FUSED_KERNELS_VARIABLE).is_ok_and(|value| value == "off");
-    !off && cube_primitive(tensor).is_some()
-}
-
 /// A kernel input: the tensor's primitive, made contiguous (a copy only when it is not).
 ///
 /// # Panics
-/// If `tensor` is not on a CubeCL device (check [`fused_kernels_for`] first).
+/// If `tensor` is not on a CubeCL device (check `KernelSettings::fused_for` first).
 pub fn kernel_input<const D: usize>(tensor: &Tensor<D>) -> CubeTensor {
-    into_contiguous(cube_primitive(tensor).expect("a CubeCL tensor (see `fused_kernels_for`)"))
+    into_contiguous(
+        cube_primitive(tensor).expect("a CubeCL tensor (see `KernelSettings::fused_for`)"),
+    )
 }
 
 /// `tensor` with a contiguous layout, as a burn tensor: made once before a loop of kernels that
@@ -76,7 +67,8 @@ pub fn kernel_input_or<const D: usize, const E: usize>(
 /// # Panics
 /// If `tensor` is not on a CubeCL device or not contiguous.
 pub fn kernel_in_place<const D: usize>(tensor: &Tensor<D>) -> CubeTensor {
-    let primitive = cube_primitive(tensor).expect("a CubeCL tensor (see `fused_kernels_for`)");
+    let primitive =
+        cube_primitive(tensor).expect("a CubeCL tensor (see `KernelSettings::fused_for`)");
     assert!(
         primitive.is_contiguous(),
         "a buffer written in place by a kernel must be contiguous"

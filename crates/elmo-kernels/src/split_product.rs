@@ -6,7 +6,7 @@
 //!
 //! burn's CubeCL matmul (without its `autotune` feature) gives each cube a 64 × 128 block of the
 //! output and walks the whole inner dimension K in it, so a step's `[64, 256]` output runs on
-//! two cubes whatever K is. Profiled on an H200 through wgpu (docs/benchmarks.md, session 40),
+//! two cubes whatever K is. Profiled on an H200 through wgpu,
 //! a cube's time grew with K at 0.45-0.9 µs per unit whatever the grid: `dz_t · Wᵀ`
 //! (`[64, 4800]·[4800, 256]`, `ptb-large.json`) took 2.1 ms and the projection `[64, 1200]·[1200,
 //! 256]` 0.95 ms, on 2 of the GPU's 132 multiprocessors: together 58% of a training step's GPU
@@ -16,11 +16,7 @@
 
 use burn::tensor::Tensor;
 
-use crate::cube_tensor::contiguous;
-
-/// The environment variable that keeps the products whole (`off`), so that one binary can
-/// measure the split against burn's single matmul.
-pub const SPLIT_PRODUCTS_VARIABLE: &str = "ELMO_SPLIT_PRODUCTS";
+use crate::contiguous;
 
 /// The least inner dimension of one slice.
 const MIN_SLICE: usize = 128;
@@ -47,11 +43,11 @@ fn slices_at_most(k: usize, most: usize) -> usize {
 const MAX_PARTIAL_VALUES: usize = 1 << 24;
 
 /// The slices that `rows` rows are split into for a reduction over them to `width` values per
-/// slice ([`transposed_product`], `cube_reduce::sum_columns`): when `split` and
-/// [`split_enabled`], the most slices (at most 32) that divide the rows into equal slices of at
+/// slice ([`transposed_product`], `cube_reduce::sum_columns`): when `split` (the caller's
+/// [`KernelSettings::split_for`](crate::KernelSettings::split_for)), the most slices (at most 32) that divide the rows into equal slices of at
 /// least 128 and keep the partial results within 64 MiB; 1 (whole) otherwise.
 pub fn slices_over_rows(split: bool, rows: usize, width: usize) -> usize {
-    match split && split_enabled() {
+    match split {
         true => slices_at_most(rows, MAX_PARTIAL_VALUES / width.max(1)),
         false => 1,
     }
@@ -80,15 +76,10 @@ pub fn transposed_product(lhs: Tensor<2>, rhs: Tensor<2>, split: bool) -> Tensor
         .reshape([m, n])
 }
 
-/// Whether products are split: unless `ELMO_SPLIT_PRODUCTS=off`.
-pub fn split_enabled() -> bool {
-    std::env::var(SPLIT_PRODUCTS_VARIABLE).map_or(true, |value| value != "off")
-}
-
-/// The slices of an inner dimension `k`: [`slices_for`] it when `split` (the caller runs on a
-/// CubeCL device with the fused kernels) and [`split_enabled`]; 1 (whole) otherwise.
+/// The slices of an inner dimension `k`: [`slices_for`] it when `split` (the caller's
+/// [`KernelSettings::split_for`](crate::KernelSettings::split_for)); 1 (whole) otherwise.
 pub fn slices_when(split: bool, k: usize) -> usize {
-    match split && split_enabled() {
+    match split {
         true => slices_for(k),
         false => 1,
     }
@@ -262,7 +253,7 @@ mod tests {
     use super::*;
     use burn::tensor::{Distribution, Tolerance};
 
-    use crate::wgpu_probe::flex_and_wgpu;
+    use elmo_test_support::flex_and_wgpu;
 
     #[test]
     fn slices_divide_k_into_slices_of_at_least_128() {

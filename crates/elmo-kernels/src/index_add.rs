@@ -2,29 +2,34 @@
 //! that runs in parallel on a GPU: burn's `select_assign` gives a CubeCL device one thread per
 //! column, each walking all the indices in turn, where `scatter` gives one thread per element.
 //!
-//! Measured on an H200 through wgpu (docs/benchmarks.md, session 40): the char embedding's
+//! Measured on an H200 through wgpu: the char embedding's
 //! gradient (`ptb-large.json`, 64 × 35 tokens × 50 chars, 16 columns) took 10-16 ms in one
-//! cube, the softmax's target rows (4,480 rows of 256) 1.5 ms. On a CubeCL device (unless
-//! `ELMO_FUSED_KERNELS=off`) these use `gather` / `scatter` with `Add`, which burn runs with
+//! cube, the softmax's target rows (4,480 rows of 256) 1.5 ms. Where the fused kernels run
+//! ([`KernelSettings::fused_for`]) these use `gather` / `scatter` with `Add`, which burn runs with
 //! atomic float additions where the device has them: the order of the additions into one row
 //! then varies between runs (last-bit differences, as with PyTorch's CUDA `index_add_`). On
 //! the CPU backends the deterministic `select` / `select_assign` stay.
 
 use burn::tensor::{Int, Tensor, module::embedding as select_embedding, ops::IndexingUpdateOp};
 
-use crate::cube_tensor::fused_kernels_for;
+use crate::KernelSettings;
 
 /// `target` with the rows of `values` added at the rows `indices` (repeated indices add up).
 ///
 /// # Shapes
 /// - target: `[n_rows, d]`; indices: `[n]` (each `< n_rows`); values: `[n, d]`
 /// - output: `[n_rows, d]`
-pub fn add_rows(target: Tensor<2>, indices: Tensor<1, Int>, values: Tensor<2>) -> Tensor<2> {
+pub fn add_rows(
+    target: Tensor<2>,
+    indices: Tensor<1, Int>,
+    values: Tensor<2>,
+    kernels: KernelSettings,
+) -> Tensor<2> {
     let [n, d] = values.dims();
     if n == 0 {
         return target;
     }
-    if !fused_kernels_for(&values) {
+    if !kernels.fused_for(&values) {
         return target.select_assign(0, indices, values, IndexingUpdateOp::Add);
     }
     let indices = indices.reshape([n, 1]).expand([n, d]);
@@ -35,9 +40,20 @@ pub fn add_rows(target: Tensor<2>, indices: Tensor<1, Int>, values: Tensor<2>) -
 ///
 /// # Shapes
 /// - target: `[n_rows]`; indices: `[n]`; values: `[n]`; output: `[n_rows]`
-pub fn add_elements(target: Tensor<1>, indices: Tensor<1, Int>, values: Tensor<1>) -> Tensor<1> {
+pub fn add_elements(
+    target: Tensor<1>,
+    indices: Tensor<1, Int>,
+    values: Tensor<1>,
+    kernels: KernelSettings,
+) -> Tensor<1> {
     let ([n_rows], [n]) = (target.dims(), values.dims());
-    add_rows(target.reshape([n_rows, 1]), indices, values.reshape([n, 1])).reshape([n_rows])
+    add_rows(
+        target.reshape([n_rows, 1]),
+        indices,
+        values.reshape([n, 1]),
+        kernels,
+    )
+    .reshape([n_rows])
 }
 
 /// The rows of `table` at `ids` (an embedding lookup), differentiable; its gradient is
@@ -45,9 +61,9 @@ pub fn add_elements(target: Tensor<1>, indices: Tensor<1, Int>, values: Tensor<1
 ///
 /// # Shapes
 /// - table: `[n_rows, d]`; ids: `[batch, n]`; output: `[batch, n, d]`
-pub fn embedding(table: Tensor<2>, ids: Tensor<2, Int>) -> Tensor<3> {
+pub fn embedding(table: Tensor<2>, ids: Tensor<2, Int>, kernels: KernelSettings) -> Tensor<3> {
     let [batch, n] = ids.dims();
-    if batch * n == 0 || !fused_kernels_for(&table) {
+    if batch * n == 0 || !kernels.fused_for(&table) {
         return select_embedding(table, ids);
     }
     let d = table.dims()[1];
@@ -60,7 +76,13 @@ mod tests {
     use super::*;
     use burn::tensor::{Device, TensorData, Tolerance};
 
-    use crate::wgpu_probe::flex_and_wgpu;
+    use elmo_test_support::flex_and_wgpu;
+
+    const ON: KernelSettings = KernelSettings {
+        fused: true,
+        split_products: true,
+        paired_directions: true,
+    };
 
     /// Rows 0..n_rows of a small table, ids with repeats (and one row never picked).
     fn case(device: &Device) -> (Tensor<2>, Tensor<2, Int>, Tensor<3>) {
@@ -87,18 +109,20 @@ mod tests {
         let table = Tensor::<2>::from_data(table.into_data(), &autodiff).require_grad();
         let ids = Tensor::<2, Int>::from_data(ids.into_data(), &autodiff);
         let upstream = Tensor::<3>::from_data(upstream.into_data(), &autodiff);
-        let out = embedding(table.clone(), ids.clone());
+        let out = embedding(table.clone(), ids.clone(), ON);
         let grads = (out.clone() * upstream.clone()).sum().backward();
         let grad = table.grad(&grads).expect("the table gets a gradient");
         let added = add_rows(
             Tensor::zeros([5, 4], &autodiff),
             ids.clone().reshape([6]),
             upstream.clone().reshape([6, 4]),
+            ON,
         );
         let elements = add_elements(
             Tensor::zeros([5], &autodiff),
             ids.reshape([6]),
             upstream.narrow(2, 0, 1).reshape([6]),
+            ON,
         );
         (out.into_data(), grad.into_data(), {
             let mut both = added.into_data().try_to_vec::<f32>().expect("f32");
@@ -140,14 +164,20 @@ mod tests {
             let table = Tensor::<2>::ones([5, 4], &device);
             let none = Tensor::<1, Int>::zeros([0], &device);
             assert_eq!(
-                embedding(table.clone(), Tensor::<2, Int>::zeros([1, 0], &device)).dims(),
+                embedding(table.clone(), Tensor::<2, Int>::zeros([1, 0], &device), ON).dims(),
                 [1, 0, 4]
             );
-            let kept = add_rows(table.clone(), none.clone(), Tensor::zeros([0, 4], &device));
+            let kept = add_rows(
+                table.clone(),
+                none.clone(),
+                Tensor::zeros([0, 4], &device),
+                ON,
+            );
             let kept_elements = add_elements(
                 Tensor::ones([5], &device),
                 none,
                 Tensor::zeros([0], &device),
+                ON,
             );
             assert_eq!(kept.sum().into_scalar::<f32>(), 20.0);
             assert_eq!(kept_elements.sum().into_scalar::<f32>(), 5.0);

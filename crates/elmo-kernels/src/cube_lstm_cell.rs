@@ -1,11 +1,11 @@
-//! Fused LSTMP cell kernels for CubeCL devices (wgpu): one time step of
-//! [`LstmWithProjection::forward_recorded`] and of its backpropagation through time as two
+//! Fused LSTMP cell kernels for CubeCL devices: one time step of elmo-train's recorded LSTM
+//! forward pass (`lstm_backward.rs`) and of its backpropagation through time as two
 //! elementwise kernels each, beside the step's two matmuls (the same equations as
 //! `lstm_backward.rs`: Sak et al. 2014 as in bilm-tf's `LSTMCell(num_proj, cell_clip,
 //! proj_clip)`).
 //!
 //! Why: on a GPU a training step's time is per-kernel overhead, not arithmetic
-//! (docs/benchmarks.md, sessions 15-16). Written with burn's tensor operations a time step of
+//! (profiled on GPUs). Written with burn's tensor operations a time step of
 //! one layer is ~32 kernels (forward and backward); here it is 8: forward `h·W`, the cell
 //! (gates, memory, clip, `tanh`, `o·tanh c`, the tape written in place), the projection, its
 //! clip; backward the hidden state's gradient (clip mask, tape), `·Pᵀ`, the gates' gradients
@@ -21,17 +21,21 @@
 //! is `[G·S, B, K/S]` (`SplitLayout`), so a step's kernels serve all G. The gate pre-activations
 //! arrive prepared by `GateActivation` (negated, doubled for `g`), and the activation is its
 //! formula, so both paths give the same values.
-//!
-//! [`LstmWithProjection::forward_recorded`]: crate::LstmWithProjection::forward_recorded
 
 use burn::tensor::Tensor;
 
-use crate::cube_tensor::{
-    ElementwiseOutput, fused_kernels_for, kernel_in_place, kernel_input, kernel_input_or,
-};
+use crate::KernelSettings;
+#[cfg(feature = "cubecl")]
+use crate::cube_tensor::{ElementwiseOutput, kernel_in_place, kernel_input, kernel_input_or};
 use crate::split_product::SplitLayout;
 
+/// Why the fused cell functions cannot run in a build without the `cubecl` feature: there
+/// [`CellKernels::for_tensor`] never chooses them.
+#[cfg(not(feature = "cubecl"))]
+const NOT_BUILT: &str = "the fused LSTM cell kernels need elmo-kernels' `cubecl` feature";
+
 /// The kernels (CubeCL's `Tensor` is not burn's, hence a module of their own).
+#[cfg(feature = "cubecl")]
 mod kernels {
     use burn::cubecl;
     use burn::cubecl::prelude::*;
@@ -329,18 +333,18 @@ mod kernels {
 
 /// Which kernels run a time step of the recorded LSTM passes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum CellKernels {
+pub enum CellKernels {
     /// burn's tensor operations (~32 kernels a step and layer on a GPU): every backend.
     Composed,
-    /// The fused kernels of this module: CubeCL devices (wgpu) only.
+    /// The fused kernels of this module: CubeCL devices with the `cubecl` feature only.
     Fused,
 }
 
 impl CellKernels {
-    /// `Fused` on a CubeCL device, unless `ELMO_FUSED_KERNELS=off` (for benchmarks that
-    /// compare the two, [`fused_kernels_for`]); `Composed` elsewhere.
-    pub(crate) fn for_tensor<const D: usize>(tensor: &Tensor<D>) -> Self {
-        if fused_kernels_for(tensor) {
+    /// `Fused` where `kernels` runs the fused kernels on `tensor`
+    /// ([`KernelSettings::fused_for`]); `Composed` elsewhere.
+    pub fn for_tensor<const D: usize>(tensor: &Tensor<D>, kernels: KernelSettings) -> Self {
+        if kernels.fused_for(tensor) {
             Self::Fused
         } else {
             Self::Composed
@@ -349,13 +353,14 @@ impl CellKernels {
 }
 
 /// A clip as the kernels take it: the value (unused without one) and whether there is one.
+#[cfg(feature = "cubecl")]
 fn clip_arguments(clip: Option<f64>) -> (f32, bool) {
     (clip.unwrap_or(0.0) as f32, clip.is_some())
 }
 
 /// The `[T, B, ·]` records of a layer's forward pass, written at each step (B: all the rows,
 /// `G·B'` for a group of G layers).
-pub(crate) struct CellRecords<'a> {
+pub struct CellRecords<'a> {
     /// `[T, B, 4C]`: the activated gates.
     pub gates: &'a Tensor<3>,
     /// `[T, B, C]`: the clipped memory.
@@ -375,7 +380,8 @@ pub(crate) struct CellRecords<'a> {
 /// - recurrent: `[G·S', B / G, 4C]`, the prepared `h_{t−1}·W` as partial products (summed here)
 /// - initial_memory: `[B, C]`
 /// - output: `[G·S, B / G, C / S]`
-pub(crate) fn cell_forward(
+#[cfg_attr(not(feature = "cubecl"), allow(unused_variables))]
+pub fn cell_forward(
     projected: &Tensor<3>,
     recurrent: Tensor<3>,
     initial_memory: &Tensor<2>,
@@ -384,27 +390,32 @@ pub(crate) fn cell_forward(
     cell_clip: Option<f64>,
     layout: SplitLayout,
 ) -> Tensor<3> {
-    let shape = layout.shape(initial_memory.dims());
-    let out = ElementwiseOutput::new(shape, &initial_memory.device());
-    let (clip, has_clip) = clip_arguments(cell_clip);
-    kernels::cell_forward_kernel::launch(
-        &out.client,
-        out.count.clone(),
-        out.dim,
-        kernel_input(projected).into_tensor_arg(),
-        kernel_input(&recurrent).into_tensor_arg(),
-        kernel_input(initial_memory).into_tensor_arg(),
-        kernel_in_place(records.gates).into_tensor_arg(),
-        kernel_in_place(records.memory).into_tensor_arg(),
-        kernel_in_place(records.tanh_memory).into_tensor_arg(),
-        out.primitive.into_tensor_arg(),
-        step as u32,
-        clip,
-        layout.n_groups as u32,
-        has_clip,
-        out.dtype,
-    );
-    out.tensor
+    #[cfg(not(feature = "cubecl"))]
+    unreachable!("{NOT_BUILT}");
+    #[cfg(feature = "cubecl")]
+    {
+        let shape = layout.shape(initial_memory.dims());
+        let out = ElementwiseOutput::new(shape, &initial_memory.device());
+        let (clip, has_clip) = clip_arguments(cell_clip);
+        kernels::cell_forward_kernel::launch(
+            &out.client,
+            out.count.clone(),
+            out.dim,
+            kernel_input(projected).into_tensor_arg(),
+            kernel_input(&recurrent).into_tensor_arg(),
+            kernel_input(initial_memory).into_tensor_arg(),
+            kernel_in_place(records.gates).into_tensor_arg(),
+            kernel_in_place(records.memory).into_tensor_arg(),
+            kernel_in_place(records.tanh_memory).into_tensor_arg(),
+            out.primitive.into_tensor_arg(),
+            step as u32,
+            clip,
+            layout.n_groups as u32,
+            has_clip,
+            out.dtype,
+        );
+        out.tensor
+    }
 }
 
 /// Step `t`'s projection clip: writes the hidden state into its record and returns it, in the
@@ -413,31 +424,37 @@ pub(crate) fn cell_forward(
 /// # Shapes
 /// - projected: `[G·S', B / G, P]`, the projection's partial products (summed here)
 /// - output: `[G·S, B / G, P / S]`
-pub(crate) fn hidden_forward(
+#[cfg_attr(not(feature = "cubecl"), allow(unused_variables))]
+pub fn hidden_forward(
     projected: Tensor<3>,
     records: &CellRecords<'_>,
     step: usize,
     projection_clip: Option<f64>,
     layout: SplitLayout,
 ) -> Tensor<3> {
-    let [_, batch, d_projection] = records.hidden.dims();
-    let shape = layout.shape([batch, d_projection]);
-    let out = ElementwiseOutput::new(shape, &projected.device());
-    let (clip, has_clip) = clip_arguments(projection_clip);
-    kernels::hidden_forward_kernel::launch(
-        &out.client,
-        out.count.clone(),
-        out.dim,
-        kernel_input(&projected).into_tensor_arg(),
-        kernel_in_place(records.hidden).into_tensor_arg(),
-        out.primitive.into_tensor_arg(),
-        step as u32,
-        clip,
-        layout.n_groups as u32,
-        has_clip,
-        out.dtype,
-    );
-    out.tensor
+    #[cfg(not(feature = "cubecl"))]
+    unreachable!("{NOT_BUILT}");
+    #[cfg(feature = "cubecl")]
+    {
+        let [_, batch, d_projection] = records.hidden.dims();
+        let shape = layout.shape([batch, d_projection]);
+        let out = ElementwiseOutput::new(shape, &projected.device());
+        let (clip, has_clip) = clip_arguments(projection_clip);
+        kernels::hidden_forward_kernel::launch(
+            &out.client,
+            out.count.clone(),
+            out.dim,
+            kernel_input(&projected).into_tensor_arg(),
+            kernel_in_place(records.hidden).into_tensor_arg(),
+            out.primitive.into_tensor_arg(),
+            step as u32,
+            clip,
+            layout.n_groups as u32,
+            has_clip,
+            out.dtype,
+        );
+        out.tensor
+    }
 }
 
 /// Step `t`'s gradient of the hidden state before its clip (the output's plus `grad_next`
@@ -448,7 +465,8 @@ pub(crate) fn hidden_forward(
 /// - grad_outputs: `[B, T, P]`; hidden, grad_projected: `[T, B, P]`
 /// - grad_next: `[G·S', B / G, P]`, partial products (summed here)
 /// - output: `[G·S, B / G, P / S]`
-pub(crate) fn hidden_backward(
+#[cfg_attr(not(feature = "cubecl"), allow(unused_variables))]
+pub fn hidden_backward(
     grad_outputs: &Tensor<3>,
     hidden: &Tensor<3>,
     grad_next: Option<Tensor<3>>,
@@ -457,34 +475,39 @@ pub(crate) fn hidden_backward(
     projection_clip: Option<f64>,
     layout: SplitLayout,
 ) -> Tensor<3> {
-    let [_, batch, d_projection] = hidden.dims();
-    let shape = layout.shape([batch, d_projection]);
-    let out = ElementwiseOutput::new(shape, &hidden.device());
-    let (clip, has_clip) = clip_arguments(projection_clip);
-    let has_next = grad_next.is_some();
-    // Without a next step the kernel reads no `grad_next`.
-    let next = kernel_input_or(grad_next.as_ref(), grad_outputs);
-    kernels::hidden_backward_kernel::launch(
-        &out.client,
-        out.count.clone(),
-        out.dim,
-        kernel_input(grad_outputs).into_tensor_arg(),
-        kernel_input(hidden).into_tensor_arg(),
-        next.into_tensor_arg(),
-        kernel_in_place(grad_projected).into_tensor_arg(),
-        out.primitive.into_tensor_arg(),
-        step as u32,
-        clip,
-        layout.n_groups as u32,
-        has_next,
-        has_clip,
-        out.dtype,
-    );
-    out.tensor
+    #[cfg(not(feature = "cubecl"))]
+    unreachable!("{NOT_BUILT}");
+    #[cfg(feature = "cubecl")]
+    {
+        let [_, batch, d_projection] = hidden.dims();
+        let shape = layout.shape([batch, d_projection]);
+        let out = ElementwiseOutput::new(shape, &hidden.device());
+        let (clip, has_clip) = clip_arguments(projection_clip);
+        let has_next = grad_next.is_some();
+        // Without a next step the kernel reads no `grad_next`.
+        let next = kernel_input_or(grad_next.as_ref(), grad_outputs);
+        kernels::hidden_backward_kernel::launch(
+            &out.client,
+            out.count.clone(),
+            out.dim,
+            kernel_input(grad_outputs).into_tensor_arg(),
+            kernel_input(hidden).into_tensor_arg(),
+            next.into_tensor_arg(),
+            kernel_in_place(grad_projected).into_tensor_arg(),
+            out.primitive.into_tensor_arg(),
+            step as u32,
+            clip,
+            layout.n_groups as u32,
+            has_next,
+            has_clip,
+            out.dtype,
+        );
+        out.tensor
+    }
 }
 
 /// What [`cell_backward`] returns.
-pub(crate) struct CellBackwardOutput {
+pub struct CellBackwardOutput {
     /// `[B, C]`: the memory gradient carried to step `t − 1` (`None` at step 0).
     pub grad_memory_previous: Option<Tensor<2>>,
     /// `[G·S, B / G, 4C / S]`: step `t`'s gate gradients in the split layout (the product with
@@ -497,7 +520,8 @@ pub(crate) struct CellBackwardOutput {
 /// `grad_gates` (`[T, B, 4C]`) and returned in the split `layout`, with the memory gradient
 /// carried to step `t − 1`.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn cell_backward(
+#[cfg_attr(not(feature = "cubecl"), allow(unused_variables))]
+pub fn cell_backward(
     grad_cell_output: Tensor<3>,
     records: &CellRecords<'_>,
     initial_memory: &Tensor<2>,
@@ -507,36 +531,41 @@ pub(crate) fn cell_backward(
     cell_clip: Option<f64>,
     layout: SplitLayout,
 ) -> CellBackwardOutput {
-    let out = ElementwiseOutput::new(initial_memory.dims(), &initial_memory.device());
-    let [batch, d_cell] = initial_memory.dims();
-    let split = layout.shape([batch, 4 * d_cell]);
-    let grad_gates_split = Tensor::<3>::empty(split, &initial_memory.device());
-    let (clip, has_clip) = clip_arguments(cell_clip);
-    let has_next = grad_memory_next.is_some();
-    // Without a next step the kernel reads no `grad_memory_next`.
-    let next = kernel_input_or(grad_memory_next.as_ref(), &grad_cell_output);
-    kernels::cell_backward_kernel::launch(
-        &out.client,
-        out.count.clone(),
-        out.dim,
-        kernel_input(&grad_cell_output).into_tensor_arg(),
-        kernel_input(records.gates).into_tensor_arg(),
-        kernel_input(records.memory).into_tensor_arg(),
-        kernel_input(records.tanh_memory).into_tensor_arg(),
-        kernel_input(initial_memory).into_tensor_arg(),
-        next.into_tensor_arg(),
-        kernel_in_place(grad_gates).into_tensor_arg(),
-        kernel_in_place(&grad_gates_split).into_tensor_arg(),
-        out.primitive.into_tensor_arg(),
-        step as u32,
-        clip,
-        layout.n_groups as u32,
-        has_next,
-        has_clip,
-        out.dtype,
-    );
-    CellBackwardOutput {
-        grad_memory_previous: (step > 0).then_some(out.tensor),
-        grad_gates: grad_gates_split,
+    #[cfg(not(feature = "cubecl"))]
+    unreachable!("{NOT_BUILT}");
+    #[cfg(feature = "cubecl")]
+    {
+        let out = ElementwiseOutput::new(initial_memory.dims(), &initial_memory.device());
+        let [batch, d_cell] = initial_memory.dims();
+        let split = layout.shape([batch, 4 * d_cell]);
+        let grad_gates_split = Tensor::<3>::empty(split, &initial_memory.device());
+        let (clip, has_clip) = clip_arguments(cell_clip);
+        let has_next = grad_memory_next.is_some();
+        // Without a next step the kernel reads no `grad_memory_next`.
+        let next = kernel_input_or(grad_memory_next.as_ref(), &grad_cell_output);
+        kernels::cell_backward_kernel::launch(
+            &out.client,
+            out.count.clone(),
+            out.dim,
+            kernel_input(&grad_cell_output).into_tensor_arg(),
+            kernel_input(records.gates).into_tensor_arg(),
+            kernel_input(records.memory).into_tensor_arg(),
+            kernel_input(records.tanh_memory).into_tensor_arg(),
+            kernel_input(initial_memory).into_tensor_arg(),
+            next.into_tensor_arg(),
+            kernel_in_place(grad_gates).into_tensor_arg(),
+            kernel_in_place(&grad_gates_split).into_tensor_arg(),
+            out.primitive.into_tensor_arg(),
+            step as u32,
+            clip,
+            layout.n_groups as u32,
+            has_next,
+            has_clip,
+            out.dtype,
+        );
+        CellBackwardOutput {
+            grad_memory_previous: (step > 0).then_some(out.tensor),
+            grad_gates: grad_gates_split,
+        }
     }
 }

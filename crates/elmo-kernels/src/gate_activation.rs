@@ -16,11 +16,11 @@
 use burn::tensor::{Device, Tensor, TensorData};
 
 /// Largest argument given to `exp` (here and in the fused cell kernels of `cube_lstm_cell.rs`).
-pub(crate) const EXP_LIMIT: f32 = 80.0;
+pub const EXP_LIMIT: f32 = 80.0;
 
 /// Column constants over the gates `i, f, g, o` (`[1, 4C]` rows).
 #[derive(Debug, Clone)]
-pub(crate) struct GateActivation {
+pub struct GateActivation {
     /// −1 for `i, f, o`, −2 for `g`.
     negate: Tensor<2>,
     /// 1 for `i, f, o`, 2 for `g`.
@@ -37,7 +37,7 @@ fn per_gate(d_cell: usize, value_ifo: f32, value_g: f32, device: &Device) -> Ten
 }
 
 impl GateActivation {
-    pub(crate) fn new(d_cell: usize, device: &Device) -> Self {
+    pub fn new(d_cell: usize, device: &Device) -> Self {
         Self {
             negate: per_gate(d_cell, -1.0, -2.0, device),
             scale: per_gate(d_cell, 1.0, 2.0, device),
@@ -46,13 +46,13 @@ impl GateActivation {
     }
 
     /// A weight `[d, 4C]` or bias `[1, 4C]` whose products give [`Self::activate`]'s input.
-    pub(crate) fn prepare(&self, weight: Tensor<2>) -> Tensor<2> {
+    pub fn prepare(&self, weight: Tensor<2>) -> Tensor<2> {
         weight * self.negate.clone()
     }
 
     /// `[B, 4C]` pre-activations made with [`Self::prepare`]d weights → `σ(i), σ(f), tanh(g),
     /// σ(o)`.
-    pub(crate) fn activate(&self, prepared: Tensor<2>) -> Tensor<2> {
+    pub fn activate(&self, prepared: Tensor<2>) -> Tensor<2> {
         prepared
             .clamp(-f64::from(EXP_LIMIT), f64::from(EXP_LIMIT))
             .exp()

@@ -4,7 +4,7 @@
 //! use the same vector, so it cannot rank them).
 //!
 //! ```sh
-//! cargo run --release -p elmo-tasks --example polysemy -- MODEL_DIR CORPUS.txt [WORD]
+//! cargo run --release -p elmo-cli --example polysemy -- MODEL_DIR CORPUS.txt [WORD]
 //! ```
 //! MODEL_DIR holds `options.json` + `weights.hdf5` (`elmo export`) or is a training run directory;
 //! CORPUS.txt has one tokenised sentence per line. Without arguments it uses the small demo biLM

@@ -5,7 +5,7 @@
 //! It also writes `lm-train-clean/`: the LM corpus without the lines of any dev or test split,
 //! for pretraining a biLM that has not read the evaluation sentences.
 //!
-//! `cargo run --release -p elmo-tasks --example prepare_tasks -- DATA_DIR OUT_DIR [N_POS_TRAIN]`
+//! `cargo run --release -p elmo-cli --example prepare_tasks -- DATA_DIR OUT_DIR [N_POS_TRAIN]`
 //! where DATA_DIR holds `brown.conll`, `wnut16.conll`, `rt_snippets.tsv` and a `lm/` folder of
 //! text files (one sentence per line).
 

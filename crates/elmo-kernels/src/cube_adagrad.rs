@@ -1,0 +1,103 @@
+//! Adagrad's update as one fused CubeCL kernel per parameter (TensorFlow's
+//! `ApplyAdagrad`, bilm-tf's optimizer: `acc ← acc + g²; θ ← θ − lr · g / √acc`).
+//!
+//! Why: with burn's operations one parameter's update is six kernels (square, add, sqrt, div,
+//! scale, subtract), ~200 a training step for the biLM's ~35 parameter tensors, each a launch
+//! whatever its size. Elsewhere, or with the fused kernels off, elmo-train's `Adagrad` keeps
+//! the composed operations.
+
+use burn::tensor::Tensor;
+
+use crate::KernelSettings;
+#[cfg(feature = "cubecl")]
+use crate::cube_tensor::{ElementwiseOutput, kernel_input, kernel_input_or};
+
+/// One Adagrad step of a parameter.
+#[derive(Debug, Clone)]
+pub struct AdagradStep<const D: usize> {
+    /// `θ − lr · g / √acc`.
+    pub parameter: Tensor<D>,
+    /// `acc + g²` (or `g² + initial_accumulator` on the first step).
+    pub accumulator: Tensor<D>,
+}
+
+/// The kernel (CubeCL's `Tensor` is not burn's, hence a module of its own).
+#[cfg(feature = "cubecl")]
+mod kernels {
+    use burn::cubecl;
+    use burn::cubecl::prelude::*;
+
+    /// One unit per element: the new accumulator and the new parameter.
+    #[cube(launch)]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn adagrad_kernel<F: Float>(
+        parameter: &Tensor<F>,
+        gradient: &Tensor<F>,
+        accumulator: &Tensor<F>,
+        new_parameter: &mut Tensor<F>,
+        new_accumulator: &mut Tensor<F>,
+        learning_rate: f32,
+        initial_accumulator: f32,
+        #[comptime] has_accumulator: bool,
+        #[define(F)] _dtype: ElemType,
+    ) {
+        let position = ABSOLUTE_POS;
+        if position >= new_parameter.len() {
+            terminate!();
+        }
+        let grad = gradient[position];
+        let squared = grad * grad;
+        let sum = if has_accumulator {
+            accumulator[position] + squared
+        } else {
+            squared + F::cast_from(initial_accumulator)
+        };
+        new_accumulator[position] = sum;
+        new_parameter[position] =
+            parameter[position] - grad / sum.sqrt() * F::cast_from(learning_rate);
+    }
+}
+
+/// One Adagrad step in one kernel; `None` where the fused kernels do not run
+/// ([`KernelSettings::fused_for`]).
+#[cfg_attr(not(feature = "cubecl"), allow(unused_variables))]
+pub fn fused_adagrad_step<const D: usize>(
+    parameter: &Tensor<D>,
+    gradient: &Tensor<D>,
+    accumulator: Option<&Tensor<D>>,
+    initial_accumulator: f64,
+    learning_rate: f64,
+    kernels: KernelSettings,
+) -> Option<AdagradStep<D>> {
+    if !kernels.fused_for(parameter) {
+        return None;
+    }
+    #[cfg(not(feature = "cubecl"))]
+    unreachable!("`fused_for` is false without the `cubecl` feature");
+    #[cfg(feature = "cubecl")]
+    {
+        let device = parameter.device();
+        let new_parameter = ElementwiseOutput::new(parameter.dims(), &device);
+        let new_accumulator = ElementwiseOutput::new(parameter.dims(), &device);
+        // Without an accumulator (the first step) the kernel reads none.
+        let accumulator_argument = kernel_input_or(accumulator, gradient);
+        kernels::adagrad_kernel::launch(
+            &new_parameter.client,
+            new_parameter.count.clone(),
+            new_parameter.dim,
+            kernel_input(parameter).into_tensor_arg(),
+            kernel_input(gradient).into_tensor_arg(),
+            accumulator_argument.into_tensor_arg(),
+            new_parameter.primitive.into_tensor_arg(),
+            new_accumulator.primitive.into_tensor_arg(),
+            learning_rate as f32,
+            initial_accumulator as f32,
+            accumulator.is_some(),
+            new_parameter.dtype,
+        );
+        Some(AdagradStep {
+            parameter: new_parameter.tensor,
+            accumulator: new_accumulator.tensor,
+        })
+    }
+}

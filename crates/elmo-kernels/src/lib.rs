@@ -1,0 +1,44 @@
+//! The tensor operations under ELMo's LSTMP cell, char CNN, softmax and optimizer, in the form
+//! that suits each device: custom CubeCL kernels (fused LSTM cells, row reductions, Adagrad, the
+//! gradient norm, a named matmul) and split-K products on a CubeCL device with this crate's
+//! `cubecl` feature, burn's composed operations everywhere else, with the same results.
+//!
+//! Which kernels run is a typed [`KernelSettings`] value that the caller passes; this crate picks
+//! no backend and reads no environment variable.
+
+mod cube_adagrad;
+mod cube_lstm_cell;
+#[cfg(feature = "cubecl")]
+mod cube_matmul;
+mod cube_norm;
+mod cube_reduce;
+#[cfg(feature = "cubecl")]
+mod cube_tensor;
+mod gate_activation;
+mod index_add;
+mod settings;
+mod split_product;
+
+pub use cube_adagrad::{AdagradStep, fused_adagrad_step};
+pub use cube_lstm_cell::{
+    CellBackwardOutput, CellKernels, CellRecords, cell_backward, cell_forward, hidden_backward,
+    hidden_forward,
+};
+#[cfg(feature = "cubecl")]
+pub use cube_matmul::{MatmulKernel, matmul_with};
+pub use cube_norm::fused_squared_norm;
+pub use cube_reduce::{RowReduction, reduce_rows, sum_columns};
+#[cfg(feature = "cubecl")]
+pub use cube_tensor::contiguous;
+pub use gate_activation::{EXP_LIMIT, GateActivation};
+pub use index_add::{add_elements, add_rows, embedding};
+pub use settings::KernelSettings;
+pub use split_product::{
+    SplitLayout, SplitWeight, slices_for, slices_over_rows, slices_when, transposed_product,
+};
+
+/// `tensor` unchanged: without the `cubecl` feature no kernel reads a tensor's layout.
+#[cfg(not(feature = "cubecl"))]
+pub fn contiguous<const D: usize>(tensor: burn::tensor::Tensor<D>) -> burn::tensor::Tensor<D> {
+    tensor
+}
