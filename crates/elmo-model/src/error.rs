@@ -69,6 +69,14 @@ pub enum ElmoError {
         #[source]
         source: hdf5_pure::Error,
     },
+    /// The weight file's structure is not that of a weight file (too deep, too many datasets).
+    #[error("{path}: not a bilm-tf weight file: {reason}")]
+    InvalidWeights {
+        /// The weight file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
     /// The weight file holds datasets that no part of the model uses.
     #[error("{path}: unexpected dataset(s) not used by a model with these options: {datasets:?}")]
     UnusedDatasets {

@@ -29,17 +29,38 @@ pub fn lstm_dataset(direction: usize, layer: usize, name: &str) -> String {
     format!("RNN_{direction}/RNN/MultiRNNCell/Cell{layer}/LSTMCell/{name}")
 }
 
+/// Groups nested deeper than this are refused: bilm-tf's deepest dataset is 5 groups down
+/// (`RNN_0/RNN/MultiRNNCell/Cell0/LSTMCell/W_0`), and a crafted file can link a group into
+/// itself.
+const MAX_GROUP_DEPTH: usize = 16;
+/// The most datasets a weight file may name (bilm-tf's `original` has 25).
+const MAX_DATASETS: usize = 10_000;
+
+/// Why listing a weight file's datasets failed.
+enum ListError {
+    Hdf5(hdf5_pure::Error),
+    TooDeep(String),
+    TooMany,
+}
+
 fn list_datasets(
     group: &hdf5_pure::Group,
     prefix: &str,
+    depth: usize,
     out: &mut BTreeSet<String>,
-) -> std::result::Result<(), hdf5_pure::Error> {
-    for name in group.datasets()? {
-        out.insert(format!("{prefix}{name}"));
+) -> std::result::Result<(), ListError> {
+    if depth > MAX_GROUP_DEPTH {
+        return Err(ListError::TooDeep(prefix.to_string()));
     }
-    for name in group.groups()? {
-        let sub = group.group(&name)?;
-        list_datasets(&sub, &format!("{prefix}{name}/"), out)?;
+    for name in group.datasets().map_err(ListError::Hdf5)? {
+        out.insert(format!("{prefix}{name}"));
+        if out.len() > MAX_DATASETS {
+            return Err(ListError::TooMany);
+        }
+    }
+    for name in group.groups().map_err(ListError::Hdf5)? {
+        let sub = group.group(&name).map_err(ListError::Hdf5)?;
+        list_datasets(&sub, &format!("{prefix}{name}/"), depth + 1, out)?;
     }
     Ok(())
 }
@@ -64,8 +85,20 @@ impl WeightFile {
         };
         let file = hdf5_pure::File::from_bytes(bytes).map_err(hdf5)?;
         let mut unread = BTreeSet::new();
-        list_datasets(&file.root(), "", &mut unread).map_err(hdf5)?;
-        Ok(Self { file, path, unread })
+        match list_datasets(&file.root(), "", 0, &mut unread) {
+            Ok(()) => Ok(Self { file, path, unread }),
+            Err(ListError::Hdf5(source)) => Err(hdf5(source)),
+            Err(ListError::TooDeep(group)) => Err(ElmoError::InvalidWeights {
+                path,
+                reason: format!(
+                    "groups nested more than {MAX_GROUP_DEPTH} deep at `{group}` (a group linked into itself?)"
+                ),
+            }),
+            Err(ListError::TooMany) => Err(ElmoError::InvalidWeights {
+                path,
+                reason: format!("more than {MAX_DATASETS} datasets"),
+            }),
+        }
     }
 
     /// The names of all datasets not read so far.

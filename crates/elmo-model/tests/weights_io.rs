@@ -215,3 +215,29 @@ fn fresh_mismatch_load(path: &std::path::Path, device: &Device) -> ElmoError {
         .map(|_| ())
         .expect_err("shape mismatch must fail")
 }
+
+/// Regression (`cargo xtask fuzz`, weights cases 4477 and 5264): a weight file whose groups
+/// reach themselves overflowed the stack while its datasets were listed (an abort that no
+/// caller can catch); it is an error naming the file.
+#[test]
+fn a_weight_file_whose_groups_loop_is_an_error() {
+    for name in [
+        "weights-4477-group-cycle.hdf5",
+        "weights-5264-group-cycle.hdf5",
+    ] {
+        let path = fixture(&format!("fuzz/{name}"));
+        let error = match WeightFile::open(&path) {
+            Err(error) => error,
+            Ok(_) => panic!("{name}: a looping weight file was opened"),
+        };
+        let message = error.to_string();
+        assert!(message.contains(name), "{message}");
+        assert!(
+            matches!(
+                error,
+                ElmoError::InvalidWeights { .. } | ElmoError::Hdf5 { .. }
+            ),
+            "{message}"
+        );
+    }
+}

@@ -490,3 +490,38 @@ fn a_second_writer_of_an_output_is_refused() {
     assert!(stderr.contains("locked by process"), "{stderr}");
     assert!(!output.exists());
 }
+
+/// Regression (issue 49): an output write that fails (a file-size limit standing in for a full
+/// disk) is a clear error, and nothing is left: no output, no partial file, no lock.
+#[test]
+fn a_failed_output_write_leaves_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let input = dir.path().join("input.txt");
+    std::fs::write(&input, corpus(2000)).expect("write");
+    let output = dir.path().join("out.hdf5");
+    let failed = std::process::Command::new("sh")
+        .arg("-c")
+        .arg("trap '' XFSZ; ulimit -f 400; exec \"$0\" \"$@\"")
+        .arg(env!("CARGO_BIN_EXE_elmo"))
+        .args([
+            "embed",
+            "--quiet",
+            "--commit-mib",
+            "0",
+            path(&input),
+            path(&output),
+        ])
+        .output()
+        .expect("run elmo under a file-size limit");
+    let stderr = String::from_utf8_lossy(&failed.stderr);
+    assert!(!failed.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("out.hdf5"),
+        "the error names the output: {stderr}"
+    );
+    assert!(
+        leftovers(dir.path()).is_empty(),
+        "{:?}",
+        leftovers(dir.path())
+    );
+}

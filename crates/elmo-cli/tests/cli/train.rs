@@ -357,3 +357,85 @@ fn training_errors_name_the_problem() {
     let out = elmo(&["eval", "--model", path(d), "--data", path(&bad)]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a training run directory"));
 }
+
+/// Regression (issue 49): a checkpoint write that fails (a file-size limit standing in for a
+/// full disk) is a clear error naming the file; the previous checkpoint stays loadable and
+/// `--resume`-able, and no partial checkpoint or file is left behind.
+#[test]
+fn a_failed_checkpoint_write_keeps_the_previous_one() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let corpus = d.join("corpus.txt");
+    std::fs::write(&corpus, CORPUS).expect("write corpus");
+    let vocab = d.join("vocab.txt");
+    ok(&["vocab", "--quiet", "--out", path(&vocab), path(&corpus)]);
+    let run = d.join("run");
+    let args = |steps: &'static str| -> Vec<String> {
+        [
+            "train",
+            "--quiet",
+            "--preset",
+            "tiny",
+            "--train",
+            path(&corpus),
+            "--vocab",
+            path(&vocab),
+            "--out",
+            path(&run),
+            "--steps",
+            steps,
+            "--checkpoint-every",
+            "2",
+            "--seed",
+            "3",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    };
+    let first: Vec<String> = args("2");
+    ok(&first.iter().map(String::as_str).collect::<Vec<_>>());
+    // The resumed run may write files of at most 100 KiB (a model record is larger): the
+    // signal of an exceeded limit is ignored, so the write fails with EFBIG instead.
+    let mut limited = std::process::Command::new("sh");
+    limited
+        .arg("-c")
+        .arg("trap '' XFSZ; ulimit -f 200; exec \"$0\" \"$@\"")
+        .arg(env!("CARGO_BIN_EXE_elmo"))
+        .args(args("4"))
+        .arg("--resume");
+    let failed = limited.output().expect("run elmo under a file-size limit");
+    let stderr = String::from_utf8_lossy(&failed.stderr);
+    assert!(!failed.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(".bpk"),
+        "the error names the file: {stderr}"
+    );
+    let checkpoints: Vec<String> = std::fs::read_dir(run.join("checkpoints"))
+        .expect("checkpoints")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(checkpoints, ["step-000000002"], "nothing partial is left");
+    let leftovers: Vec<String> = std::fs::read_dir(&run)
+        .expect("run")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+    // The step-2 checkpoint still loads, and the run resumes from it once there is room.
+    ok(&[
+        "eval",
+        "--quiet",
+        "--model",
+        path(&run),
+        "--data",
+        path(&corpus),
+    ]);
+    let mut resume = args("4");
+    resume.push("--resume".into());
+    ok(&resume.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(
+        run.join("checkpoints/step-000000004/trainer.json")
+            .is_file()
+    );
+}
