@@ -78,11 +78,7 @@ mod tests {
 
     use elmo_test_support::flex_and_wgpu;
 
-    const ON: KernelSettings = KernelSettings {
-        fused: true,
-        split_products: true,
-        paired_directions: true,
-    };
+    const ON: KernelSettings = KernelSettings::ALL;
 
     /// Rows 0..n_rows of a small table, ids with repeats (and one row never picked).
     fn case(device: &Device) -> (Tensor<2>, Tensor<2, Int>, Tensor<3>) {

@@ -26,15 +26,18 @@ pub struct KernelSettings {
 
 impl Default for KernelSettings {
     fn default() -> Self {
-        Self {
-            fused: true,
-            split_products: true,
-            paired_directions: true,
-        }
+        Self::ALL
     }
 }
 
 impl KernelSettings {
+    /// Every kernel where it can run (the default).
+    pub const ALL: Self = Self {
+        fused: true,
+        split_products: true,
+        paired_directions: true,
+    };
+
     /// burn's operations only.
     pub const COMPOSED: Self = Self {
         fused: false,

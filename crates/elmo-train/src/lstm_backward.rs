@@ -706,11 +706,7 @@ mod tests {
     use burn::tensor::{Device, TensorData};
     use elmo_model::LstmWithProjectionConfig;
 
-    const ON: KernelSettings = KernelSettings {
-        fused: true,
-        split_products: true,
-        paired_directions: true,
-    };
+    const ON: KernelSettings = KernelSettings::ALL;
 
     /// A layer of `[d_input, d_cell, d_projection]` with weights drawn from `seed`.
     fn seeded_layer(
