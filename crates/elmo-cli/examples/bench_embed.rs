@@ -2,7 +2,8 @@
 //! weights in the published `small` and `original` shapes, per backend.
 //!
 //! Each (shape, backend) runs in its own child process so that its peak RSS (`VmHWM`) is its own.
-//! Options: `--shapes small,original` `--backends flex,ndarray` `--batches N` `--batch-size B`
+//! Options: `--shapes small,original` `--backends flex,ndarray` (`flex-composed`: flex without
+//! the host loop of the recurrence, burn's operations only) `--batches N` `--batch-size B`
 //! `--text zipf|uniform` `--threads N` (sets RAYON_NUM_THREADS for the children)
 //! `--token-cache-mib M` (the token-embedding cache of `elmo embed`, empty before the warm-up
 //! batch; 0, the default, encodes every batch's words anew).
@@ -17,7 +18,7 @@ use std::time::Instant;
 
 use burn::tensor::Device;
 use elmo_model::options::BiLmOptions;
-use elmo_model::{BiLmConfig, BiLmOutput, CharIdBatch, TokenEmbeddingCache};
+use elmo_model::{BiLmConfig, CharIdBatch, EmbedderConfig, KernelSettings};
 
 use elmo_test_support::bench::{device, flag_value, peak_rss_mib};
 
@@ -118,6 +119,11 @@ struct ChildSettings<'a> {
 }
 
 fn child(shape: &str, backend: &str, s: &ChildSettings) {
+    // `flex-composed`: flex with burn's operations only (no host loop for the recurrence).
+    let (backend, kernels) = match backend {
+        "flex-composed" => ("flex", KernelSettings::COMPOSED),
+        other => (other, KernelSettings::ALL),
+    };
     #[cfg(feature = "flex")]
     if backend == "flex" {
         elmo_model::cpu_matmul::pack_small_batch_weights();
@@ -125,32 +131,36 @@ fn child(shape: &str, backend: &str, s: &ChildSettings) {
     let device = device(backend);
     device.seed(0);
     let options = options(shape);
-    let mut cache = TokenEmbeddingCache::with_memory(
-        s.token_cache_mib.saturating_mul(1 << 20),
-        options.lstm.projection_dim,
-    );
-    let bilm = BiLmConfig { options }.init(&device);
-    let mut run = |batch: &CharIdBatch| -> BiLmOutput {
-        bilm.forward_batch_cached(batch, &device, None, cache.as_mut())
-            .expect("forward")
-    };
-    let warmup = CharIdBatch::from_sentences(&sentences(s.batch_size, 999, s.text));
-    let _ = run(&warmup).layers[2].to_data();
-    let data: Vec<CharIdBatch> = (0..s.batches)
-        .map(|b| CharIdBatch::from_sentences(&sentences(s.batch_size, b as u64, s.text)))
+    let bilm = BiLmConfig { options }.init(&device).with_kernels(kernels);
+    // `elmo embed`'s path: length batches, one read-back of all layers, cut per sentence.
+    let mut embedder = EmbedderConfig {
+        batch_size: s.batch_size,
+        token_cache_bytes: s.token_cache_mib.saturating_mul(1 << 20),
+        ..EmbedderConfig::default()
+    }
+    .init(bilm.clone(), &device)
+    .expect("embedder");
+    embedder
+        .embed(&sentences(s.batch_size, 999, s.text))
+        .expect("warm-up batch");
+    let data: Vec<Vec<Vec<String>>> = (0..s.batches)
+        .map(|b| sentences(s.batch_size, b as u64, s.text))
         .collect();
-    let tokens: usize = data.iter().map(CharIdBatch::n_real_tokens).sum();
+    let tokens: usize = data.iter().flatten().map(Vec::len).sum();
     let start = Instant::now();
     for batch in &data {
-        let out = run(batch);
-        // Read back like `elmo embed` does, so that lazy backends do all the work.
-        let _ = burn::tensor::Tensor::stack::<4>(out.layers, 0).into_data();
+        embedder.embed(batch).expect("embed");
     }
     let seconds = start.elapsed().as_secs_f64();
     if std::env::var("ELMO_BENCH_BREAKDOWN").is_ok() {
+        let data: Vec<CharIdBatch> = data
+            .iter()
+            .map(|b| CharIdBatch::from_sentences(b))
+            .collect();
         breakdown(&bilm, &data, &device);
     }
-    let hit_rate = cache.as_ref().map_or(0.0, |c| {
+    let cache = embedder.token_cache();
+    let hit_rate = cache.map_or(0.0, |c| {
         100.0 * c.hits() as f64 / (c.hits() + c.misses()).max(1) as f64
     });
     println!(

@@ -39,8 +39,8 @@ use elmo_test_support::bench::{device, flag_value, peak_rss_mib};
 use elmo_train::batcher::Batcher;
 use elmo_train::language_model::CarriedState;
 use elmo_train::optimizer::build_optimizer;
+use elmo_train::optimizer_step::{StepSettings, optimizer_step};
 use elmo_train::run::seeded_model;
-use elmo_train::trainer::{StepSettings, optimizer_step};
 use elmo_train::{StepProfile, TrainConfig, Vocabulary};
 use rand::{Rng, SeedableRng};
 

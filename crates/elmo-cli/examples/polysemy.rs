@@ -69,8 +69,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         )
         .into());
     }
-    let mut features = BiLmFeatures::new(&bilm);
-    features.add(&bilm, sentences.iter().map(Vec::as_slice), &device, |_| {})?;
+    let mut features = BiLmFeatures::new(&bilm, &device)?;
+    features.add(sentences.iter().map(Vec::as_slice), || {})?;
     // The top layer's vector at the first use of the word in each sentence.
     let uses: Vec<Vec<f32>> = sentences
         .iter()

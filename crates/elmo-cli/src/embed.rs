@@ -7,9 +7,9 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use burn::module::{Module, ModuleVisitor, Param};
-use burn::tensor::{Device, Tensor};
+use burn::tensor::Tensor;
 use clap::ValueEnum;
-use elmo_model::{BiLm, BiLmState, CharIdBatch, RunLock, TokenEmbeddingCache};
+use elmo_model::{BiLm, EmbedderConfig, LayerSelection, RunLock};
 use indicatif::ProgressBar;
 
 use crate::backend::Backend;
@@ -19,13 +19,23 @@ use crate::model_source::ModelArgs;
 
 /// Which biLM layers to write per sentence.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LayerSelection {
+pub enum LayerArg {
     /// All `L + 1` layers: dataset shape `(L + 1, n_tokens, 2P)`.
     All,
     /// The top LSTM layer: `(n_tokens, 2P)`.
     Top,
     /// The average of all layers: `(n_tokens, 2P)`.
     Average,
+}
+
+impl From<LayerArg> for LayerSelection {
+    fn from(arg: LayerArg) -> Self {
+        match arg {
+            LayerArg::All => Self::All,
+            LayerArg::Top => Self::Top,
+            LayerArg::Average => Self::Average,
+        }
+    }
 }
 
 /// Arguments of `elmo embed`.
@@ -39,8 +49,8 @@ pub struct EmbedArgs {
     /// 0-based index, and `sentence_to_index`).
     pub output: PathBuf,
     /// Layers written for each sentence.
-    #[arg(long, value_enum, default_value_t = LayerSelection::All)]
-    pub layers: LayerSelection,
+    #[arg(long, value_enum, default_value_t = LayerArg::All)]
+    pub layers: LayerArg,
     /// Sentences per batch.
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
     pub batch_size: u32,
@@ -200,133 +210,6 @@ fn model_fingerprint(bilm: &BiLm) -> Result<String> {
 /// Number of batches read ahead and sorted by length in stateless mode (less padding).
 const SORT_WINDOW_BATCHES: usize = 8;
 
-struct Embedder {
-    bilm: BiLm,
-    device: Device,
-    layers: LayerSelection,
-    state: Option<Option<BiLmState>>,
-    cache: Option<TokenEmbeddingCache>,
-}
-
-/// Embeddings of one sentence ready to be written.
-struct Embedded {
-    values: Vec<f32>,
-    shape: Vec<usize>,
-}
-
-impl Embedder {
-    fn n_layers(&self) -> usize {
-        self.bilm.n_layers() + 1
-    }
-
-    fn d_output(&self) -> usize {
-        2 * self.bilm.forward_layers[0].d_projection()
-    }
-
-    fn empty(&self) -> Embedded {
-        let shape = match self.layers {
-            LayerSelection::All => vec![self.n_layers(), 0, self.d_output()],
-            _ => vec![0, self.d_output()],
-        };
-        Embedded {
-            values: Vec::new(),
-            shape,
-        }
-    }
-
-    /// Runs one batch and returns one embedding per sentence, in batch order.
-    fn embed(&mut self, batch: &[&Sentence]) -> Result<Vec<Embedded>> {
-        let tokens: Vec<&[String]> = batch.iter().map(|s| s.tokens.as_slice()).collect();
-        let ids = CharIdBatch::from_sentences(&tokens);
-        let out = self.bilm.forward_batch_cached(
-            &ids,
-            &self.device,
-            self.state.as_mut(),
-            self.cache.as_mut(),
-        )?;
-        let n_positions = ids.n_tokens + 2;
-        let d = self.d_output();
-        // One read-back of all layers: [L + 1, B, T + 2, 2P].
-        let stacked: Tensor<4> = Tensor::stack(out.layers, 0);
-        let host: Vec<f32> = stacked
-            .into_data()
-            .try_into_vec_as::<f32>()
-            .map_err(|e| anyhow::anyhow!("reading embeddings back from the device: {e:?}"))?;
-        let per_layer = batch.len() * n_positions * d;
-        let n_layers = self.n_layers();
-        let mut result = Vec::with_capacity(batch.len());
-        for (row, sentence) in batch.iter().enumerate() {
-            let n = sentence.tokens.len();
-            if n == 0 {
-                result.push(self.empty());
-                continue;
-            }
-            // Skip the <S> position: real tokens sit at 1..=n.
-            let layer_slice = |layer: usize| {
-                let start = layer * per_layer + (row * n_positions + 1) * d;
-                &host[start..start + n * d]
-            };
-            let embedded = match self.layers {
-                LayerSelection::All => Embedded {
-                    values: (0..n_layers)
-                        .flat_map(|l| layer_slice(l).iter().copied())
-                        .collect(),
-                    shape: vec![n_layers, n, d],
-                },
-                LayerSelection::Top => Embedded {
-                    values: layer_slice(n_layers - 1).to_vec(),
-                    shape: vec![n, d],
-                },
-                LayerSelection::Average => {
-                    let mut sum = vec![0.0f32; n * d];
-                    for l in 0..n_layers {
-                        for (s, v) in sum.iter_mut().zip(layer_slice(l)) {
-                            *s += v;
-                        }
-                    }
-                    let scale = 1.0 / n_layers as f32;
-                    sum.iter_mut().for_each(|s| *s *= scale);
-                    Embedded {
-                        values: sum,
-                        shape: vec![n, d],
-                    }
-                }
-            };
-            result.push(embedded);
-        }
-        Ok(result)
-    }
-}
-
-/// Splits `order` into batches of at most `batch_size` rows; in stateless mode a batch also stops
-/// before `rows x longest` would pass `max_positions`.
-fn batches<'a, 'b>(
-    order: &'a [&'b Sentence],
-    batch_size: usize,
-    max_positions: usize,
-    stateful: bool,
-) -> Vec<&'a [&'b Sentence]> {
-    if stateful {
-        return order.chunks(batch_size).collect();
-    }
-    let mut out = Vec::new();
-    let mut start = 0;
-    while start < order.len() {
-        let mut end = start + 1;
-        let mut longest = order[start].tokens.len();
-        while end < order.len()
-            && end - start < batch_size
-            && (end - start + 1) * (longest.max(order[end].tokens.len()) + 2) <= max_positions
-        {
-            longest = longest.max(order[end].tokens.len());
-            end += 1;
-        }
-        out.push(&order[start..end]);
-        start = end;
-    }
-    out
-}
-
 fn progress_bar(total: u64, quiet: bool) -> ProgressBar {
     crate::progress::bar(
         total,
@@ -415,16 +298,14 @@ pub fn run(args: &EmbedArgs) -> Result<()> {
             args.backend
         );
     }
-    let mut embedder = Embedder {
-        bilm: model.bilm,
-        device,
-        layers: args.layers,
-        state: args.stateful.then_some(None),
-        cache: TokenEmbeddingCache::with_memory(
-            args.token_cache_mib.saturating_mul(1 << 20),
-            model.options.lstm.projection_dim,
-        ),
-    };
+    let mut embedder = EmbedderConfig {
+        layers: args.layers.into(),
+        stateful: args.stateful,
+        batch_size: args.batch_size as usize,
+        max_batch_positions: args.max_batch_positions,
+        token_cache_bytes: args.token_cache_mib.saturating_mul(1 << 20),
+    }
+    .init(model.bilm, &device)?;
     let batch_size = args.batch_size as usize;
     let window = if args.stateful {
         batch_size
@@ -467,24 +348,12 @@ pub fn run(args: &EmbedArgs) -> Result<()> {
             }
             continue;
         }
-        let mut order: Vec<&Sentence> = chunk.iter().collect();
-        if !args.stateful {
-            // Empty lines need no model run; the rest is sorted by length to cut padding, longest
-            // first: the order the LSTM computes in, so it need not reorder each batch.
-            for sentence in order.iter().filter(|s| s.tokens.is_empty()) {
-                let empty = embedder.empty();
-                writer.add(sentence.index, &empty.values, &empty.shape)?;
-            }
-            order.retain(|s| !s.tokens.is_empty());
-            order.sort_by_key(|s| std::cmp::Reverse(s.tokens.len()));
-        }
-        for batch in batches(&order, batch_size, args.max_batch_positions, args.stateful) {
-            let embedded = embedder.embed(batch)?;
-            for (sentence, e) in batch.iter().zip(embedded) {
-                writer.add(sentence.index, &e.values, &e.shape)?;
-                n_tokens += sentence.tokens.len();
-            }
-        }
+        let tokens: Vec<&[String]> = chunk.iter().map(|s| s.tokens.as_slice()).collect();
+        embedder.embed_each(&tokens, |i, vectors| -> Result<()> {
+            writer.add(chunk[i].index, &vectors.values, &vectors.shape)?;
+            n_tokens += tokens[i].len();
+            Ok(())
+        })?;
         n_sentences += chunk.len();
         bar.set_position(n_sentences as u64);
         let seconds = started.elapsed().as_secs_f64().max(1e-9);
@@ -504,7 +373,7 @@ pub fn run(args: &EmbedArgs) -> Result<()> {
             n_tokens as f64 / seconds,
             args.output.display()
         );
-        if let Some(cache) = &embedder.cache {
+        if let Some(cache) = embedder.token_cache() {
             let lookups = (cache.hits() + cache.misses()).max(1);
             eprintln!(
                 "token cache: {:.1}% of {} look-ups (one per distinct word of a batch) answered, {} words cached",

@@ -281,8 +281,8 @@ fn features(
         "biLM {bar:30} {pos}/{len} sentences ({per_sec}, ETA {eta})",
     );
     let start = std::time::Instant::now();
-    let mut cache = BiLmFeatures::new(&loaded.bilm);
-    cache.add(&loaded.bilm, sentences, device, |n| bar.inc(n as u64))?;
+    let mut cache = BiLmFeatures::new(&loaded.bilm, device)?;
+    cache.add(sentences, || bar.inc(1))?;
     bar.finish_and_clear();
     if !quiet {
         eprintln!(

@@ -1,7 +1,9 @@
 //! The tensor operations under ELMo's LSTMP cell, char CNN, softmax and optimizer, in the form
 //! that suits each device: custom CubeCL kernels (fused LSTM cells, row reductions, Adagrad, the
 //! gradient norm, a named matmul) and split-K products on a CubeCL device with this crate's
-//! `cubecl` feature, burn's composed operations everywhere else, with the same results.
+//! `cubecl` feature, the LSTMP inference recurrence as one host loop on the CPU (packed-weight
+//! products, a vectorised cell pass), burn's composed operations everywhere else, with the same
+//! results.
 //!
 //! Which kernels run is a typed [`KernelSettings`] value that the caller passes; this crate picks
 //! no backend and reads no environment variable.
@@ -15,6 +17,8 @@ mod cube_reduce;
 #[cfg(feature = "cubecl")]
 mod cube_tensor;
 mod gate_activation;
+mod host_gemm;
+mod host_lstm;
 mod index_add;
 mod settings;
 mod split_product;
@@ -31,6 +35,8 @@ pub use cube_reduce::{RowReduction, reduce_rows, sum_columns};
 #[cfg(feature = "cubecl")]
 pub use cube_tensor::contiguous;
 pub use gate_activation::{EXP_LIMIT, GateActivation};
+pub use host_gemm::{PackedMatrix, matmul_packed};
+pub use host_lstm::{HostLstm, HostLstmOutput, HostLstmWeights};
 pub use index_add::{add_elements, add_rows, embedding};
 pub use settings::KernelSettings;
 pub use split_product::{

@@ -22,6 +22,10 @@ pub struct KernelSettings {
     /// With `fused`: a biLM layer's two directions as one group on their rows stacked. Off: one
     /// after the other.
     pub paired_directions: bool,
+    /// The LSTMP forward pass of inference (no autodiff) on a CPU device as one host loop
+    /// ([`crate::HostLstm`]: weights packed once per call, one fused pass per cell). Off:
+    /// burn's operations, step by step.
+    pub host_recurrence: bool,
 }
 
 impl Default for KernelSettings {
@@ -36,6 +40,7 @@ impl KernelSettings {
         fused: true,
         split_products: true,
         paired_directions: true,
+        host_recurrence: true,
     };
 
     /// burn's operations only.
@@ -43,6 +48,7 @@ impl KernelSettings {
         fused: false,
         split_products: false,
         paired_directions: false,
+        host_recurrence: false,
     };
 
     /// Whether the fused kernels run on `tensor`: `fused` and a `CubeTensor` primitive.

@@ -15,6 +15,7 @@ use crate::char_cnn::{CharCnnEncoder, CharCnnEncoderConfig, char_extent};
 use crate::char_ids::{CharIdBatch, MAX_CHARS_PER_TOKEN};
 use crate::error::{ElmoError, Result};
 use crate::lstm_projection::{LstmWithProjection, LstmWithProjectionConfig};
+use crate::lstm_stack::{LayerRun, both_directions, run_stack};
 use crate::options::BiLmOptions;
 use crate::token_cache::TokenEmbeddingCache;
 
@@ -67,10 +68,18 @@ pub struct StackOutput {
 }
 
 impl BiLm {
-    /// This biLM running `kernels` on a CubeCL device (its token encoder's lookup and
-    /// convolution products; every kernel on by default).
+    /// This biLM running `kernels`: its token encoder's lookup and convolution products on a
+    /// CubeCL device, its LSTM layers' host loop on a CPU (every kernel on by default).
     pub fn with_kernels(mut self, kernels: KernelSettings) -> Self {
         self.token_encoder = self.token_encoder.with_kernels(kernels);
+        let with = |layers: Vec<LstmWithProjection>| {
+            layers
+                .into_iter()
+                .map(|l| l.with_kernels(kernels))
+                .collect()
+        };
+        self.forward_layers = with(self.forward_layers);
+        self.backward_layers = with(self.backward_layers);
         self
     }
 }
@@ -392,7 +401,8 @@ impl BiLm {
         }
     }
 
-    /// Runs both LSTM stacks (no masking of the input is done here: pass zero at padded positions).
+    /// Runs both LSTM stacks (no masking of the input is done here: pass zero at padded positions),
+    /// the two directions side by side ([`both_directions`]).
     ///
     /// # Shapes
     /// - inputs: `[B, T, P]`
@@ -402,50 +412,40 @@ impl BiLm {
         lengths: &[usize],
         initial_states: Option<Vec<DirectionalState>>,
     ) -> StackOutput {
-        let mut forward_input = inputs.clone();
-        let mut backward_input = inputs;
-        let mut out = StackOutput {
-            forward: Vec::with_capacity(self.n_layers()),
-            backward: Vec::with_capacity(self.n_layers()),
-            final_states: Vec::with_capacity(self.n_layers()),
-        };
-        let mut initial = initial_states.map(Vec::into_iter);
-        for (index, (fwd, bwd)) in self
-            .forward_layers
-            .iter()
-            .zip(&self.backward_layers)
-            .enumerate()
-        {
-            let start = initial.as_mut().and_then(Iterator::next);
-            let (fwd_start, bwd_start) = match start {
-                Some(s) => (Some(s.forward), Some(s.backward)),
-                None => (None, None),
-            };
-            // The two directions are independent: run them on two threads (the matmuls of one
-            // small-batch step do not keep both cores busy on their own).
-            let (f, b) = std::thread::scope(|scope| {
-                let backward =
-                    scope.spawn(|| bwd.forward(backward_input.clone(), lengths, false, bwd_start));
-                let forward = fwd.forward(forward_input.clone(), lengths, true, fwd_start);
-                (
-                    forward,
-                    backward.join().expect("backward LSTM thread panicked"),
-                )
-            });
-            let (mut f_out, mut b_out) = (f.outputs, b.outputs);
-            if index != 0 && self.use_skip_connections {
-                f_out = f_out + forward_input;
-                b_out = b_out + backward_input;
+        let (forward_starts, backward_starts) = match initial_states {
+            Some(states) => {
+                let (f, b) = states.into_iter().map(|s| (s.forward, s.backward)).unzip();
+                (Some(f), Some(b))
             }
-            out.final_states.push(DirectionalState {
-                forward: f.final_state,
-                backward: b.final_state,
-            });
-            out.forward.push(f_out.clone());
-            out.backward.push(b_out.clone());
-            forward_input = f_out;
-            backward_input = b_out;
+            None => (None, None),
+        };
+        let run = |layers: &[LstmWithProjection], go_forward: bool, starts: Option<Vec<_>>| {
+            let mut starts = starts.map(Vec::into_iter);
+            run_stack(
+                layers.len(),
+                self.use_skip_connections,
+                inputs.clone(),
+                |index, x| {
+                    let start = starts.as_mut().and_then(Iterator::next);
+                    let out = layers[index].forward(x.clone(), lengths, go_forward, start);
+                    LayerRun {
+                        input: x,
+                        output: out.outputs,
+                        record: out.final_state,
+                    }
+                },
+            )
+        };
+        let (forward, backward) = both_directions(
+            || run(&self.forward_layers, true, forward_starts),
+            || run(&self.backward_layers, false, backward_starts),
+        );
+        StackOutput {
+            final_states: (forward.records.into_iter().zip(backward.records))
+                .map(|(forward, backward)| DirectionalState { forward, backward })
+                .collect(),
+            forward: forward.outputs,
+            backward: backward.outputs,
         }
-        out
     }
 }

@@ -6,13 +6,16 @@
 //! Per step: `gates = x_t·W_x + h_{t−1}·W_h + b` (one fused `[.., 4C]` matmul, gate order
 //! input, forget, cell, output, activated in one pass: `gate_activation.rs`),
 //! `c_t = clip(i·g + f·c_{t−1})`, `h_t = clip((o·tanh c_t)·W_p)`.
-//! `x·W_x` is computed for 32 steps at a time before the recurrence.
+//! `x·W_x` is computed for 32 steps at a time before the recurrence. On burn's flex CPU backend
+//! without autodiff (inference), the recurrence runs as one host loop instead
+//! (`elmo_kernels::HostLstm`: packed weights, one vectorised pass per cell), with the same
+//! results to float32 rounding.
 
 use burn::module::{Module, Param};
 use burn::nn::Initializer;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 
-use elmo_kernels::GateActivation;
+use elmo_kernels::{GateActivation, HostLstm, HostLstmWeights, KernelSettings};
 
 /// Time steps whose input projection is computed in one matmul (bounds memory on long inputs).
 pub const PROJECTION_CHUNK_STEPS: usize = 32;
@@ -49,6 +52,9 @@ pub struct LstmWithProjection {
     /// Projected state clip.
     #[module(skip)]
     pub projection_clip: Option<f64>,
+    /// Which kernels run (here: `host_recurrence`, the host loop of inference on a CPU).
+    #[module(skip)]
+    pub kernels: KernelSettings,
 }
 
 /// The recurrent state of one direction of one layer.
@@ -102,6 +108,7 @@ impl LstmWithProjectionConfig {
             projection: init.init([self.d_cell, self.d_projection], device),
             cell_clip: self.cell_clip,
             projection_clip: self.projection_clip,
+            kernels: KernelSettings::default(),
         }
     }
 
@@ -113,6 +120,12 @@ impl LstmWithProjectionConfig {
 }
 
 impl LstmWithProjection {
+    /// This layer running `kernels`.
+    pub fn with_kernels(mut self, kernels: KernelSettings) -> Self {
+        self.kernels = kernels;
+        self
+    }
+
     /// Number of cells (`C`).
     pub fn d_cell(&self) -> usize {
         self.projection.shape().dims::<2>()[0]
@@ -196,6 +209,12 @@ impl LstmWithProjection {
         initial_state: LstmState,
     ) -> LstmOutput {
         let device = inputs.device();
+        if self.kernels.host_recurrence
+            && on_host_cpu(&device)
+            && let Some(out) = self.forward_host(&inputs, lengths, go_forward, &initial_state)
+        {
+            return out;
+        }
         let [batch, n_steps, d_input] = inputs.dims();
         let d_cell = self.d_cell();
         let gates_width = 4 * d_cell;
@@ -296,6 +315,63 @@ impl LstmWithProjection {
     }
 }
 
+impl LstmWithProjection {
+    /// [`Self::forward_sorted`] as one host loop ([`HostLstm`]); `None` when a tensor cannot be
+    /// read as float32 (then burn's operations run).
+    fn forward_host(
+        &self,
+        inputs: &Tensor<3>,
+        lengths: &[usize],
+        go_forward: bool,
+        initial_state: &LstmState,
+    ) -> Option<LstmOutput> {
+        let device = inputs.device();
+        let [batch, n_steps, _] = inputs.dims();
+        let (d_cell, d_projection) = (self.d_cell(), self.d_projection());
+        let host = |tensor: Tensor<2>| tensor.into_data().try_into_vec::<f32>().ok();
+        // The host copies of the weights are dropped once packed.
+        let layer = HostLstm::new(HostLstmWeights {
+            input_weight: &host(self.input_weight.val())?,
+            state_weight: &host(self.state_weight.val())?,
+            bias: &self.bias.val().into_data().try_into_vec::<f32>().ok()?,
+            projection: &host(self.projection.val())?,
+            cell_clip: self.cell_clip,
+            projection_clip: self.projection_clip,
+        });
+        let out = layer.forward(
+            &inputs.clone().into_data().try_into_vec::<f32>().ok()?,
+            lengths,
+            n_steps,
+            go_forward,
+            host(initial_state.hidden.clone())?,
+            host(initial_state.memory.clone())?,
+        );
+        let data = |values: Vec<f32>, shape: Vec<usize>| TensorData::new(values, shape);
+        Some(LstmOutput {
+            outputs: Tensor::from_data(
+                data(out.outputs, vec![batch, n_steps, d_projection]),
+                &device,
+            ),
+            final_state: LstmState {
+                hidden: Tensor::from_data(data(out.hidden, vec![batch, d_projection]), &device),
+                memory: Tensor::from_data(data(out.memory, vec![batch, d_cell]), &device),
+            },
+        })
+    }
+}
+
+/// Whether `device` is burn's flex CPU backend without autodiff, where [`HostLstm`] runs.
+#[cfg(feature = "flex")]
+fn on_host_cpu(device: &Device) -> bool {
+    matches!(device.as_dispatch(), burn::backend::DispatchDevice::Flex(_))
+}
+
+/// Without the `flex` feature no device is the host loop's.
+#[cfg(not(feature = "flex"))]
+fn on_host_cpu(_device: &Device) -> bool {
+    false
+}
+
 /// A layer of `[d_input, d_cell, d_projection]` with weights drawn from `seed`, for tests.
 #[cfg(test)]
 pub(crate) fn seeded_layer(
@@ -327,8 +403,15 @@ mod tests {
     /// are those of the row run alone (the sorting and the running-rows prefix are invisible).
     #[test]
     fn a_batch_equals_its_rows_run_alone() {
+        // The host loop (flex, inference) and burn's operations.
+        for kernels in [KernelSettings::ALL, KernelSettings::COMPOSED] {
+            let layer = seeded_layer(&Device::flex(), 5, [3, 6, 4], Some(3.0), Some(3.0));
+            rows_alone(&layer.with_kernels(kernels));
+        }
+    }
+
+    fn rows_alone(layer: &LstmWithProjection) {
         let device = Device::flex();
-        let layer = seeded_layer(&device, 5, [3, 6, 4], Some(3.0), Some(3.0));
         let lengths = [2, 5, 0, 3, 5];
         let batch = lengths.len();
         // Host values (the backend's RNG is left to `seeded_init` in this test binary).
@@ -382,6 +465,43 @@ mod tests {
                 let c = max_abs_diff(row(final_state.memory.clone()), alone.final_state.memory);
                 assert!(h < 1e-6 && c < 1e-6, "row {b} ({go_forward}): {h} {c}");
             }
+        }
+    }
+
+    /// The host loop equals burn's operations on the `original` shape's proportions (wide gates,
+    /// a narrow projection, clips active, unsorted rows, a carried state), both directions.
+    #[test]
+    fn the_host_loop_equals_burns_operations() {
+        let device = Device::flex();
+        let layer = seeded_layer(&device, 9, [24, 40, 12], Some(0.5), Some(0.3));
+        let lengths = [3, 9, 1, 0, 9, 6, 2];
+        let batch = lengths.len();
+        let values = |n: usize, scale: f32, shape: &[usize]| {
+            let v: Vec<f32> = (0..n).map(|i| scale * (i as f32 * 0.37).cos()).collect();
+            TensorData::new(v, shape.to_vec())
+        };
+        let inputs = Tensor::<3>::from_data(values(batch * 9 * 24, 2.0, &[batch, 9, 24]), &device);
+        let start = LstmState {
+            hidden: Tensor::from_data(values(batch * 12, 0.2, &[batch, 12]), &device),
+            memory: Tensor::from_data(values(batch * 40, -0.4, &[batch, 40]), &device),
+        };
+        for go_forward in [true, false] {
+            let run = |kernels| {
+                layer.clone().with_kernels(kernels).forward(
+                    inputs.clone(),
+                    &lengths,
+                    go_forward,
+                    Some(start.clone()),
+                )
+            };
+            let (host, burn) = (run(KernelSettings::ALL), run(KernelSettings::COMPOSED));
+            let outputs = max_abs_diff(host.outputs, burn.outputs);
+            let hidden = max_abs_diff(host.final_state.hidden, burn.final_state.hidden);
+            let memory = max_abs_diff(host.final_state.memory, burn.final_state.memory);
+            assert!(
+                outputs < 2e-6 && hidden < 2e-6 && memory < 2e-6,
+                "{go_forward}: {outputs} {hidden} {memory}"
+            );
         }
     }
 }

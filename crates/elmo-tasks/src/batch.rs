@@ -9,7 +9,6 @@ use crate::dataset::{Example, Target};
 use crate::elmo_features::BiLmFeatures;
 use crate::encoder::SentenceBatch;
 use crate::index::Index;
-use crate::task_dir::TaskSpec;
 
 /// The inputs of a batch: one sentence batch, or two for pairs.
 #[derive(Debug, Clone)]
@@ -46,15 +45,15 @@ fn sentence_batch(
 }
 
 impl TaskBatch {
-    /// The inputs of `examples` for the model of `spec` (its word index; character ids when it
-    /// has a character CNN).
+    /// The inputs of `examples`: word ids from `words`, character ids when `with_chars` (a model
+    /// with a character CNN), the biLM's layers when `features` is given.
     pub fn new(
         examples: &[&Example],
-        spec: &TaskSpec,
+        words: &Index,
+        with_chars: bool,
         features: Option<&BiLmFeatures>,
         device: &Device,
     ) -> Self {
-        let (words, with_chars) = (&spec.words, spec.model.encoder.chars.is_some());
         let first: Vec<&[String]> = examples.iter().map(|e| e.tokens.as_slice()).collect();
         let second: Option<Vec<&[String]>> = examples
             .iter()

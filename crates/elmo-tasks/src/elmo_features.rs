@@ -2,10 +2,10 @@
 //! the biLM never changes while a task trains, so each sentence is run through it a single time
 //! (Peters et al. 2018, §3.3: the biLM weights are frozen; only the mix is learned).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use burn::tensor::{Device, Tensor, TensorData};
-use elmo_model::{BiLm, CharIdBatch, TokenEmbeddingCache};
+use elmo_model::{BiLm, Embedder, EmbedderConfig, LayerSelection, TokenEmbeddingCache};
 
 use crate::error::Result;
 
@@ -17,33 +17,38 @@ const BATCH_SENTENCES: usize = 32;
 const TOKEN_CACHE_BYTES: usize = 64 << 20;
 
 /// biLM layers (`L + 1` tensors of `[fwd; bwd]`, sentence boundaries removed) per sentence.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct BiLmFeatures {
     /// Layers per token (`L + 1`).
     pub n_layers: usize,
     /// Width of each layer (`2P`).
     pub d_layer: usize,
     sentences: HashMap<Vec<String>, Vec<f32>>,
-    tokens: Option<TokenEmbeddingCache>,
+    embedder: Embedder,
 }
 
 impl BiLmFeatures {
-    /// An empty cache for a biLM.
-    pub fn new(bilm: &BiLm) -> Self {
-        Self {
-            n_layers: bilm.n_layers() + 1,
-            d_layer: 2 * bilm.forward_layers.first().map_or(0, |l| l.d_projection()),
-            sentences: HashMap::new(),
-            tokens: TokenEmbeddingCache::with_memory(
-                TOKEN_CACHE_BYTES,
-                bilm.token_encoder.d_output(),
-            ),
+    /// An empty cache for `bilm`, which runs on `device`.
+    pub fn new(bilm: &BiLm, device: &Device) -> Result<Self> {
+        let embedder = EmbedderConfig {
+            layers: LayerSelection::All,
+            stateful: false,
+            batch_size: BATCH_SENTENCES,
+            token_cache_bytes: TOKEN_CACHE_BYTES,
+            ..EmbedderConfig::default()
         }
+        .init(bilm.clone(), device)?;
+        Ok(Self {
+            n_layers: embedder.n_layers(),
+            d_layer: embedder.d_output(),
+            sentences: HashMap::new(),
+            embedder,
+        })
     }
 
-    /// The token embeddings kept between biLM calls (`None` for a default-built value).
+    /// The token embeddings kept between biLM calls.
     pub fn token_cache(&self) -> Option<&TokenEmbeddingCache> {
-        self.tokens.as_ref()
+        self.embedder.token_cache()
     }
 
     /// Sentences cached.
@@ -63,53 +68,24 @@ impl BiLmFeatures {
 
     /// Runs the biLM (from a zero state, per sentence) over every sentence not cached yet, in
     /// batches of similar length, taking the words seen before from the token cache.
-    /// `on_batch(n)` is told how many sentences each call encoded.
+    /// `on_sentence()` is called once per sentence encoded.
     pub fn add<'a>(
         &mut self,
-        bilm: &BiLm,
         sentences: impl IntoIterator<Item = &'a [String]>,
-        device: &Device,
-        mut on_batch: impl FnMut(usize),
+        mut on_sentence: impl FnMut(),
     ) -> Result<()> {
-        let mut seen = std::collections::HashSet::new();
-        let mut missing: Vec<&[String]> = sentences
+        let mut seen = HashSet::new();
+        let missing: Vec<&[String]> = sentences
             .into_iter()
             .filter(|s| !self.sentences.contains_key(*s) && seen.insert(*s))
             .collect();
-        // Longest first: the order in which the LSTM computes a batch.
-        missing.sort_by_key(|s| std::cmp::Reverse(s.len()));
-        let (n_layers, d) = (self.n_layers, self.d_layer);
-        for chunk in missing.chunks(BATCH_SENTENCES) {
-            let rows: Vec<Vec<&str>> = chunk
-                .iter()
-                .map(|s| s.iter().map(String::as_str).collect())
-                .collect();
-            let ids = CharIdBatch::from_sentences(&rows);
-            let output = bilm.forward_batch_cached(&ids, device, None, self.tokens.as_mut())?;
-            let n_steps = output.layers[0].dims()[1];
-            let layers = output
-                .layers
-                .into_iter()
-                .map(|layer| {
-                    layer
-                        .into_data()
-                        .try_into_vec_as::<f32>()
-                        .map_err(|e| elmo_model::ElmoError::TensorData(format!("{e:?}")))
-                })
-                .collect::<std::result::Result<Vec<Vec<f32>>, _>>()?;
-            for (row, sentence) in chunk.iter().enumerate() {
-                let n = sentence.len();
-                let mut values = Vec::with_capacity(n_layers * n * d);
-                for layer in &layers {
-                    // Position 0 is `<S>`: the tokens are at 1..=n.
-                    let start = (row * n_steps + 1) * d;
-                    values.extend_from_slice(&layer[start..start + n * d]);
-                }
-                self.sentences.insert(sentence.to_vec(), values);
-            }
-            on_batch(chunk.len());
-        }
-        Ok(())
+        let cached = &mut self.sentences;
+        self.embedder.embed_each(&missing, |i, vectors| {
+            // `[L + 1, n, 2P]`, layer by layer: the layout `batch` reads.
+            cached.insert(missing[i].to_vec(), vectors.values);
+            on_sentence();
+            Ok(())
+        })
     }
 
     /// The layers of a batch of cached sentences, zero-padded to the longest.

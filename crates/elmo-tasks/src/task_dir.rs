@@ -45,6 +45,13 @@ pub struct TaskSpec {
     pub elmo: Option<ElmoSource>,
 }
 
+impl TaskSpec {
+    /// Whether the model reads character ids (it has a character CNN).
+    pub fn uses_chars(&self) -> bool {
+        self.model.encoder.chars.is_some()
+    }
+}
+
 /// The best epoch so far.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BestEpoch {

@@ -90,7 +90,7 @@ pub fn predict(
     let mut predictions = vec![Vec::new(); examples.len()];
     for batch in length_batches(examples, 64, None) {
         let chosen: Vec<&Example> = batch.iter().map(|&i| &examples[i]).collect();
-        let inputs = TaskBatch::new(&chosen, spec, features, device);
+        let inputs = TaskBatch::new(&chosen, &spec.words, spec.uses_chars(), features, device);
         for (&i, ids) in batch.iter().zip(model.predict(&inputs)) {
             predictions[i] = ids
                 .into_iter()
@@ -161,7 +161,13 @@ pub fn train_task(
             let gold = GoldIds::new(&chosen, &spec.labels).ok_or_else(|| {
                 TaskError::InvalidConfig("a training label is missing from the label set".into())
             })?;
-            let inputs = TaskBatch::new(&chosen, spec, features, &train_device);
+            let inputs = TaskBatch::new(
+                &chosen,
+                &spec.words,
+                spec.uses_chars(),
+                features,
+                &train_device,
+            );
             let loss = model.loss(&inputs, &gold, options.lambda);
             let value = f64::from(loss.clone().into_scalar::<f32>());
             if !value.is_finite() {

@@ -33,14 +33,9 @@ fn words(text: &str) -> Vec<String> {
 }
 
 fn features_of(bilm: &BiLm, examples: &[Example], device: &Device) -> BiLmFeatures {
-    let mut features = BiLmFeatures::new(bilm);
+    let mut features = BiLmFeatures::new(bilm, device).unwrap();
     features
-        .add(
-            bilm,
-            examples.iter().flat_map(Example::sentences),
-            device,
-            |_| {},
-        )
+        .add(examples.iter().flat_map(Example::sentences), || {})
         .unwrap();
     features
 }
@@ -54,18 +49,13 @@ fn cached_layers_mixed_equal_elmo_output() {
         words("Dogs bark"),
         words("The dogs sat on a cat ."),
     ];
-    let mut features = BiLmFeatures::new(&bilm);
+    let mut features = BiLmFeatures::new(&bilm, &device).unwrap();
     // Two calls: the second encodes its words from the token cache where the first saw them.
     features
-        .add(
-            &bilm,
-            sentences[..1].iter().map(Vec::as_slice),
-            &device,
-            |_| {},
-        )
+        .add(sentences[..1].iter().map(Vec::as_slice), || {})
         .unwrap();
     features
-        .add(&bilm, sentences.iter().map(Vec::as_slice), &device, |_| {})
+        .add(sentences.iter().map(Vec::as_slice), || {})
         .unwrap();
     assert_eq!((features.len(), features.n_layers), (3, 3));
     let tokens = features.token_cache().expect("token cache");
@@ -252,7 +242,13 @@ fn every_trainable_parameter_gets_a_gradient() {
             let model =
                 elmo_model::seeded_init(&train_device, 1, || spec.model.init(&train_device));
             let chosen: Vec<&Example> = examples.iter().collect();
-            let batch = TaskBatch::new(&chosen, &spec, Some(&features), &train_device);
+            let batch = TaskBatch::new(
+                &chosen,
+                &spec.words,
+                spec.uses_chars(),
+                Some(&features),
+                &train_device,
+            );
             let gold = GoldIds::new(&chosen, &spec.labels).unwrap();
             let loss = model.loss(&batch, &gold, 0.1);
             let grads = GradientsParams::from_grads(loss.backward(), &model);

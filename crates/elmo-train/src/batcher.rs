@@ -28,21 +28,9 @@ use serde::{Deserialize, Serialize};
 use crate::contiguous::{ContiguousBatcher, ContiguousState};
 use crate::corpus::{no_sentence, read_shard, split_line};
 use crate::error::{Result, TrainError};
+use crate::lm_batch::{LmBatch, Targets, TokenGrid, empty_grid};
+use crate::seeds::mix_seed;
 use crate::vocabulary::{BOS, EOS, Vocabulary};
-
-/// Mixes seed material into one 64-bit seed (splitmix64 steps).
-pub fn mix_seed(parts: &[u64]) -> u64 {
-    let mut state = 0x9E37_79B9_7F4A_7C15u64;
-    for &part in parts {
-        state ^= part;
-        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        state = z ^ (z >> 31);
-    }
-    state
-}
 
 /// Where a [`SentenceStream`] is: the next sentence is line `line` (in visiting order) of shard
 /// group `shard` (in visiting order) of epoch `epoch`.
@@ -220,64 +208,6 @@ fn interleave(shards: Vec<Vec<String>>, rng: &mut impl Rng) -> Vec<String> {
         merged.extend(iters[shard].next());
     }
     merged
-}
-
-/// Rows of tokens (strings: the model reads characters).
-///
-/// # Shapes
-/// `B` rows of at most `n_steps` tokens; shorter rows are padding at the end.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TokenGrid {
-    /// The tokens of each row.
-    pub rows: Vec<Vec<String>>,
-    /// Width of the grid (`T`).
-    pub n_steps: usize,
-}
-
-/// Prediction targets of one direction, row-major over the grid.
-///
-/// # Shapes
-/// `ids`, `weights`: `[B * T]`; weight 1 for a real target, 0 for none (padding, `</S>` inputs).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Targets {
-    /// Vocabulary ids of the tokens to predict.
-    pub ids: Vec<u32>,
-    /// 1.0 where there is a target, else 0.0.
-    pub weights: Vec<f32>,
-}
-
-impl Targets {
-    /// Number of real targets.
-    pub fn count(&self) -> usize {
-        self.weights.iter().filter(|&&w| w > 0.0).count()
-    }
-}
-
-/// One batch of the joint loss.
-#[derive(Debug, Clone, PartialEq)]
-pub enum LmBatch {
-    /// Stateful mode: the two directions read different streams, both left to right.
-    Packed {
-        /// Forward stream.
-        forward: TokenGrid,
-        /// Reversed stream.
-        backward: TokenGrid,
-        /// Next-token targets of the forward stream.
-        forward_targets: Targets,
-        /// Next-token targets of the reversed stream.
-        backward_targets: Targets,
-    },
-    /// Sentence mode: one grid, the backward LM reads each row right to left.
-    Sentences {
-        /// One sentence (piece) per row, with boundaries.
-        tokens: TokenGrid,
-        /// Real length of each row.
-        lengths: Vec<usize>,
-        /// Next-token targets.
-        forward_targets: Targets,
-        /// Previous-token targets.
-        backward_targets: Targets,
-    },
 }
 
 /// bilm-tf's packing of one stream into `B × T` batches.
@@ -653,20 +583,6 @@ impl Batcher {
             )),
         }
     }
-}
-
-/// An all-padding grid, for a direction that ran out before the other.
-fn empty_grid((n_rows, n_steps): (usize, usize)) -> (TokenGrid, Targets) {
-    (
-        TokenGrid {
-            rows: vec![Vec::new(); n_rows],
-            n_steps,
-        },
-        Targets {
-            ids: vec![0; n_rows * n_steps],
-            weights: vec![0.0; n_rows * n_steps],
-        },
-    )
 }
 
 #[cfg(test)]

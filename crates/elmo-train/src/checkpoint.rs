@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use crate::batcher::BatcherState;
 use crate::error::{Result, TrainError, io_error};
 use crate::language_model::CarriedState;
+use crate::step_losses::LossWindow;
 
 /// File names inside a checkpoint directory.
 pub const MODEL_FILE: &str = "model.bpk";
@@ -30,40 +31,8 @@ pub const TRAINER_FILE: &str = "trainer.json";
 const CHECKPOINTS: &str = "checkpoints";
 
 /// [`elmo_model::write_atomic`], its error naming `path`.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     elmo_model::write_atomic(path, bytes).map_err(io_error(path))
-}
-
-/// Running sums of the losses since the last metrics line.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct LossWindow {
-    /// Steps in the window.
-    pub steps: u64,
-    /// Σ of the joint loss.
-    pub loss: f64,
-    /// Σ forward NLL and its target count.
-    pub forward_nll: f64,
-    /// Forward targets.
-    pub forward_targets: u64,
-    /// Σ backward NLL.
-    pub backward_nll: f64,
-    /// Backward targets.
-    pub backward_targets: u64,
-    /// Σ of gradient norms.
-    pub grad_norm: f64,
-}
-
-impl LossWindow {
-    /// Adds one step.
-    pub fn add(&mut self, losses: &crate::trainer::StepLosses) {
-        self.steps += 1;
-        self.loss += losses.loss;
-        self.forward_nll += losses.forward_nll;
-        self.forward_targets += losses.n_forward;
-        self.backward_nll += losses.backward_nll;
-        self.backward_targets += losses.n_backward;
-        self.grad_norm += losses.grad_norm;
-    }
 }
 
 /// The trainer's own state in a checkpoint.

@@ -361,7 +361,7 @@ impl TrainConfig {
             path: path.to_path_buf(),
             source,
         })?;
-        crate::checkpoint::write_atomic(path, text.as_bytes())
+        elmo_model::write_atomic(path, text.as_bytes()).map_err(io_error(path))
     }
 
     /// Checks the values.

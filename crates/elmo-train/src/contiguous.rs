@@ -20,9 +20,10 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::batcher::{LmBatch, Targets, TokenGrid, mix_seed};
 use crate::corpus::{display_paths, no_sentence, read_shard, split_line};
 use crate::error::{Result, TrainError};
+use crate::lm_batch::{LmBatch, Targets, TokenGrid};
+use crate::seeds::mix_seed;
 use crate::vocabulary::{BOS, EOS, Vocabulary};
 
 /// Marks an input that starts a sentence (`<S>` forward, `</S>` backward) in [`Direction`].

@@ -37,7 +37,7 @@ impl StackDropout {
     /// The streams of `direction` (0 forward, 1 backward) for a step's `seed` (`None`: no
     /// dropout): each stack has its own, so the two may run in any order or in parallel.
     pub(crate) fn new(config: &DropoutConfig, seed: Option<u64>, direction: u64) -> Self {
-        let seed = |parts: &[u64]| seed.map(|s| crate::batcher::mix_seed(&[&[s], parts].concat()));
+        let seed = |parts: &[u64]| seed.map(|s| crate::seeds::mix_seed(&[&[s], parts].concat()));
         Self {
             activations: DropoutMasks::new(config.probability, config.locked, seed(&[direction])),
             recurrent: DropoutMasks::new(

@@ -8,11 +8,12 @@ use burn::optim::GradientsParams;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use elmo_kernels::KernelSettings;
 use elmo_model::bilm::BiLmConfig;
+use elmo_model::lstm_stack::{LayerRun, both_directions, run_stack};
 use elmo_model::options::BiLmOptions;
 use elmo_model::{BiLm, CharIdBatch, LstmState, LstmWithProjection};
 
-use crate::batcher::{LmBatch, Targets, TokenGrid};
 use crate::dropout::{DropoutConfig, StackDropout};
+use crate::lm_batch::{LmBatch, Targets, TokenGrid};
 use crate::softmax::{SampledCandidates, Softmax, SoftmaxConfig};
 
 /// Configuration of a [`BiLanguageModel`].
@@ -217,12 +218,12 @@ impl BiLanguageModel {
 
     /// Runs one LSTM stack with dropout on every layer input and on the top output; the residual
     /// (from layer 1 on) adds the dropped-out input, as bilm-tf's `DropoutWrapper(ResidualWrapper)`.
-    fn run_stack(
+    fn run_direction(
         &self,
         layers: &[LstmWithProjection],
-        run: StackRun,
+        run: DirectionRun,
     ) -> (Tensor<3>, Vec<LstmState>) {
-        let StackRun {
+        let DirectionRun {
             embedded,
             lengths,
             go_forward,
@@ -233,22 +234,20 @@ impl BiLanguageModel {
                     recurrent: mut weight_drop,
                 },
         } = run;
-        let mut x = embedded;
-        let mut finals = Vec::with_capacity(layers.len());
         let mut initial = initial.map(Vec::into_iter);
-        for (index, layer) in layers.iter().enumerate() {
-            let (layer, _) = weight_drop.drop_recurrent(layer);
+        let skip = self.bilm.use_skip_connections;
+        let stack = run_stack(layers.len(), skip, embedded, |index, x| {
+            let (layer, _) = weight_drop.drop_recurrent(&layers[index]);
             let input = dropout.apply(x);
             let start = initial.as_mut().and_then(Iterator::next);
             let out = layer.forward(input.clone(), lengths, go_forward, start);
-            finals.push(out.final_state);
-            x = if index > 0 && self.bilm.use_skip_connections {
-                out.outputs + input
-            } else {
-                out.outputs
-            };
-        }
-        (dropout.apply(x), finals)
+            LayerRun {
+                input,
+                output: out.outputs,
+                record: out.final_state,
+            }
+        });
+        (dropout.apply(stack.top), stack.records)
     }
 
     /// The cells (row-major over `[B, T]`) that have a target, and their target ids.
@@ -308,14 +307,14 @@ impl BiLanguageModel {
                 let b_in = embedded.narrow(0, n_rows, n_rows);
                 // The reversed stream is read left to right: it is already reversed.
                 let ((f_top, f_state), (b_top, b_state)) = self.both_stacks(
-                    StackRun {
+                    DirectionRun {
                         embedded: f_in,
                         lengths: &lengths,
                         go_forward: true,
                         initial: f_start,
                         dropout: dropout(0),
                     },
-                    StackRun {
+                    DirectionRun {
                         embedded: b_in,
                         lengths: &lengths,
                         go_forward: true,
@@ -343,14 +342,14 @@ impl BiLanguageModel {
                 let chars = grid_char_ids(&[tokens]);
                 let embedded = self.bilm.encode_tokens(&chars, device);
                 let ((f_top, _), (b_top, _)) = self.both_stacks(
-                    StackRun {
+                    DirectionRun {
                         embedded: embedded.clone(),
                         lengths,
                         go_forward: true,
                         initial: None,
                         dropout: dropout(0),
                     },
-                    StackRun {
+                    DirectionRun {
                         embedded,
                         lengths,
                         go_forward: false,
@@ -423,23 +422,21 @@ impl BiLanguageModel {
         }
     }
 
-    /// Runs the forward and the backward stack, on two threads (the matmuls of one small step
-    /// do not keep two cores busy).
+    /// Runs the forward and the backward stack side by side ([`both_directions`]).
     fn both_stacks(
         &self,
-        forward: StackRun,
-        backward: StackRun,
+        forward: DirectionRun,
+        backward: DirectionRun,
     ) -> ((Tensor<3>, Vec<LstmState>), (Tensor<3>, Vec<LstmState>)) {
-        std::thread::scope(|scope| {
-            let b = scope.spawn(|| self.run_stack(&self.bilm.backward_layers, backward));
-            let f = self.run_stack(&self.bilm.forward_layers, forward);
-            (f, b.join().expect("backward LSTM thread panicked"))
-        })
+        both_directions(
+            || self.run_direction(&self.bilm.forward_layers, forward),
+            || self.run_direction(&self.bilm.backward_layers, backward),
+        )
     }
 }
 
 /// One stack's input, start and dropout.
-struct StackRun<'a> {
+struct DirectionRun<'a> {
     embedded: Tensor<3>,
     lengths: &'a [usize],
     go_forward: bool,

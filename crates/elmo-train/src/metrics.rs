@@ -86,7 +86,7 @@ impl MetricsLog {
         for record in &kept {
             text.push_str(&to_line(record, &path)?);
         }
-        crate::checkpoint::write_atomic(&path, text.as_bytes())?;
+        elmo_model::write_atomic(&path, text.as_bytes()).map_err(io_error(&path))?;
         let file = std::fs::OpenOptions::new()
             .append(true)
             .open(&path)

@@ -1,6 +1,6 @@
 //! The LSTM stacks of a training step run outside autodiff and backpropagated by hand
-//! (`lstm_backward.rs`): dropout on every layer input and on the top output, and the
-//! residual from layer 1 on adding the dropped-out input, as bilm-tf's
+//! (`lstm_backward.rs`), walked by elmo-model's `lstm_stack`: dropout on every layer input and
+//! on the top output, and the residual from layer 1 on adding the dropped-out input, as bilm-tf's
 //! `DropoutWrapper(ResidualWrapper(LSTMCell))` and `BiLanguageModel`'s autodiff path; with weight
 //! drop, each layer runs with its masked recurrent weights and the gradient of the weights is the
 //! masked weights' gradient times the mask. One call runs one stack, or several stacks of one
@@ -8,6 +8,7 @@
 
 use burn::tensor::Tensor;
 use elmo_kernels::KernelSettings;
+use elmo_model::lstm_stack::{LayerRun, residual_input_gradient, run_stack};
 use elmo_model::{LstmState, LstmWithProjection};
 
 use crate::dropout::StackDropout;
@@ -20,15 +21,20 @@ pub(crate) struct RecordedStack {
     pub top: Tensor<3>,
     /// State after the last step, per stack and layer.
     pub finals: Vec<Vec<LstmState>>,
-    tapes: Vec<LstmTape>,
-    /// Per layer, `[G·B, ·, d]`.
-    input_masks: Vec<Option<Tensor<3>>>,
+    /// Per layer, bottom first.
+    layers: Vec<RecordedLayer>,
     top_mask: Option<Tensor<3>>,
-    /// Per layer with weight drop, per stack: the layer with its masked recurrent weights, and
-    /// the mask.
-    dropped: Vec<Option<Vec<(LstmWithProjection, Tensor<2>)>>>,
     /// The kernels of the forward pass, for the backward pass.
     kernels: KernelSettings,
+}
+
+/// What the backward pass needs of one layer (all stacks).
+struct RecordedLayer {
+    tape: LstmTape,
+    /// `[G·B, ·, d]`: the dropout mask of the layer's input.
+    input_mask: Option<Tensor<3>>,
+    /// With weight drop, per stack: the layer with its masked recurrent weights, and the mask.
+    dropped: Option<Vec<(LstmWithProjection, Tensor<2>)>>,
 }
 
 /// Gradients of the stacks' backward pass.
@@ -66,16 +72,12 @@ pub(crate) fn forward_stack(
         .into_iter()
         .map(|d| (d.activations, d.recurrent))
         .unzip();
-    let mut x = embedded.inner();
-    let device = x.device();
+    let embedded = embedded.inner();
+    let device = embedded.device();
     let mut initial: Vec<_> = initial
         .into_iter()
         .map(|states| states.map(Vec::into_iter))
         .collect();
-    let mut finals = vec![Vec::with_capacity(n_layers); n_stacks];
-    let mut tapes = Vec::with_capacity(n_layers);
-    let mut input_masks = Vec::with_capacity(n_layers);
-    let mut dropped = Vec::with_capacity(n_layers);
     let mut next_masks = |x: &Tensor<3>| {
         let [rows, n_steps, d] = x.dims();
         let masks = (activations.iter_mut())
@@ -83,7 +85,7 @@ pub(crate) fn forward_stack(
             .collect();
         stacked_masks(masks)
     };
-    for index in 0..n_layers {
+    let stack = run_stack(n_layers, use_skip_connections, embedded, |index, x| {
         let (layers, weight_masks): (Vec<_>, Vec<_>) = (stacks.iter().zip(&mut weight_drops))
             .map(|(stack, weight_drop)| weight_drop.drop_recurrent(&stack[index]))
             .unzip();
@@ -104,37 +106,48 @@ pub(crate) fn forward_stack(
         });
         let group = LstmGroup::new(layers.iter().map(|layer| layer.as_ref()).collect(), kernels);
         let (out, tape) = group.forward_recorded(input.clone(), start);
-        for (g, stack_finals) in finals.iter_mut().enumerate() {
-            stack_finals.push(LstmState {
+        let finals: Vec<LstmState> = (0..n_stacks)
+            .map(|g| LstmState {
                 hidden: LstmGroup::rows_of(&out.final_state.hidden, g, n_stacks),
                 memory: LstmGroup::rows_of(&out.final_state.memory, g, n_stacks),
-            });
-        }
-        tapes.push(tape);
-        input_masks.push(mask);
+            })
+            .collect();
         let weight_masks: Option<Vec<_>> = weight_masks.into_iter().collect();
-        dropped.push(weight_masks.map(|masks| {
+        let dropped = weight_masks.map(|masks| {
             let layers = layers.into_iter().map(|layer| layer.into_owned());
             layers.zip(masks.into_iter().map(|m| m.inner())).collect()
-        }));
-        x = if index > 0 && use_skip_connections {
-            out.outputs + input
-        } else {
-            out.outputs
-        };
-    }
-    let top_mask = next_masks(&x);
+        });
+        LayerRun {
+            input,
+            output: out.outputs,
+            record: (
+                RecordedLayer {
+                    tape,
+                    input_mask: mask,
+                    dropped,
+                },
+                finals,
+            ),
+        }
+    });
+    let top_mask = next_masks(&stack.top);
     let top = match &top_mask {
-        Some(mask) => x * mask.clone(),
-        None => x,
+        Some(mask) => stack.top * mask.clone(),
+        None => stack.top,
     };
+    let mut finals = vec![Vec::with_capacity(n_layers); n_stacks];
+    let mut layers = Vec::with_capacity(n_layers);
+    for (layer, layer_finals) in stack.records {
+        layers.push(layer);
+        for (stack_finals, state) in finals.iter_mut().zip(layer_finals) {
+            stack_finals.push(state);
+        }
+    }
     RecordedStack {
         top,
         finals,
-        tapes,
-        input_masks,
+        layers,
         top_mask,
-        dropped,
         kernels,
     }
 }
@@ -153,9 +166,13 @@ pub(crate) fn backward_stack(
     };
     // Gradient of the current layer's output (after its residual).
     let mut grad = mask(grad_top.inner(), stack.top_mask);
-    let mut per_layer = Vec::with_capacity(stack.tapes.len());
-    let recorded = (stack.tapes.into_iter().zip(stack.input_masks)).zip(stack.dropped);
-    for (index, ((tape, input_mask), dropped)) in recorded.enumerate().rev() {
+    let mut per_layer = Vec::with_capacity(stack.layers.len());
+    for (index, layer) in stack.layers.into_iter().enumerate().rev() {
+        let RecordedLayer {
+            tape,
+            input_mask,
+            dropped,
+        } = layer;
         let group = match &dropped {
             Some(dropped) => dropped.iter().map(|(layer, _)| layer).collect(),
             None => stacks.iter().map(|stack| &stack[index]).collect(),
@@ -172,11 +189,7 @@ pub(crate) fn backward_stack(
                 })
                 .collect();
         }
-        let grad_input = if index > 0 && use_skip_connections {
-            inputs + grad
-        } else {
-            inputs
-        };
+        let grad_input = residual_input_gradient(index, use_skip_connections, inputs, grad);
         grad = mask(grad_input, input_mask);
         per_layer.push(weights);
     }

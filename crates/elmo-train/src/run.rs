@@ -2,52 +2,17 @@
 //! checkpoint (`elmo eval`, `elmo export`, `elmo embed --model RUN_DIR`): the mean of its
 //! weights when the run averages them ([`crate::averaging`]), else its trained weights.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use burn::module::Module;
 use burn::tensor::Device;
-use serde::{Deserialize, Serialize};
 
 use crate::checkpoint::RunDirectory;
 use crate::config::TrainConfig;
 use crate::dropout::DropoutConfig;
-use crate::error::{Result, TrainError, io_error};
-use crate::init_from::InitFrom;
+use crate::error::{Result, TrainError};
 use crate::language_model::{BiLanguageModel, BiLanguageModelConfig};
 use crate::vocabulary::Vocabulary;
-
-/// What a run was trained on (`run.json`), checked on `--resume`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RunInfo {
-    /// Training files (patterns expanded).
-    pub train: Vec<PathBuf>,
-    /// Validation file.
-    pub valid: Option<PathBuf>,
-    /// Seed of initialisation, shuffling, dropout and sampling.
-    pub seed: u64,
-    /// The weights the run started from (pretrained files or another run).
-    pub init_from: Option<InitFrom>,
-}
-
-impl RunInfo {
-    /// Reads `run.json`.
-    pub fn from_file(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(io_error(path))?;
-        serde_json::from_str(&text).map_err(|source| TrainError::Json {
-            path: path.to_path_buf(),
-            source,
-        })
-    }
-
-    /// Writes `run.json` atomically.
-    pub fn to_file(&self, path: &Path) -> Result<()> {
-        let text = serde_json::to_vec_pretty(self).map_err(|source| TrainError::Json {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        crate::checkpoint::write_atomic(path, &text)
-    }
-}
 
 /// A run directory's model, ready to evaluate or export.
 pub struct TrainedRun {

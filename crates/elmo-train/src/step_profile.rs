@@ -1,5 +1,5 @@
 //! Where a training step's time goes, per phase, for tuning a backend: a [`StepProfile`] given
-//! to a step ([`crate::trainer::StepSettings::profile`]) synchronises the device at every phase
+//! to a step ([`crate::optimizer_step::StepSettings::profile`]) synchronises the device at every phase
 //! boundary (so that a GPU's queued work is counted in the phase that queued it) and adds the
 //! wall time since the previous boundary to that phase. Without one a step does neither.
 //! `cargo xtask bench train -- --phases` prints the phases. Only the packed (stateful) fast path

@@ -1,6 +1,6 @@
-//! The training loop (bilm-tf `train`): batches → joint loss → gradients (global-norm clipped) →
-//! optimizer step, carrying the LSTM state between batches with the gradient cut at the
-//! boundary; metrics, validation, atomic checkpoints and exact resume.
+//! The training loop (bilm-tf `train`) as a [`Trainer`]: opened on a new or resumed run
+//! directory, it takes optimizer steps ([`crate::optimizer_step`]), writes metrics, validates
+//! and writes atomic checkpoints, from which a run resumes exactly.
 //!
 //! Exactness of resume: data order is a function of the seed and the batcher position (saved),
 //! dropout is re-seeded from (seed, step) before every step, sampled negatives are drawn from an
@@ -16,24 +16,24 @@ use burn::optim::ModuleOptimizer;
 use burn::tensor::Device;
 use elmo_kernels::KernelSettings;
 use elmo_model::RunLock;
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
 
 use crate::averaging::WeightAverage;
-use crate::batcher::{Batcher, LmBatch, mix_seed};
+use crate::batcher::{BatchShape, Batcher};
 use crate::checkpoint::{
-    AVERAGE_FILE, Checkpoint, LossWindow, MODEL_FILE, OPTIMIZER_FILE, RunDirectory, TrainerState,
+    AVERAGE_FILE, Checkpoint, MODEL_FILE, OPTIMIZER_FILE, RunDirectory, TrainerState,
 };
 use crate::config::{Averaging, LrSchedule, TrainConfig};
-use crate::error::{Result, TrainError};
+use crate::error::{Result, TrainError, io_error};
 use crate::evaluate::{Perplexity, evaluate, perplexity};
 use crate::init_from::{InitFrom, initial_model};
-use crate::language_model::{BiLanguageModel, CarriedState, LmGradients, SoftmaxMode};
+use crate::language_model::{BiLanguageModel, CarriedState};
 use crate::metrics::{MetricsLog, MetricsRecord, read_metrics};
-use crate::optimizer::{build_optimizer, clip_global_norm};
-use crate::run::{RunInfo, model_for};
-use crate::softmax::SampledCandidates;
-use crate::step_profile::StepProfile;
+use crate::optimizer::build_optimizer;
+use crate::optimizer_step::{StepSettings, optimizer_step};
+use crate::run::model_for;
+use crate::run_info::RunInfo;
+use crate::seeds::mix_seed;
+use crate::step_losses::{LossWindow, StepLosses};
 use crate::vocabulary::Vocabulary;
 
 /// How to run the training (data, length, checkpoints); the model and optimisation settings are
@@ -128,119 +128,429 @@ fn run_error(run: &RunDirectory, message: impl Into<String>) -> TrainError {
     }
 }
 
-/// What [`optimizer_step`] needs besides the model, optimizer, batch and state.
-#[derive(Debug, Clone, Copy)]
-pub struct StepSettings<'a> {
-    /// Softmax, clipping, learning rate and schedule.
-    pub config: &'a TrainConfig,
-    /// Vocabulary size.
-    pub n_vocab: usize,
-    /// Run seed (dropout masks and negatives are drawn from (seed, step)).
-    pub seed: u64,
-    /// 0-based step.
-    pub step: u64,
-    /// Factor of the plateau schedule on the learning rate (1 for the other schedules).
-    pub lr_scale: f64,
-    /// The autodiff device.
-    pub device: &'a Device,
-    /// Adds each phase's time to it, when given (the device is then synchronised per phase).
-    pub profile: Option<&'a StepProfile>,
+/// A training run in progress: the model, optimizer, data position and metrics of one run
+/// directory, held (locked) until it is dropped.
+///
+/// [`Trainer::open`] starts a new run or resumes one; [`Trainer::step`], [`Trainer::log_metrics`],
+/// [`Trainer::validate`] and [`Trainer::checkpoint`] are the parts of [`Trainer::run`]'s loop, for
+/// a caller that drives its own schedule.
+pub struct Trainer {
+    config: TrainConfig,
+    options: TrainOptions,
+    vocab: Arc<Vocabulary>,
+    run: RunDirectory,
+    device: Device,
+    train_device: Device,
+    /// `None` only while a step holds it.
+    model: Option<BiLanguageModel>,
+    optimizer: ModuleOptimizer,
+    batcher: Batcher,
+    shape: BatchShape,
+    state: Option<CarriedState>,
+    progress: TrainerState,
+    average: Option<WeightAverage<BiLanguageModel>>,
+    metrics: MetricsLog,
+    last_checkpoint: Option<Checkpoint>,
+    valid: Option<Perplexity>,
+    last_lr: f64,
+    n_parameters: usize,
+    window_start: Instant,
+    window_tokens: u64,
+    run_start: Instant,
+    elapsed_before: f64,
+    _lock: RunLock,
 }
 
-/// The losses of one optimizer step (host values).
-#[derive(Debug, Clone, Copy)]
-pub struct StepLosses {
-    /// Joint loss (NaN or infinite: the update was not applied).
-    pub loss: f64,
-    /// Summed forward NLL and its target count.
-    pub forward_nll: f64,
-    /// Forward targets.
-    pub n_forward: u64,
-    /// Summed backward NLL.
-    pub backward_nll: f64,
-    /// Backward targets.
-    pub n_backward: u64,
-    /// Global gradient norm before clipping.
-    pub grad_norm: f64,
-    /// Learning rate used.
-    pub lr: f64,
-}
-
-/// One optimizer step on a batch: the joint loss (dropout masks and sampled negatives drawn from
-/// (seed, step)), gradients, global-norm clipping, the update, and the carried LSTM state moved
-/// on (detached). When the loss is not finite the model and state are returned unchanged.
-pub fn optimizer_step(
-    model: BiLanguageModel,
-    optimizer: &mut ModuleOptimizer,
-    batch: &LmBatch,
-    state: &mut Option<CarriedState>,
-    settings: StepSettings,
-) -> (BiLanguageModel, StepLosses) {
-    let StepSettings {
-        config,
-        n_vocab,
-        seed,
-        step,
-        lr_scale,
-        device,
-        profile,
-    } = settings;
-    let mark = |phase| {
-        if let Some(profile) = profile {
-            profile.mark(device, phase);
+impl Trainer {
+    /// Opens the run directory of `options`: a new run (config, vocabulary and `run.json`
+    /// written, the model initialised from the seed or `--init-from`) or, with `resume`, the
+    /// newest checkpoint of an existing one (its config, vocabulary and data checked).
+    ///
+    /// `device` is the plain device; gradients are taken on its autodiff counterpart. On resume,
+    /// burn-optim reads the optimizer state onto burn's *default* device (it takes no device), and
+    /// the first step moves it to `device`: an application that trains on another device than
+    /// the default should make it the default (`BURN_DEVICE`), as the `elmo` CLI does.
+    pub fn open(
+        config: &TrainConfig,
+        vocab: Vocabulary,
+        options: &TrainOptions,
+        device: &Device,
+        observer: &mut dyn TrainObserver,
+    ) -> Result<Self> {
+        check_settings(config, &vocab, options)?;
+        let run = RunDirectory::new(&options.run_dir);
+        let info = RunInfo {
+            train: options.train_files.clone(),
+            valid: options.valid_file.clone(),
+            seed: options.seed,
+            init_from: options.init_from.clone(),
+        };
+        let train_device = device.clone().autodiff();
+        // Built before the run directory is written, so that a bad --init-from leaves nothing
+        // behind. On resume the checkpoint's weights replace these (--init-from is not read again).
+        let resuming = options.resume && run.latest_checkpoint()?.is_some();
+        let init_from = options.init_from.as_ref().filter(|_| !resuming);
+        let initial = initial_model(
+            config,
+            &vocab,
+            init_from,
+            mix_seed(&[options.seed, 0x1417]),
+            &train_device,
+        )?;
+        let mut model = initial.model.with_kernels(options.kernels);
+        // One writer per run directory, held until the trainer is dropped.
+        std::fs::create_dir_all(&run.path).map_err(io_error(&run.path))?;
+        let lock = RunLock::acquire(run.lock_file(), options.break_stale_lock)?;
+        let resume_from = prepare_run(&run, config, &vocab, &info, options.resume)?;
+        if let Some(from) = init_from {
+            observer.initialised_from(from, initial.softmax_taken);
         }
-    };
-    if let Some(profile) = profile {
-        profile.start(device);
+        let mut optimizer = build_optimizer(&config.optimizer, options.kernels);
+        let vocab = Arc::new(vocab);
+        let shape = config.batch_shape();
+        let mut batcher = Batcher::new(
+            options.train_files.clone(),
+            config.tokenize,
+            vocab.clone(),
+            shape,
+            Some(options.seed),
+        );
+        let mut state = None;
+        let mut progress = TrainerState {
+            step: 0,
+            tokens: 0,
+            batcher: batcher.state(),
+            window: LossWindow::default(),
+            has_lstm_state: false,
+            elapsed_seconds: 0.0,
+            plateau: Default::default(),
+            averaging: Default::default(),
+        };
+        let mut average = None;
+        let metrics = match &resume_from {
+            Some(checkpoint) => {
+                model = model
+                    .try_load_file(checkpoint.model_file())
+                    .map_err(|source| TrainError::Record {
+                        path: checkpoint.model_file(),
+                        source,
+                    })?;
+                // Read onto `Device::default()` (see above), moved to `device` at the next step.
+                optimizer = optimizer
+                    .load(checkpoint.optimizer_file())
+                    .map_err(|source| TrainError::Record {
+                        path: checkpoint.optimizer_file(),
+                        source,
+                    })?;
+                progress = checkpoint.trainer_state()?;
+                if progress.averaging.n_averaged > 0 && config.averaging != Averaging::Off {
+                    let path = checkpoint.average_file();
+                    let mean = model_for(config, &vocab, device)
+                        .try_load_file(&path)
+                        .map_err(|source| TrainError::Record { path, source })?;
+                    average = Some(WeightAverage {
+                        mean,
+                        n_averaged: progress.averaging.n_averaged,
+                    });
+                }
+                batcher.restore(progress.batcher.clone())?;
+                if progress.has_lstm_state {
+                    let lstm = &config.model.lstm;
+                    state = Some(checkpoint.lstm_state(
+                        lstm.n_layers,
+                        config.batch_size,
+                        lstm.dim,
+                        lstm.projection_dim,
+                        &train_device,
+                    )?);
+                }
+                MetricsLog::resume(run.metrics_file(), progress.step)?
+            }
+            None => MetricsLog::create(run.metrics_file())?,
+        };
+        let n_parameters = model.n_parameters();
+        Ok(Self {
+            config: config.clone(),
+            options: options.clone(),
+            vocab,
+            run,
+            device: device.clone(),
+            train_device,
+            model: Some(model),
+            optimizer,
+            batcher,
+            shape,
+            state,
+            elapsed_before: progress.elapsed_seconds,
+            progress,
+            average,
+            metrics,
+            last_checkpoint: resume_from,
+            valid: None,
+            last_lr: config.optimizer.lr(),
+            n_parameters,
+            window_start: Instant::now(),
+            window_tokens: 0,
+            run_start: Instant::now(),
+            _lock: lock,
+        })
     }
-    let candidates = config.uses_sampled_softmax(n_vocab).then(|| {
-        let mut rng = ChaCha8Rng::seed_from_u64(mix_seed(&[seed, step, 0x5A3]));
-        SampledCandidates::draw(config.negatives, n_vocab, &mut rng)
-    });
-    let mode = candidates
-        .as_ref()
-        .map_or(SoftmaxMode::Full, SoftmaxMode::Sampled);
-    let start = state.clone().map(|carried| {
-        let mut rng = ChaCha8Rng::seed_from_u64(mix_seed(&[seed, step, 0x5E7]));
-        let n_rows = carried.forward.first().map_or(0, |s| s.hidden.dims()[0]);
-        let reset: Vec<bool> = (0..n_rows)
-            .map(|_| rng.random::<f64>() < config.state_reset)
-            .collect();
-        carried.reset_rows(&reset)
-    });
-    let LmGradients { step: out, grads } = model.loss_and_gradients(
-        batch,
-        start,
-        mode,
-        Some(mix_seed(&[seed, step, 0xD80])),
-        device,
-        profile,
-    );
-    let lr = config.optimizer.lr() * config.lr_schedule.factor(step) * lr_scale;
-    let mut losses = StepLosses {
-        loss: f64::from(out.loss.loss.clone().into_scalar::<f32>()),
-        forward_nll: 0.0,
-        n_forward: out.loss.n_forward as u64,
-        backward_nll: 0.0,
-        n_backward: out.loss.n_backward as u64,
-        grad_norm: 0.0,
-        lr,
-    };
-    let Some(mut grads) = grads else {
-        return (model, losses);
-    };
-    losses.forward_nll = f64::from(out.loss.forward_nll.clone().into_scalar::<f32>());
-    losses.backward_nll = f64::from(out.loss.backward_nll.clone().into_scalar::<f32>());
-    mark("losses to the host");
-    losses.grad_norm = match config.clip_norm {
-        Some(max) => clip_global_norm(&model, &mut grads, max, model.kernels),
-        None => crate::optimizer::global_norm(&model, &grads, model.kernels),
-    };
-    mark("gradient norm and clipping");
-    *state = out.state.map(CarriedState::detach);
-    let model = optimizer.step(lr, model, grads);
-    mark("optimizer update");
-    (model, losses)
+
+    /// Optimizer steps done (resumed ones included).
+    pub fn steps_done(&self) -> u64 {
+        self.progress.step
+    }
+
+    /// The model being trained.
+    pub fn model(&self) -> &BiLanguageModel {
+        self.model
+            .as_ref()
+            .expect("the model is only taken during a step")
+    }
+
+    /// Trains until `options.steps`: a metrics line every `log_every` steps, validation and a
+    /// checkpoint every `checkpoint_every` steps, both at the last step.
+    pub fn run(mut self, observer: &mut dyn TrainObserver) -> Result<TrainSummary> {
+        observer.started(self.progress.step, self.options.steps, self.n_parameters);
+        while self.progress.step < self.options.steps {
+            self.step(observer)?;
+            let step = self.progress.step;
+            let last = step == self.options.steps;
+            if step.is_multiple_of(self.options.log_every) || last {
+                self.log_metrics(observer)?;
+            }
+            if step.is_multiple_of(self.options.checkpoint_every) || last {
+                self.validate(observer)?;
+                self.checkpoint(observer)?;
+            }
+        }
+        Ok(TrainSummary {
+            steps: self.progress.step,
+            checkpoint: self.last_checkpoint,
+            valid: self.valid,
+            n_parameters: self.n_parameters,
+        })
+    }
+
+    /// One optimizer step on the next batch, then the weight average moved on. A non-finite loss
+    /// is an error naming the last checkpoint (the model is left as it was).
+    pub fn step(&mut self, observer: &mut dyn TrainObserver) -> Result<StepLosses> {
+        let batch = self.batcher.next_batch()?.ok_or_else(|| {
+            TrainError::Corpus("the training stream ended (it should loop forever)".into())
+        })?;
+        let step = self.progress.step;
+        let model = self
+            .model
+            .take()
+            .expect("the model is only taken during a step");
+        let (model, out) = optimizer_step(
+            model,
+            &mut self.optimizer,
+            &batch,
+            &mut self.state,
+            StepSettings {
+                config: &self.config,
+                n_vocab: self.vocab.len(),
+                seed: self.options.seed,
+                step,
+                lr_scale: self.progress.plateau.factor(&self.config.lr_schedule),
+                device: &self.train_device,
+                profile: None,
+            },
+        );
+        self.model = Some(model);
+        if !out.loss.is_finite() {
+            return Err(TrainError::NonFiniteLoss {
+                step: step + 1,
+                loss: out.loss,
+                last_checkpoint: self
+                    .last_checkpoint
+                    .as_ref()
+                    .map_or("none yet".into(), |c| c.dir.display().to_string()),
+            });
+        }
+        let n_targets = out.n_forward + out.n_backward;
+        self.progress.step += 1;
+        self.progress.tokens += n_targets;
+        self.window_tokens += n_targets;
+        self.progress.window.add(&out);
+        self.last_lr = out.lr;
+        let step = self.progress.step;
+        if self
+            .progress
+            .averaging
+            .includes(&self.config.averaging, step)
+        {
+            let model = self
+                .model
+                .as_ref()
+                .expect("the model is back after the step");
+            match &mut self.average {
+                Some(average) => average.add(model),
+                None => {
+                    self.average = Some(WeightAverage::start(model));
+                    observer.averaging_started(step);
+                }
+            }
+            self.progress.averaging.n_averaged = self.average.as_ref().map_or(0, |a| a.n_averaged);
+        } else {
+            self.average = None;
+        }
+        observer.step(&StepReport {
+            step,
+            total: self.options.steps,
+            loss: out.loss,
+            forward_perplexity: perplexity(out.forward_nll, out.n_forward),
+            backward_perplexity: perplexity(out.backward_nll, out.n_backward),
+            tokens: n_targets,
+        });
+        Ok(out)
+    }
+
+    /// Appends a `train` metrics line: the means over the steps since the previous one.
+    pub fn log_metrics(&mut self, observer: &mut dyn TrainObserver) -> Result<()> {
+        let w = std::mem::take(&mut self.progress.window);
+        if w.steps == 0 {
+            return Ok(());
+        }
+        let seconds = self.window_start.elapsed().as_secs_f64().max(1e-9);
+        let record = MetricsRecord::Train {
+            step: self.progress.step,
+            loss: w.loss / w.steps as f64,
+            forward_perplexity: perplexity(w.forward_nll, w.forward_targets),
+            backward_perplexity: perplexity(w.backward_nll, w.backward_targets),
+            lr: self.last_lr,
+            grad_norm: w.grad_norm / w.steps as f64,
+            tokens: self.progress.tokens,
+            tokens_per_second: self.window_tokens as f64 / seconds,
+        };
+        self.metrics.append(&record)?;
+        observer.record(&record);
+        self.window_start = Instant::now();
+        self.window_tokens = 0;
+        Ok(())
+    }
+
+    /// The validation perplexity of the model (of the weight average once it has started), as a
+    /// `valid` metrics line; it drives the plateau schedule and the start of averaging. `None`
+    /// when the run has no validation file.
+    pub fn validate(&mut self, observer: &mut dyn TrainObserver) -> Result<Option<Perplexity>> {
+        let Some(valid_file) = &self.options.valid_file else {
+            return Ok(None);
+        };
+        observer.validating();
+        let p = evaluate(
+            &self
+                .average
+                .as_ref()
+                .map_or_else(|| self.model().valid(), |a| a.mean.clone()),
+            vec![valid_file.clone()],
+            self.config.tokenize,
+            self.vocab.clone(),
+            self.shape,
+            &self.device,
+            |_| {},
+        )?;
+        let record = MetricsRecord::Valid {
+            step: self.progress.step,
+            forward_perplexity: p.forward,
+            backward_perplexity: p.backward,
+            perplexity: p.average,
+            averaged_steps: self.average.as_ref().map(|a| a.n_averaged),
+        };
+        self.metrics.append(&record)?;
+        observer.record(&record);
+        let schedule = &self.config.lr_schedule;
+        if self.progress.plateau.observe(schedule, p.average) {
+            observer.lr_decayed(self.config.optimizer.lr() * self.progress.plateau.scale);
+        }
+        if self.average.is_none() {
+            self.progress.averaging.observe_validation(
+                &self.config.averaging,
+                p.average,
+                self.progress.step,
+            );
+        }
+        self.valid = Some(p);
+        Ok(Some(p))
+    }
+
+    /// Writes a checkpoint (model, optimizer, weight average, carried state, data position,
+    /// metrics window) atomically, keeping the newest `keep_checkpoints`, and redraws the curves.
+    pub fn checkpoint(&mut self, observer: &mut dyn TrainObserver) -> Result<Checkpoint> {
+        self.progress.batcher = self.batcher.state();
+        self.progress.has_lstm_state = self.state.is_some();
+        self.progress.elapsed_seconds =
+            self.elapsed_before + self.run_start.elapsed().as_secs_f64();
+        let model = self
+            .model
+            .as_ref()
+            .expect("the model is only taken during a step");
+        let (optimizer, average) = (&self.optimizer, &self.average);
+        let checkpoint = self.run.save_checkpoint(
+            |dir| {
+                let record_error = |file: &str| {
+                    let path = dir.join(file);
+                    move |source| TrainError::Record { path, source }
+                };
+                model
+                    .clone()
+                    .save_file(dir.join(MODEL_FILE))
+                    .map_err(record_error(MODEL_FILE))?;
+                optimizer
+                    .save(dir.join(OPTIMIZER_FILE))
+                    .map_err(record_error(OPTIMIZER_FILE))?;
+                if let Some(average) = average {
+                    average
+                        .mean
+                        .clone()
+                        .save_file(dir.join(AVERAGE_FILE))
+                        .map_err(record_error(AVERAGE_FILE))?;
+                }
+                Ok(())
+            },
+            self.state.as_ref(),
+            &self.progress,
+            self.options.keep_checkpoints,
+        )?;
+        observer.checkpoint(&checkpoint);
+        self.last_checkpoint = Some(checkpoint.clone());
+        // Redrawn at every checkpoint so the curves follow a long run. A plot is a convenience:
+        // one that cannot be drawn (no perplexity logged yet, a full disk) is reported and never
+        // stops the run.
+        let plotted = read_metrics(self.run.metrics_file())
+            .and_then(|records| crate::plot::plot_curves(&records, &self.run.curves_file()));
+        if let Err(error) = plotted {
+            observer.warning(&format!("curves not drawn: {error}"));
+        }
+        Ok(checkpoint)
+    }
+}
+
+/// Settings that no run can use, refused before anything is written.
+fn check_settings(config: &TrainConfig, vocab: &Vocabulary, options: &TrainOptions) -> Result<()> {
+    config.validate()?;
+    if vocab.is_empty() {
+        return Err(TrainError::InvalidConfig(
+            "the vocabulary has no token besides <S>, </S>, <UNK>".into(),
+        ));
+    }
+    if options.checkpoint_every == 0 || options.log_every == 0 {
+        return Err(TrainError::InvalidConfig(
+            "--checkpoint-every and --log-every must be positive".into(),
+        ));
+    }
+    if matches!(config.lr_schedule, LrSchedule::Plateau { .. }) && options.valid_file.is_none() {
+        return Err(TrainError::InvalidConfig(
+            "the plateau learning-rate schedule needs a validation file".into(),
+        ));
+    }
+    if matches!(config.averaging, Averaging::WhenFlat { .. }) && options.valid_file.is_none() {
+        return Err(TrainError::InvalidConfig(
+            "averaging from a flat validation perplexity needs a validation file".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// Prepares the run directory: writes config, vocabulary and run info for a new run, checks them
@@ -286,19 +596,14 @@ fn prepare_run(
             "already holds checkpoints: pass --resume to continue it, or choose another --out",
         ));
     }
-    std::fs::create_dir_all(&run.path).map_err(crate::error::io_error(&run.path))?;
+    std::fs::create_dir_all(&run.path).map_err(io_error(&run.path))?;
     config.to_file(run.config_file())?;
     vocab.to_file(run.vocab_file())?;
     info.to_file(&run.run_file())?;
     Ok(None)
 }
 
-/// Trains (or continues training) a biLM. `device` is the plain device; gradients are taken on
-/// its autodiff counterpart.
-///
-/// On resume, burn-optim reads the optimizer state onto burn's *default* device (it takes no
-/// device), and the first step moves it to `device`: an application that trains on another
-/// device than the default should make it the default (`BURN_DEVICE`), as the `elmo` CLI does.
+/// Trains (or continues training) a biLM: [`Trainer::open`] then [`Trainer::run`].
 pub fn train(
     config: &TrainConfig,
     vocab: Vocabulary,
@@ -306,285 +611,5 @@ pub fn train(
     device: &Device,
     observer: &mut dyn TrainObserver,
 ) -> Result<TrainSummary> {
-    config.validate()?;
-    if vocab.is_empty() {
-        return Err(TrainError::InvalidConfig(
-            "the vocabulary has no token besides <S>, </S>, <UNK>".into(),
-        ));
-    }
-    if options.checkpoint_every == 0 || options.log_every == 0 {
-        return Err(TrainError::InvalidConfig(
-            "--checkpoint-every and --log-every must be positive".into(),
-        ));
-    }
-    if matches!(config.lr_schedule, LrSchedule::Plateau { .. }) && options.valid_file.is_none() {
-        return Err(TrainError::InvalidConfig(
-            "the plateau learning-rate schedule needs a validation file".into(),
-        ));
-    }
-    if matches!(config.averaging, Averaging::WhenFlat { .. }) && options.valid_file.is_none() {
-        return Err(TrainError::InvalidConfig(
-            "averaging from a flat validation perplexity needs a validation file".into(),
-        ));
-    }
-    let run = RunDirectory::new(&options.run_dir);
-    let info = RunInfo {
-        train: options.train_files.clone(),
-        valid: options.valid_file.clone(),
-        seed: options.seed,
-        init_from: options.init_from.clone(),
-    };
-    let train_device = device.clone().autodiff();
-    // Built before the run directory is written, so that a bad --init-from leaves nothing behind.
-    // On resume the checkpoint's weights replace these below (so --init-from is not read again).
-    let resuming = options.resume && run.latest_checkpoint()?.is_some();
-    let init_from = options.init_from.as_ref().filter(|_| !resuming);
-    let initial = initial_model(
-        config,
-        &vocab,
-        init_from,
-        mix_seed(&[options.seed, 0x1417]),
-        &train_device,
-    )?;
-    let mut model = initial.model.with_kernels(options.kernels);
-    // One writer per run directory, held until the run returns.
-    std::fs::create_dir_all(&run.path).map_err(crate::error::io_error(&run.path))?;
-    let _lock = RunLock::acquire(run.lock_file(), options.break_stale_lock)?;
-    let resume_from = prepare_run(&run, config, &vocab, &info, options.resume)?;
-    if let Some(from) = init_from {
-        observer.initialised_from(from, initial.softmax_taken);
-    }
-    let mut optimizer = build_optimizer(&config.optimizer, options.kernels);
-    let vocab = Arc::new(vocab);
-    let shape = config.batch_shape();
-    let mut batcher = Batcher::new(
-        options.train_files.clone(),
-        config.tokenize,
-        vocab.clone(),
-        shape,
-        Some(options.seed),
-    );
-    let lstm = &config.model.lstm;
-    let mut state: Option<CarriedState> = None;
-    let mut trainer = TrainerState {
-        step: 0,
-        tokens: 0,
-        batcher: batcher.state(),
-        window: LossWindow::default(),
-        has_lstm_state: false,
-        elapsed_seconds: 0.0,
-        plateau: Default::default(),
-        averaging: Default::default(),
-    };
-    let mut last_checkpoint = None;
-    let mut average: Option<WeightAverage<BiLanguageModel>> = None;
-    let mut metrics = match &resume_from {
-        Some(checkpoint) => {
-            model = model
-                .try_load_file(checkpoint.model_file())
-                .map_err(|source| TrainError::Record {
-                    path: checkpoint.model_file(),
-                    source,
-                })?;
-            // Read onto `Device::default()` (see the doc comment), moved to `device` at the next step.
-            optimizer = optimizer
-                .load(checkpoint.optimizer_file())
-                .map_err(|source| TrainError::Record {
-                    path: checkpoint.optimizer_file(),
-                    source,
-                })?;
-            trainer = checkpoint.trainer_state()?;
-            if trainer.averaging.n_averaged > 0 && config.averaging != Averaging::Off {
-                let path = checkpoint.average_file();
-                let mean = model_for(config, &vocab, device)
-                    .try_load_file(&path)
-                    .map_err(|source| TrainError::Record { path, source })?;
-                average = Some(WeightAverage {
-                    mean,
-                    n_averaged: trainer.averaging.n_averaged,
-                });
-            }
-            batcher.restore(trainer.batcher.clone())?;
-            if trainer.has_lstm_state {
-                state = Some(checkpoint.lstm_state(
-                    lstm.n_layers,
-                    config.batch_size,
-                    lstm.dim,
-                    lstm.projection_dim,
-                    &train_device,
-                )?);
-            }
-            last_checkpoint = Some(checkpoint.clone());
-            MetricsLog::resume(run.metrics_file(), trainer.step)?
-        }
-        None => MetricsLog::create(run.metrics_file())?,
-    };
-
-    let n_parameters = model.n_parameters();
-    observer.started(trainer.step, options.steps, n_parameters);
-    let mut window_start = Instant::now();
-    let mut window_tokens = 0u64;
-    let mut valid = None;
-    let run_start = Instant::now();
-    let elapsed_before = trainer.elapsed_seconds;
-
-    while trainer.step < options.steps {
-        let batch = batcher.next_batch()?.ok_or_else(|| {
-            TrainError::Corpus("the training stream ended (it should loop forever)".into())
-        })?;
-        let step = trainer.step;
-        let (next_model, out) = optimizer_step(
-            model,
-            &mut optimizer,
-            &batch,
-            &mut state,
-            StepSettings {
-                config,
-                n_vocab: vocab.len(),
-                seed: options.seed,
-                step,
-                lr_scale: trainer.plateau.factor(&config.lr_schedule),
-                device: &train_device,
-                profile: None,
-            },
-        );
-        model = next_model;
-        if !out.loss.is_finite() {
-            return Err(TrainError::NonFiniteLoss {
-                step: step + 1,
-                loss: out.loss,
-                last_checkpoint: last_checkpoint
-                    .as_ref()
-                    .map_or("none yet".into(), |c: &Checkpoint| {
-                        c.dir.display().to_string()
-                    }),
-            });
-        }
-        let n_targets = out.n_forward + out.n_backward;
-        trainer.step += 1;
-        trainer.tokens += n_targets;
-        window_tokens += n_targets;
-        trainer.window.add(&out);
-        if trainer.averaging.includes(&config.averaging, trainer.step) {
-            match &mut average {
-                Some(average) => average.add(&model),
-                None => {
-                    average = Some(WeightAverage::start(&model));
-                    observer.averaging_started(trainer.step);
-                }
-            }
-            trainer.averaging.n_averaged = average.as_ref().map_or(0, |a| a.n_averaged);
-        } else {
-            average = None;
-        }
-        observer.step(&StepReport {
-            step: trainer.step,
-            total: options.steps,
-            loss: out.loss,
-            forward_perplexity: perplexity(out.forward_nll, out.n_forward),
-            backward_perplexity: perplexity(out.backward_nll, out.n_backward),
-            tokens: n_targets,
-        });
-
-        let last = trainer.step == options.steps;
-        if trainer.step.is_multiple_of(options.log_every) || last {
-            let w = std::mem::take(&mut trainer.window);
-            let seconds = window_start.elapsed().as_secs_f64().max(1e-9);
-            let record = MetricsRecord::Train {
-                step: trainer.step,
-                loss: w.loss / w.steps as f64,
-                forward_perplexity: perplexity(w.forward_nll, w.forward_targets),
-                backward_perplexity: perplexity(w.backward_nll, w.backward_targets),
-                lr: out.lr,
-                grad_norm: w.grad_norm / w.steps as f64,
-                tokens: trainer.tokens,
-                tokens_per_second: window_tokens as f64 / seconds,
-            };
-            metrics.append(&record)?;
-            observer.record(&record);
-            window_start = Instant::now();
-            window_tokens = 0;
-        }
-        if trainer.step.is_multiple_of(options.checkpoint_every) || last {
-            if let Some(valid_file) = &options.valid_file {
-                observer.validating();
-                let p = evaluate(
-                    &average
-                        .as_ref()
-                        .map_or_else(|| model.valid(), |a| a.mean.clone()),
-                    vec![valid_file.clone()],
-                    config.tokenize,
-                    vocab.clone(),
-                    shape,
-                    device,
-                    |_| {},
-                )?;
-                let record = MetricsRecord::Valid {
-                    step: trainer.step,
-                    forward_perplexity: p.forward,
-                    backward_perplexity: p.backward,
-                    perplexity: p.average,
-                    averaged_steps: average.as_ref().map(|a| a.n_averaged),
-                };
-                metrics.append(&record)?;
-                observer.record(&record);
-                if trainer.plateau.observe(&config.lr_schedule, p.average) {
-                    observer.lr_decayed(config.optimizer.lr() * trainer.plateau.scale);
-                }
-                if average.is_none() {
-                    trainer.averaging.observe_validation(
-                        &config.averaging,
-                        p.average,
-                        trainer.step,
-                    );
-                }
-                valid = Some(p);
-            }
-            trainer.batcher = batcher.state();
-            trainer.has_lstm_state = state.is_some();
-            trainer.elapsed_seconds = elapsed_before + run_start.elapsed().as_secs_f64();
-            let checkpoint = run.save_checkpoint(
-                |dir| {
-                    let record_error = |file: &str| {
-                        let path = dir.join(file);
-                        move |source| TrainError::Record { path, source }
-                    };
-                    model
-                        .clone()
-                        .save_file(dir.join(MODEL_FILE))
-                        .map_err(record_error(MODEL_FILE))?;
-                    optimizer
-                        .save(dir.join(OPTIMIZER_FILE))
-                        .map_err(record_error(OPTIMIZER_FILE))?;
-                    if let Some(average) = &average {
-                        average
-                            .mean
-                            .clone()
-                            .save_file(dir.join(AVERAGE_FILE))
-                            .map_err(record_error(AVERAGE_FILE))?;
-                    }
-                    Ok(())
-                },
-                state.as_ref(),
-                &trainer,
-                options.keep_checkpoints,
-            )?;
-            observer.checkpoint(&checkpoint);
-            last_checkpoint = Some(checkpoint);
-            // Redrawn at every checkpoint so the curves follow a long run. A plot is a
-            // convenience: one that cannot be drawn (no perplexity logged yet, a full disk) is
-            // reported and never stops the run.
-            let plotted = read_metrics(run.metrics_file())
-                .and_then(|records| crate::plot::plot_curves(&records, &run.curves_file()));
-            if let Err(error) = plotted {
-                observer.warning(&format!("curves not drawn: {error}"));
-            }
-        }
-    }
-    Ok(TrainSummary {
-        steps: trainer.step,
-        checkpoint: last_checkpoint,
-        valid,
-        n_parameters,
-    })
+    Trainer::open(config, vocab, options, device, observer)?.run(observer)
 }

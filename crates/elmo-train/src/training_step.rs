@@ -8,13 +8,14 @@
 use burn::optim::GradientsParams;
 use burn::tensor::{Device, Tensor};
 use elmo_kernels::add_rows;
+use elmo_model::lstm_stack::both_directions;
 use elmo_model::{LstmState, LstmWithProjection};
 
-use crate::batcher::{LmBatch, Targets};
 use crate::language_model::{
     BiLanguageModel, CarriedState, LmGradients, LmLoss, LmStep, SoftmaxMode, grid_char_ids,
     is_finite, positions_tensor, register_if_trained,
 };
+use crate::lm_batch::{LmBatch, Targets};
 use crate::lstm_backward::LstmGroup;
 use crate::optimizer::move_gradients;
 use crate::recorded_stack::{RecordedStack, StackGradients, backward_stack, forward_stack};
@@ -127,11 +128,8 @@ impl BiLanguageModel {
                     kernels,
                 )
             };
-            std::thread::scope(|scope| {
-                let b = scope.spawn(|| run(1, b_start));
-                let f = run(0, f_start);
-                vec![f, b.join().expect("backward LSTM thread panicked")]
-            })
+            let (f, b) = both_directions(|| run(0, f_start), || run(1, b_start));
+            vec![f, b]
         });
         mark("LSTM forward");
         let [f_top, b_top] = recorded.tops();
@@ -165,11 +163,10 @@ impl BiLanguageModel {
                 Tensor::cat(vec![f_grad, b_grad], 0),
             ),
             Ok([f_stack, b_stack]) => {
-                let (f, b) = std::thread::scope(|scope| {
-                    let b = scope.spawn(|| backward_stack(&stacks[1..], skip, b_stack, b_grad));
-                    let f = backward_stack(&stacks[..1], skip, f_stack, f_grad);
-                    (f, b.join().expect("backward LSTM thread panicked"))
-                });
+                let (f, b) = both_directions(
+                    || backward_stack(&stacks[..1], skip, f_stack, f_grad),
+                    || backward_stack(&stacks[1..], skip, b_stack, b_grad),
+                );
                 StackGradients {
                     embedded: Tensor::cat(vec![f.embedded, b.embedded], 0),
                     layers: [f.layers, b.layers].concat(),

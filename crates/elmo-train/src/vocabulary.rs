@@ -160,7 +160,7 @@ impl Vocabulary {
             text.push_str(token);
             text.push('\n');
         }
-        crate::checkpoint::write_atomic(path.as_ref(), text.as_bytes())
+        elmo_model::write_atomic(path.as_ref(), text.as_bytes()).map_err(io_error(path.as_ref()))
     }
 
     /// Number of entries (the softmax size).

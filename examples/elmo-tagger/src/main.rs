@@ -4,7 +4,8 @@
 //! user relies on: the loss falls, ELMo's scalar mix learns (its weights move), and the biLM's
 //! weights stay as loaded.
 //!
-//! `cargo run -p elmo-tagger-example` (flex, CPU; the `cargo xtask ci` run). With real weights,
+//! `cargo run -p elmo-tagger-example` (flex, CPU); `cargo xtask ci` runs it as a test of
+//! `cargo test --workspace`, so it shares the workspace's build of burn. With real weights,
 //! replace the embedded demo model by `ElmoConfig::default().from_pretrained(options, weights,
 //! &device)`.
 
@@ -132,7 +133,11 @@ fn examples(n: usize, offset: usize) -> Vec<Example> {
 }
 
 fn loader(items: Vec<Example>, seed: Option<u64>) -> Arc<dyn DataLoader<TaggedBatch>> {
-    let builder = DataLoaderBuilder::new(TagBatcher).batch_size(8);
+    // The loader's device is burn's `Device::default()` unless set: with several backends
+    // compiled into one program (a workspace with wgpu) that need not be the model's.
+    let builder = DataLoaderBuilder::new(TagBatcher)
+        .batch_size(8)
+        .set_device(Device::flex());
     match seed {
         Some(seed) => builder.shuffle(seed).build(InMemDataset::new(items)),
         None => builder.build(InMemDataset::new(items)),
@@ -165,7 +170,40 @@ fn values<M: Module>(module: &M) -> Vec<f32> {
     collect.0
 }
 
-fn main() {
+/// What a training run changed.
+struct Outcome {
+    loss_before: f32,
+    loss_after: f32,
+    mix_before: Vec<f32>,
+    mix_after: Vec<f32>,
+    bilm_before: Vec<f32>,
+    bilm_after: Vec<f32>,
+}
+
+impl Outcome {
+    /// The largest change of a scalar-mix parameter.
+    fn mix_moved(&self) -> f32 {
+        (self.mix_before.iter().zip(&self.mix_after))
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0f32, f32::max)
+    }
+
+    /// What a user relies on: the tagger learns, ELMo's mix learns, the biLM stays as loaded.
+    fn check(&self) {
+        assert!(
+            self.loss_after < 0.5 * self.loss_before,
+            "the tagger did not learn"
+        );
+        assert!(self.mix_moved() > 1e-3, "ELMo's scalar mix did not learn");
+        assert!(
+            self.bilm_before == self.bilm_after,
+            "the frozen biLM changed"
+        );
+    }
+}
+
+/// Builds the tagger on the embedded demo biLM and trains it with burn-train's `Learner`.
+fn train_tagger() -> Outcome {
     let device = Device::flex().autodiff();
     let options = BiLmOptions::from_json_str(OPTIONS, "demo options.json").expect("options");
     let mut weights = WeightFile::from_bytes(WEIGHTS.to_vec(), "demo weights").expect("weights");
@@ -186,7 +224,11 @@ fn main() {
     let valid = loader(examples(16, 1000), None);
     let loss_before = mean_loss(&model.valid(), &valid);
     let learner = Learner::new(model, AdamConfig::new().init(), 0.05);
-    let dir = std::env::temp_dir().join(format!("elmo-tagger-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!(
+        "elmo-tagger-{}-{:?}",
+        std::process::id(),
+        std::thread::current().id()
+    ));
     let result = SupervisedTraining::new(&dir, train, valid.clone())
         .num_epochs(6)
         .with_metric_logger(InMemoryMetricLogger::new())
@@ -197,22 +239,37 @@ fn main() {
         panic!("training failed: {error}");
     }
     let model = result.model;
-    let loss_after = mean_loss(&model, &valid);
-    let (mix_after, bilm_after) = (
-        values(&model.elmo.scalar_mixes[0]),
-        values(&model.elmo.bilm),
-    );
-    let mix_moved = mix_before
-        .iter()
-        .zip(&mix_after)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0.0f32, f32::max);
-    println!("validation loss {loss_before:.4} -> {loss_after:.4}");
-    println!("scalar mix (softmax weights and gamma) {mix_before:?} -> {mix_after:?}");
-    assert!(loss_after < 0.5 * loss_before, "the tagger did not learn");
-    assert!(mix_moved > 1e-3, "ELMo's scalar mix did not learn");
-    assert_eq!(bilm_before, bilm_after, "the frozen biLM changed");
+    Outcome {
+        loss_before,
+        loss_after: mean_loss(&model, &valid),
+        mix_before,
+        mix_after: values(&model.elmo.scalar_mixes[0]),
+        bilm_before,
+        bilm_after: values(&model.elmo.bilm),
+    }
+}
+
+fn main() {
+    let outcome = train_tagger();
+    let (before, after) = (outcome.loss_before, outcome.loss_after);
+    println!("validation loss {before:.4} -> {after:.4}");
     println!(
-        "ok: the tagger learned, the scalar mix moved by {mix_moved:.4}, the biLM is unchanged"
+        "scalar mix (softmax weights and gamma) {:?} -> {:?}",
+        outcome.mix_before, outcome.mix_after
     );
+    outcome.check();
+    println!(
+        "ok: the tagger learned, the scalar mix moved by {:.4}, the biLM is unchanged",
+        outcome.mix_moved()
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    /// The example's run as a test: `cargo test --workspace` builds it with the workspace's one
+    /// feature resolution (no second build of burn) and runs it in CI.
+    #[test]
+    fn the_tagger_learns_and_the_bilm_stays_frozen() {
+        super::train_tagger().check();
+    }
 }

@@ -1,0 +1,427 @@
+//! The LSTMP forward pass of inference as one host loop on the CPU (AllenNLP's
+//! `LstmCellWithProjection` recurrence, allennlp/modules/lstm_cell_with_projection.py): per step,
+//! one product of `[x_t; h]` with the stacked input and recurrent weights (packed once per call,
+//! [`crate::host_gemm`]), one fused pass over the cells (gates, memory, clip, `tanh`), and the
+//! projection with its clip. Rows sorted longest first, so the rows still running at a step are
+//! a prefix; the others keep their state and output zero.
+//!
+//! A burn CPU backend runs each of a step's ~15 operations as its own pass over memory with a
+//! scalar `exp`; this loop makes one pass with a vectorised one.
+
+use crate::host_gemm::{PackedMatrix, matmul_packed};
+
+/// An LSTMP layer's weights on the host.
+#[derive(Debug, Clone)]
+pub struct HostLstm {
+    /// `[d_input + P, 4C]`: input weights over recurrent weights, gates `i, f, g, o`.
+    gates: PackedMatrix,
+    /// `[4C]`.
+    bias: Vec<f32>,
+    /// `[C, P]`.
+    projection: PackedMatrix,
+    d_input: usize,
+    d_cell: usize,
+    d_projection: usize,
+    cell_clip: Option<f32>,
+    projection_clip: Option<f32>,
+}
+
+/// The row-major host values of an LSTMP layer (the layout of `LstmWithProjection`).
+#[derive(Debug, Clone, Copy)]
+pub struct HostLstmWeights<'a> {
+    /// `[d_input, 4C]`.
+    pub input_weight: &'a [f32],
+    /// `[P, 4C]`.
+    pub state_weight: &'a [f32],
+    /// `[4C]`.
+    pub bias: &'a [f32],
+    /// `[C, P]`.
+    pub projection: &'a [f32],
+    /// Memory cell clip.
+    pub cell_clip: Option<f64>,
+    /// Projected state clip.
+    pub projection_clip: Option<f64>,
+}
+
+/// A layer's outputs and final state on the host.
+///
+/// # Shapes
+/// - outputs: `[B, T, P]`, zero at padded positions
+/// - hidden: `[B, P]`, memory: `[B, C]`
+#[derive(Debug, Clone)]
+pub struct HostLstmOutput {
+    /// Output of every step.
+    pub outputs: Vec<f32>,
+    /// Final projected state.
+    pub hidden: Vec<f32>,
+    /// Final memory.
+    pub memory: Vec<f32>,
+}
+
+impl HostLstm {
+    /// Packs a layer's weights.
+    ///
+    /// # Panics
+    /// When the slices do not have the shapes of one layer.
+    pub fn new(weights: HostLstmWeights) -> Self {
+        let gates_width = weights.bias.len();
+        let d_cell = gates_width / 4;
+        let d_projection = weights.projection.len() / d_cell.max(1);
+        let d_input = weights.input_weight.len() / gates_width.max(1);
+        assert!(
+            gates_width == 4 * d_cell
+                && d_cell > 0
+                && weights.projection.len() == d_cell * d_projection
+                && weights.input_weight.len() == d_input * gates_width
+                && weights.state_weight.len() == d_projection * gates_width,
+            "weights of one LSTMP layer"
+        );
+        Self {
+            gates: PackedMatrix::pack_stacked(
+                &[weights.input_weight, weights.state_weight],
+                gates_width,
+            ),
+            bias: weights.bias.to_vec(),
+            projection: PackedMatrix::pack(weights.projection, d_projection),
+            d_input,
+            d_cell,
+            d_projection,
+            cell_clip: weights.cell_clip.map(|c| c as f32),
+            projection_clip: weights.projection_clip.map(|c| c as f32),
+        }
+    }
+
+    /// Runs the layer over `inputs` `[B, T, d_input]` (rows sorted longest first: `lengths`
+    /// non-increasing) from `hidden` `[B, P]` and `memory` `[B, C]`: left to right when
+    /// `go_forward`, else right to left from each row's own last token.
+    ///
+    /// # Panics
+    /// When the shapes disagree or `lengths` is not sorted longest first.
+    pub fn forward(
+        &self,
+        inputs: &[f32],
+        lengths: &[usize],
+        n_steps: usize,
+        go_forward: bool,
+        hidden: Vec<f32>,
+        memory: Vec<f32>,
+    ) -> HostLstmOutput {
+        let batch = lengths.len();
+        let (d_in, c, p) = (self.d_input, self.d_cell, self.d_projection);
+        assert_eq!(
+            inputs.len(),
+            batch * n_steps * d_in,
+            "inputs are [B, T, d_input]"
+        );
+        assert!(
+            hidden.len() == batch * p && memory.len() == batch * c,
+            "the state is [B, P] and [B, C]"
+        );
+        assert!(
+            lengths.windows(2).all(|w| w[0] >= w[1]) && lengths.iter().all(|&l| l <= n_steps),
+            "lengths sorted longest first, at most T"
+        );
+        let (mut hidden, mut memory) = (hidden, memory);
+        let mut outputs = vec![0.0f32; batch * n_steps * p];
+        let k = d_in + p;
+        // `[x_t, h]` of the running rows, their gates, their cell outputs before the projection.
+        let mut joined = vec![0.0f32; batch * k];
+        let mut gates = vec![0.0f32; batch * 4 * c];
+        let mut cells = vec![0.0f32; batch * c];
+        let mut projected = vec![0.0f32; batch * p];
+        for step in 0..n_steps {
+            let t = if go_forward { step } else { n_steps - 1 - step };
+            let n_active = lengths.iter().take_while(|&&l| l > t).count();
+            if n_active == 0 {
+                continue;
+            }
+            for row in 0..n_active {
+                let x = &inputs[(row * n_steps + t) * d_in..][..d_in];
+                joined[row * k..row * k + d_in].copy_from_slice(x);
+                joined[row * k + d_in..(row + 1) * k]
+                    .copy_from_slice(&hidden[row * p..(row + 1) * p]);
+            }
+            matmul_packed(&joined, k, n_active, &self.gates, &mut gates, 4 * c);
+            cell_pass(
+                &gates[..n_active * 4 * c],
+                &self.bias,
+                &mut memory[..n_active * c],
+                &mut cells[..n_active * c],
+                self.cell_clip,
+            );
+            matmul_packed(&cells, c, n_active, &self.projection, &mut projected, p);
+            let projected = &mut projected[..n_active * p];
+            if let Some(clip) = self.projection_clip {
+                projected
+                    .iter_mut()
+                    .for_each(|v| *v = v.max(-clip).min(clip));
+            }
+            hidden[..n_active * p].copy_from_slice(projected);
+            for row in 0..n_active {
+                outputs[(row * n_steps + t) * p..][..p]
+                    .copy_from_slice(&projected[row * p..(row + 1) * p]);
+            }
+        }
+        HostLstmOutput {
+            outputs,
+            hidden,
+            memory,
+        }
+    }
+}
+
+/// The cells of the running rows: gates `i, f, g, o` from `gates + bias`, the new memory
+/// (clipped) in place and `o · tanh(memory)` into `cells`. Compiled for the widest vectors the
+/// CPU has.
+fn cell_pass(
+    gates: &[f32],
+    bias: &[f32],
+    memory: &mut [f32],
+    cells: &mut [f32],
+    clip: Option<f32>,
+) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("fma")
+        {
+            // SAFETY: the features were detected on this machine.
+            return unsafe { cell_pass_avx512(gates, bias, memory, cells, clip) };
+        }
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        {
+            // SAFETY: as above.
+            return unsafe { cell_pass_avx2(gates, bias, memory, cells, clip) };
+        }
+    }
+    cell_rows(gates, bias, memory, cells, clip)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,fma")]
+unsafe fn cell_pass_avx512(
+    gates: &[f32],
+    bias: &[f32],
+    memory: &mut [f32],
+    cells: &mut [f32],
+    clip: Option<f32>,
+) {
+    cell_rows(gates, bias, memory, cells, clip)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn cell_pass_avx2(
+    gates: &[f32],
+    bias: &[f32],
+    memory: &mut [f32],
+    cells: &mut [f32],
+    clip: Option<f32>,
+) {
+    cell_rows(gates, bias, memory, cells, clip)
+}
+
+#[inline(always)]
+fn cell_rows(
+    gates: &[f32],
+    bias: &[f32],
+    memory: &mut [f32],
+    cells: &mut [f32],
+    clip: Option<f32>,
+) {
+    let c = bias.len() / 4;
+    let clip = clip.unwrap_or(f32::INFINITY);
+    let (bi, bf, bg, bo) = (
+        &bias[..c],
+        &bias[c..2 * c],
+        &bias[2 * c..3 * c],
+        &bias[3 * c..],
+    );
+    for ((gates, memory), cells) in gates
+        .chunks_exact(4 * c)
+        .zip(memory.chunks_exact_mut(c))
+        .zip(cells.chunks_exact_mut(c))
+    {
+        let (gi, gf, gg, go) = (
+            &gates[..c],
+            &gates[c..2 * c],
+            &gates[2 * c..3 * c],
+            &gates[3 * c..],
+        );
+        for j in 0..c {
+            let input = sigmoid(gi[j] + bi[j]);
+            let forget = sigmoid(gf[j] + bf[j]);
+            let candidate = tanh(gg[j] + bg[j]);
+            let output = sigmoid(go[j] + bo[j]);
+            // `max`/`min` rather than `clamp`, whose check of its bounds would stop vectorisation.
+            let m = (input * candidate + forget * memory[j])
+                .max(-clip)
+                .min(clip);
+            memory[j] = m;
+            cells[j] = output * tanh(m);
+        }
+    }
+}
+
+/// `e^x` to about one unit in the last place over the range of float32 (Cephes `expf`: a
+/// degree-6 polynomial after reduction by `ln 2`), branch-free so that loops of it vectorise.
+#[inline(always)]
+pub fn exp(x: f32) -> f32 {
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    const LN2_HI: f32 = 0.693_359_4;
+    const LN2_LO: f32 = -2.121_944_4e-4;
+    // Rounds to the nearest integer for |v| < 2^22 without a call (vectorises on any x86-64).
+    const ROUND: f32 = 12_582_912.0;
+    let x = x.clamp(-87.3, 88.0);
+    let shifted = x * LOG2E + ROUND;
+    let n = shifted - ROUND;
+    let r = x - n * LN2_HI - n * LN2_LO;
+    let mut y = 1.987_569_1e-4;
+    y = y * r + 1.398_199_9e-3;
+    y = y * r + 8.333_452e-3;
+    y = y * r + 4.166_579_6e-2;
+    y = y * r + 0.166_666_65;
+    y = y * r + 0.5;
+    let y = y * r * r + r + 1.0;
+    // `shifted`'s low bits hold `n` (its exponent is fixed by ROUND): 2^n without a float to
+    // integer conversion, so that the loop vectorises.
+    let n_bits = shifted.to_bits().wrapping_sub(ROUND.to_bits());
+    y * f32::from_bits(n_bits.wrapping_add(127) << 23)
+}
+
+/// The logistic function.
+#[inline(always)]
+pub fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + exp(-x))
+}
+
+/// `tanh(x) = 2σ(2x) − 1` (absolute error below 2e-7).
+#[inline(always)]
+pub fn tanh(x: f32) -> f32 {
+    2.0 * sigmoid(2.0 * x) - 1.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exp_sigmoid_and_tanh_are_close_to_the_standard_library() {
+        let mut worst = (0.0f32, 0.0f32, 0.0f32);
+        for i in -20_000..=20_000 {
+            let x = i as f32 * 0.004;
+            let exp_error = ((exp(x) - x.exp()) / x.exp()).abs();
+            let sigmoid_error = (sigmoid(x) - 1.0 / (1.0 + (-x).exp())).abs();
+            let tanh_error = (tanh(x) - x.tanh()).abs();
+            worst.0 = worst.0.max(exp_error);
+            worst.1 = worst.1.max(sigmoid_error);
+            worst.2 = worst.2.max(tanh_error);
+        }
+        assert!(worst.0 < 5e-7, "exp relative error {}", worst.0);
+        assert!(worst.1 < 2e-7, "sigmoid error {}", worst.1);
+        assert!(worst.2 < 4e-7, "tanh error {}", worst.2);
+        // Saturation without infinities or NaN.
+        assert!((0.0..1e-30).contains(&sigmoid(-200.0)));
+        assert!((sigmoid(200.0) - 1.0).abs() < 1e-7 && (tanh(-50.0) + 1.0).abs() < 1e-7);
+        assert!(exp(-1000.0).is_finite() && exp(1000.0).is_finite());
+    }
+
+    /// A step-by-step float64 LSTMP, row by row (the definition).
+    fn reference(
+        w: &HostLstmWeights,
+        inputs: &[f32],
+        lengths: &[usize],
+        n_steps: usize,
+        go_forward: bool,
+    ) -> Vec<f64> {
+        let c = w.bias.len() / 4;
+        let p = w.projection.len() / c;
+        let d = w.input_weight.len() / (4 * c);
+        let s = |x: f64| 1.0 / (1.0 + (-x).exp());
+        let mut out = vec![0.0; lengths.len() * n_steps * p];
+        for (row, &len) in lengths.iter().enumerate() {
+            let (mut h, mut m) = (vec![0.0f64; p], vec![0.0f64; c]);
+            let steps: Vec<usize> = if go_forward {
+                (0..len).collect()
+            } else {
+                (0..len).rev().collect()
+            };
+            for t in steps {
+                let x = &inputs[(row * n_steps + t) * d..][..d];
+                let gate = |g: usize, j: usize| {
+                    let col = g * c + j;
+                    let mut v = f64::from(w.bias[col]);
+                    for (q, &xq) in x.iter().enumerate() {
+                        v += f64::from(xq) * f64::from(w.input_weight[q * 4 * c + col]);
+                    }
+                    for (q, &hq) in h.iter().enumerate() {
+                        v += hq * f64::from(w.state_weight[q * 4 * c + col]);
+                    }
+                    v
+                };
+                let mut cell_out = vec![0.0; c];
+                for j in 0..c {
+                    let clip = w.cell_clip.unwrap_or(f64::INFINITY);
+                    m[j] = (s(gate(0, j)) * gate(2, j).tanh() + s(gate(1, j)) * m[j])
+                        .clamp(-clip, clip);
+                    cell_out[j] = s(gate(3, j)) * m[j].tanh();
+                }
+                for (k, hk) in h.iter_mut().enumerate() {
+                    let v: f64 = (0..c)
+                        .map(|j| cell_out[j] * f64::from(w.projection[j * p + k]))
+                        .sum();
+                    let clip = w.projection_clip.unwrap_or(f64::INFINITY);
+                    *hk = v.clamp(-clip, clip);
+                }
+                out[(row * n_steps + t) * p..][..p].copy_from_slice(&h);
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn a_layer_equals_a_float64_reference_in_both_directions_with_clips() {
+        let values = |n: usize, seed: u32, scale: f32| -> Vec<f32> {
+            (0..n as u32)
+                .map(|i| {
+                    (((i.wrapping_mul(2654435761) ^ seed) % 2001) as f32 / 1000.0 - 1.0) * scale
+                })
+                .collect()
+        };
+        let (d, c, p) = (5, 12, 7);
+        let (input_weight, state_weight) = (values(d * 4 * c, 1, 0.6), values(p * 4 * c, 2, 0.6));
+        let (bias, projection) = (values(4 * c, 3, 0.3), values(c * p, 4, 0.5));
+        let weights = HostLstmWeights {
+            input_weight: &input_weight,
+            state_weight: &state_weight,
+            bias: &bias,
+            projection: &projection,
+            cell_clip: Some(0.9),
+            projection_clip: Some(0.4),
+        };
+        let layer = HostLstm::new(weights);
+        let (lengths, n_steps) = ([6usize, 6, 4, 1, 0], 6);
+        let inputs = values(lengths.len() * n_steps * d, 5, 1.5);
+        for go_forward in [true, false] {
+            let out = layer.forward(
+                &inputs,
+                &lengths,
+                n_steps,
+                go_forward,
+                vec![0.0; lengths.len() * p],
+                vec![0.0; lengths.len() * c],
+            );
+            let expected = reference(&weights, &inputs, &lengths, n_steps, go_forward);
+            let worst = out
+                .outputs
+                .iter()
+                .zip(&expected)
+                .map(|(a, b)| (f64::from(*a) - b).abs())
+                .fold(0.0, f64::max);
+            assert!(worst < 2e-6, "forward {go_forward}: {worst}");
+            // The final state is the last real step's (row 0 runs all steps).
+            let last = if go_forward { n_steps - 1 } else { 0 };
+            assert_eq!(out.hidden[..p], out.outputs[last * p..(last + 1) * p]);
+        }
+    }
+}

@@ -1,0 +1,173 @@
+//! The LSTM stack of ELMo's biLM (Peters et al. 2018, §3.1): layers of LSTMP where layer `i` reads
+//! layer `i - 1`'s output and, from layer 1 on, adds its input to its output (bilm-tf's
+//! `ResidualWrapper` inside `DropoutWrapper`, AllenNLP's `ElmoLstm`), and the two directions run
+//! side by side. The one home of these rules: inference ([`crate::BiLm`]), autodiff training and
+//! the hand-written backpropagation through time of elmo-train walk their stacks with
+//! [`run_stack`] / [`residual_input_gradient`] and pair directions with [`both_directions`].
+
+use burn::tensor::Tensor;
+
+/// Whether layer `index` of a stack adds its input to its output.
+pub fn has_residual(index: usize, use_skip_connections: bool) -> bool {
+    index > 0 && use_skip_connections
+}
+
+/// What one layer of a stack did: the input it read (after any dropout the caller applies), its
+/// LSTM output, and whatever the caller keeps of it (a final state, a tape for the backward pass).
+///
+/// # Shapes
+/// - input: `[B, T, d_input]`
+/// - output: `[B, T, P]`
+pub struct LayerRun<R> {
+    /// The input the layer read.
+    pub input: Tensor<3>,
+    /// Its LSTM output, before the residual.
+    pub output: Tensor<3>,
+    /// The caller's record of the layer.
+    pub record: R,
+}
+
+/// A stack's outputs and the records of its layers (bottom first).
+///
+/// # Shapes
+/// - outputs: per layer `[B, T, P]`, after the residual (what the next layer reads)
+/// - top: `[B, T, P]`, the last of `outputs` (the stack's input when it has no layer)
+pub struct StackRun<R> {
+    /// Every layer's output after its residual.
+    pub outputs: Vec<Tensor<3>>,
+    /// The top of the stack.
+    pub top: Tensor<3>,
+    /// Every layer's record.
+    pub records: Vec<R>,
+}
+
+/// Runs a stack of `n_layers` layers over `input`: `layer(i, x)` runs layer `i` on `x` (the
+/// previous layer's output after its residual) and tells what it read and produced; the residual
+/// (from layer 1 on, when `use_skip_connections`) adds what it read to what it produced.
+pub fn run_stack<R>(
+    n_layers: usize,
+    use_skip_connections: bool,
+    input: Tensor<3>,
+    mut layer: impl FnMut(usize, Tensor<3>) -> LayerRun<R>,
+) -> StackRun<R> {
+    let mut x = input;
+    let mut outputs = Vec::with_capacity(n_layers);
+    let mut records = Vec::with_capacity(n_layers);
+    for index in 0..n_layers {
+        let run = layer(index, x);
+        x = if has_residual(index, use_skip_connections) {
+            run.output + run.input
+        } else {
+            run.output
+        };
+        outputs.push(x.clone());
+        records.push(run.record);
+    }
+    StackRun {
+        outputs,
+        top: x,
+        records,
+    }
+}
+
+/// The gradient of layer `index`'s input, from the gradient that reached it through the layer's
+/// LSTM (`through_layer`) and the gradient of the layer's output after the residual
+/// (`of_output`): the residual passes `of_output` to the input unchanged.
+///
+/// # Shapes
+/// - through_layer, of_output, output: `[B, T, P]`
+pub fn residual_input_gradient(
+    index: usize,
+    use_skip_connections: bool,
+    through_layer: Tensor<3>,
+    of_output: Tensor<3>,
+) -> Tensor<3> {
+    if has_residual(index, use_skip_connections) {
+        through_layer + of_output
+    } else {
+        through_layer
+    }
+}
+
+/// Runs the forward direction's work on this thread and the backward direction's on a scoped
+/// second thread, and returns both results (forward first). On a CPU the products of one
+/// small-batch step do not keep two cores busy on their own; on a GPU the two directions' launches
+/// interleave.
+pub fn both_directions<T: Send>(
+    forward: impl FnOnce() -> T + Send,
+    backward: impl FnOnce() -> T + Send,
+) -> (T, T) {
+    std::thread::scope(|scope| {
+        let backward = scope.spawn(backward);
+        let forward = forward();
+        match backward.join() {
+            Ok(backward) => (forward, backward),
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use burn::tensor::{Device, Tensor, TensorData};
+
+    use super::*;
+
+    fn constant(value: f32, device: &Device) -> Tensor<3> {
+        Tensor::from_data(TensorData::new(vec![value; 2], [1, 1, 2]), device)
+    }
+
+    fn values(x: &Tensor<3>) -> Vec<f32> {
+        x.clone().into_data().try_to_vec().unwrap()
+    }
+
+    #[test]
+    fn the_residual_starts_at_layer_one_and_adds_what_the_layer_read() {
+        let device = Device::flex();
+        // Each "layer" doubles its input after adding 1 (standing in for dropout) to it.
+        let layer = |_: usize, x: Tensor<3>| {
+            let input = x + 1.0;
+            LayerRun {
+                output: input.clone() * 2.0,
+                input,
+                record: (),
+            }
+        };
+        let with = run_stack(3, true, constant(1.0, &device), layer);
+        // 1 → (2)·2 = 4 → (5)·2 + 5 = 15 → (16)·2 + 16 = 48.
+        let outputs: Vec<f32> = with.outputs.iter().map(|o| values(o)[0]).collect();
+        assert_eq!(outputs, [4.0, 15.0, 48.0]);
+        assert_eq!(values(&with.top)[0], 48.0);
+        let without = run_stack(3, false, constant(1.0, &device), layer);
+        // 1 → 4 → 10 → 22.
+        assert_eq!(values(&without.top)[0], 22.0);
+        let empty = run_stack(0, true, constant(7.0, &device), layer);
+        assert!(empty.outputs.is_empty());
+        assert_eq!(values(&empty.top)[0], 7.0);
+    }
+
+    #[test]
+    fn the_residual_gradient_passes_the_output_gradient_to_the_input() {
+        let device = Device::flex();
+        let (through, of_output) = (constant(3.0, &device), constant(0.5, &device));
+        let at = |index, skip| {
+            values(&residual_input_gradient(
+                index,
+                skip,
+                through.clone(),
+                of_output.clone(),
+            ))[0]
+        };
+        assert_eq!(at(0, true), 3.0);
+        assert_eq!(at(1, true), 3.5);
+        assert_eq!(at(2, false), 3.0);
+    }
+
+    #[test]
+    fn both_directions_returns_forward_then_backward() {
+        assert_eq!(
+            both_directions(|| "forward", || "backward"),
+            ("forward", "backward")
+        );
+    }
+}

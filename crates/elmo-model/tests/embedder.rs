@@ -1,0 +1,177 @@
+//! The `Embedder` (what `elmo embed` and the task feature pass run) against the genuine AllenNLP
+//! 2.10.1 outputs of `fixtures/tiny`: stateless vectors per sentence whatever the batching,
+//! top / average from the same layers, and the stateful sequence of calls.
+
+mod common;
+
+use burn::tensor::Device;
+use common::*;
+use elmo_model::{Embedder, EmbedderConfig, LayerSelection, SentenceVectors};
+
+const TOL: f32 = 1e-5;
+
+fn embedder(device: &Device, config: EmbedderConfig) -> Embedder {
+    config.init(tiny_bilm(device), device).expect("embedder")
+}
+
+/// AllenNLP's layers of `batch` (boundaries removed), `[L + 1]` arrays `[B, T, 2P]`.
+fn reference_layers(batch: &str) -> Vec<Array<f32>> {
+    (0..3)
+        .map(|i| npy(&format!("tiny/{batch}/layer{i}_no_bos_eos.npy")))
+        .collect()
+}
+
+/// Row `row`'s first `n` positions of layer `layer` of a `[B, T, D]` reference.
+fn reference_row(layers: &[Array<f32>], layer: usize, row: usize, n: usize) -> Vec<f32> {
+    let array = &layers[layer];
+    let (t, d) = (array.shape[1], array.shape[2]);
+    array.data[row * t * d..row * t * d + n * d].to_vec()
+}
+
+fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len(), "lengths differ");
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+#[test]
+fn stateless_vectors_match_allennlp_whatever_the_batching() {
+    for (name, device) in cpu_devices() {
+        for batch in ["main", "edge"] {
+            let sentences = tiny_sentences(batch);
+            let reference = reference_layers(batch);
+            // One call per batch as AllenNLP ran it, and batches of 3 rows under a position cap
+            // that splits them further: the same vectors, in input order.
+            for (batch_size, max_batch_positions) in [(64, 8192), (3, 40)] {
+                let mut embedder = embedder(
+                    &device,
+                    EmbedderConfig {
+                        batch_size,
+                        max_batch_positions,
+                        ..EmbedderConfig::default()
+                    },
+                );
+                let d = embedder.d_output();
+                let vectors = embedder.embed(&sentences).expect("embed");
+                assert_eq!(vectors.len(), sentences.len());
+                for (row, (sentence, v)) in sentences.iter().zip(&vectors).enumerate() {
+                    let n = sentence.len();
+                    assert_eq!(v.shape, [3, n, d], "{name}/{batch} row {row}");
+                    for layer in 0..3 {
+                        let got = &v.values[layer * n * d..(layer + 1) * n * d];
+                        let diff = max_diff(got, &reference_row(&reference, layer, row, n));
+                        assert!(
+                            diff <= TOL,
+                            "{name}/{batch} batch {batch_size} row {row} layer {layer}: {diff}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn top_and_average_are_cut_from_all_layers() {
+    let device = Device::flex();
+    let sentences = tiny_sentences("main");
+    let run = |layers| {
+        embedder(
+            &device,
+            EmbedderConfig {
+                layers,
+                ..EmbedderConfig::default()
+            },
+        )
+        .embed(&sentences)
+        .expect("embed")
+    };
+    let (all, top, average) = (
+        run(LayerSelection::All),
+        run(LayerSelection::Top),
+        run(LayerSelection::Average),
+    );
+    for ((a, t), m) in all.iter().zip(&top).zip(&average) {
+        let [n_layers, n, d] = a.shape[..] else {
+            panic!("all layers: {:?}", a.shape)
+        };
+        assert_eq!(
+            (t.shape.as_slice(), m.shape.as_slice()),
+            (&[n, d][..], &[n, d][..])
+        );
+        let layer = |l: usize| &a.values[l * n * d..(l + 1) * n * d];
+        assert_eq!(t.values, layer(n_layers - 1));
+        let mean: Vec<f32> = (0..n * d)
+            .map(|i| (0..n_layers).map(|l| layer(l)[i]).sum::<f32>() / n_layers as f32)
+            .collect();
+        assert!(max_diff(&m.values, &mean) <= 1e-6);
+    }
+}
+
+#[test]
+fn empty_sentences_have_no_rows_and_keep_their_place() {
+    let device = Device::flex();
+    let mut embedder = embedder(&device, EmbedderConfig::default());
+    let d = embedder.d_output();
+    let sentences: Vec<Vec<&str>> = vec![vec![], vec!["a", "cat"], vec![]];
+    let vectors = embedder.embed(&sentences).expect("embed");
+    let shapes: Vec<&[usize]> = vectors.iter().map(|v| v.shape.as_slice()).collect();
+    assert_eq!(shapes, [&[3, 0, d][..], &[3, 2, d][..], &[3, 0, d][..]]);
+    assert!(vectors[0].values.is_empty() && vectors[2].values.is_empty());
+}
+
+#[test]
+fn stateful_calls_match_allennlps_sequence() {
+    for (name, device) in cpu_devices() {
+        let mut embedder = embedder(
+            &device,
+            EmbedderConfig {
+                stateful: true,
+                batch_size: 8,
+                ..EmbedderConfig::default()
+            },
+        );
+        let d = embedder.d_output();
+        // The fixture's calls: main (8 rows), edge (4), main_first3 (3), main again, with the
+        // LSTM state carried row by row (call 3's float32 reference is 1.4e-5 from float64).
+        for (call, batch) in ["main", "edge", "main_first3", "main"]
+            .into_iter()
+            .enumerate()
+        {
+            let sentences = tiny_sentences(batch);
+            let vectors: Vec<SentenceVectors> = embedder.embed(&sentences).expect("embed");
+            let tolerance = if call < 3 { TOL } else { 3e-5 };
+            for layer in 0..3 {
+                // `call{k}_layer{i}` keeps the boundaries: `[B, T + 2, 2P]`.
+                let reference: Array<f32> =
+                    npy(&format!("tiny/stateful/call{call}_layer{layer}.npy"));
+                let (t, _) = (reference.shape[1], reference.shape[2]);
+                for (row, (sentence, v)) in sentences.iter().zip(&vectors).enumerate() {
+                    let n = sentence.len();
+                    let start = (row * t + 1) * d;
+                    let expected = &reference.data[start..start + n * d];
+                    let got = &v.values[layer * n * d..(layer + 1) * n * d];
+                    let diff = max_diff(got, expected);
+                    assert!(
+                        diff <= tolerance,
+                        "{name}: call {call} row {row} layer {layer}: {diff}"
+                    );
+                }
+            }
+        }
+        embedder.reset_state();
+    }
+}
+
+#[test]
+fn a_zero_batch_size_is_an_error() {
+    let device = Device::flex();
+    let config = EmbedderConfig {
+        batch_size: 0,
+        ..EmbedderConfig::default()
+    };
+    let error = config.init(tiny_bilm(&device), &device).unwrap_err();
+    assert!(error.to_string().contains("batch size"), "{error}");
+}

@@ -1,0 +1,113 @@
+//! One optimizer step of the joint biLM loss (bilm-tf `train`'s inner loop): dropout masks and
+//! sampled negatives drawn from (seed, step), the loss and its gradients, global-norm clipping,
+//! the update, and the carried LSTM state moved on with the gradient cut at the boundary.
+
+use burn::optim::ModuleOptimizer;
+use burn::tensor::Device;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::config::TrainConfig;
+use crate::language_model::{BiLanguageModel, CarriedState, LmGradients, SoftmaxMode};
+use crate::lm_batch::LmBatch;
+use crate::optimizer::{clip_global_norm, global_norm};
+use crate::seeds::mix_seed;
+use crate::softmax::SampledCandidates;
+use crate::step_losses::StepLosses;
+use crate::step_profile::StepProfile;
+
+/// What [`optimizer_step`] needs besides the model, optimizer, batch and state.
+#[derive(Debug, Clone, Copy)]
+pub struct StepSettings<'a> {
+    /// Softmax, clipping, learning rate and schedule.
+    pub config: &'a TrainConfig,
+    /// Vocabulary size.
+    pub n_vocab: usize,
+    /// Run seed (dropout masks and negatives are drawn from (seed, step)).
+    pub seed: u64,
+    /// 0-based step.
+    pub step: u64,
+    /// Factor of the plateau schedule on the learning rate (1 for the other schedules).
+    pub lr_scale: f64,
+    /// The autodiff device.
+    pub device: &'a Device,
+    /// Adds each phase's time to it, when given (the device is then synchronised per phase).
+    pub profile: Option<&'a StepProfile>,
+}
+
+/// One optimizer step on a batch: the joint loss (dropout masks and sampled negatives drawn from
+/// (seed, step)), gradients, global-norm clipping, the update, and the carried LSTM state moved
+/// on (detached). When the loss is not finite the model and state are returned unchanged.
+pub fn optimizer_step(
+    model: BiLanguageModel,
+    optimizer: &mut ModuleOptimizer,
+    batch: &LmBatch,
+    state: &mut Option<CarriedState>,
+    settings: StepSettings,
+) -> (BiLanguageModel, StepLosses) {
+    let StepSettings {
+        config,
+        n_vocab,
+        seed,
+        step,
+        lr_scale,
+        device,
+        profile,
+    } = settings;
+    let mark = |phase| {
+        if let Some(profile) = profile {
+            profile.mark(device, phase);
+        }
+    };
+    if let Some(profile) = profile {
+        profile.start(device);
+    }
+    let candidates = config.uses_sampled_softmax(n_vocab).then(|| {
+        let mut rng = ChaCha8Rng::seed_from_u64(mix_seed(&[seed, step, 0x5A3]));
+        SampledCandidates::draw(config.negatives, n_vocab, &mut rng)
+    });
+    let mode = candidates
+        .as_ref()
+        .map_or(SoftmaxMode::Full, SoftmaxMode::Sampled);
+    let start = state.clone().map(|carried| {
+        let mut rng = ChaCha8Rng::seed_from_u64(mix_seed(&[seed, step, 0x5E7]));
+        let n_rows = carried.forward.first().map_or(0, |s| s.hidden.dims()[0]);
+        let reset: Vec<bool> = (0..n_rows)
+            .map(|_| rng.random::<f64>() < config.state_reset)
+            .collect();
+        carried.reset_rows(&reset)
+    });
+    let LmGradients { step: out, grads } = model.loss_and_gradients(
+        batch,
+        start,
+        mode,
+        Some(mix_seed(&[seed, step, 0xD80])),
+        device,
+        profile,
+    );
+    let lr = config.optimizer.lr() * config.lr_schedule.factor(step) * lr_scale;
+    let mut losses = StepLosses {
+        loss: f64::from(out.loss.loss.clone().into_scalar::<f32>()),
+        forward_nll: 0.0,
+        n_forward: out.loss.n_forward as u64,
+        backward_nll: 0.0,
+        n_backward: out.loss.n_backward as u64,
+        grad_norm: 0.0,
+        lr,
+    };
+    let Some(mut grads) = grads else {
+        return (model, losses);
+    };
+    losses.forward_nll = f64::from(out.loss.forward_nll.clone().into_scalar::<f32>());
+    losses.backward_nll = f64::from(out.loss.backward_nll.clone().into_scalar::<f32>());
+    mark("losses to the host");
+    losses.grad_norm = match config.clip_norm {
+        Some(max) => clip_global_norm(&model, &mut grads, max, model.kernels),
+        None => global_norm(&model, &grads, model.kernels),
+    };
+    mark("gradient norm and clipping");
+    *state = out.state.map(CarriedState::detach);
+    let model = optimizer.step(lr, model, grads);
+    mark("optimizer update");
+    (model, losses)
+}
