@@ -51,9 +51,10 @@ pub struct EmbedArgs {
     /// Layers written for each sentence.
     #[arg(long, value_enum, default_value_t = LayerArg::All)]
     pub layers: LayerArg,
-    /// Sentences per batch.
-    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
-    pub batch_size: u32,
+    /// Sentences per biLM call [default: 64 with --stateful (AllenNLP's), 256 otherwise:
+    /// stateless vectors do not depend on it, and more rows per LSTM step run faster].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub batch_size: Option<u32>,
     /// Carry the LSTM state from batch to batch, row by row, in input order (AllenNLP's
     /// `ElmoEmbedder` behaviour). By default every sentence starts from a zero state, so its
     /// vectors do not depend on its neighbours or the batch size.
@@ -251,6 +252,9 @@ pub fn run(args: &EmbedArgs) -> Result<()> {
             end: None,
         },
     };
+    let batch_size = args
+        .batch_size
+        .map_or(if args.stateful { 64 } else { 256 }, |n| n as usize);
     let fingerprint = OutputFingerprint {
         input: format!("{:032x} {} lines", input.hash, input.lines),
         model: model_fingerprint(&model.bilm)?,
@@ -260,7 +264,7 @@ pub fn run(args: &EmbedArgs) -> Result<()> {
             range.start,
             range.end.map_or(String::new(), |end| end.to_string()),
             args.stateful,
-            if args.stateful { args.batch_size } else { 0 },
+            if args.stateful { batch_size } else { 0 },
             args.max_tokens
         ),
     };
@@ -301,12 +305,11 @@ pub fn run(args: &EmbedArgs) -> Result<()> {
     let mut embedder = EmbedderConfig {
         layers: args.layers.into(),
         stateful: args.stateful,
-        batch_size: args.batch_size as usize,
+        batch_size,
         max_batch_positions: args.max_batch_positions,
         token_cache_bytes: args.token_cache_mib.saturating_mul(1 << 20),
     }
     .init(model.bilm, &device)?;
-    let batch_size = args.batch_size as usize;
     let window = if args.stateful {
         batch_size
     } else {

@@ -66,7 +66,10 @@ impl PackedMatrix {
     /// # Panics
     /// When a block's length is not a multiple of `n`.
     pub fn pack_stacked(blocks: &[&[f32]], n: usize) -> Self {
-        let isa = Isa::detect();
+        Self::pack_for(Isa::detect(), blocks, n)
+    }
+
+    fn pack_for(isa: Isa, blocks: &[&[f32]], n: usize) -> Self {
         let panel = isa.panel();
         let k: usize = blocks.iter().map(|b| b.len() / n.max(1)).sum();
         assert!(
@@ -121,45 +124,12 @@ pub fn matmul_packed(a: &[f32], lda: usize, m: usize, b: &PackedMatrix, c: &mut 
     match b.isa {
         // SAFETY: `b.isa` was detected on this machine when `b` was packed.
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => unsafe { matmul_avx512(a, lda, m, b, c, ldc) },
+        Isa::Avx512 => unsafe { x86::matmul_avx512(a, lda, m, b, c, ldc) },
         // SAFETY: as above.
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => unsafe { matmul_avx2(a, lda, m, b, c, ldc) },
+        Isa::Avx2 => unsafe { x86::matmul_avx2(a, lda, m, b, c, ldc) },
         Isa::Portable => run::<16, 4>(a, lda, m, b, c, ldc, block_portable::<16, 4>),
     }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,fma")]
-unsafe fn matmul_avx512(
-    a: &[f32],
-    lda: usize,
-    m: usize,
-    b: &PackedMatrix,
-    c: &mut [f32],
-    ldc: usize,
-) {
-    // SAFETY: the features are enabled here; `run` hands the block a packed block of `a` and a
-    // panel of `K` rows.
-    run::<32, 8>(a, lda, m, b, c, ldc, |a, panel, out| unsafe {
-        x86::block_avx512(a, panel, out)
-    })
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn matmul_avx2(
-    a: &[f32],
-    lda: usize,
-    m: usize,
-    b: &PackedMatrix,
-    c: &mut [f32],
-    ldc: usize,
-) {
-    // SAFETY: as above.
-    run::<16, 6>(a, lda, m, b, c, ldc, |a, panel, out| unsafe {
-        x86::block_avx2(a, panel, out)
-    })
 }
 
 /// Packs `a` in blocks of `MR` rows, each `K` steps of `MR` values (rows past `m` zero), so that
@@ -219,76 +189,98 @@ fn block_portable<const NR: usize, const MR: usize>(
 }
 
 /// The x86-64 micro-kernels: `8 × 32` (AVX-512) or `6 × 16` (AVX2) accumulators in registers
-/// over all of `K`, one broadcast of `a` per row and step of `K`.
+/// over all of `K` (two vectors per row), one broadcast of `a` per row and step of `K`, the same
+/// rows of the next panel prefetched towards L2 for the next pass (a prefetch past the last
+/// panel reads nothing).
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::*;
 
-    /// # Safety
-    /// AVX-512F and FMA present; `a` holds `K × 8` packed values and `panel` `K × 32`.
-    #[target_feature(enable = "avx512f,fma")]
-    pub unsafe fn block_avx512(a: &[f32], panel: &[f32], out: &mut [[f32; 32]; 8]) {
-        let k = a.len() / 8;
-        debug_assert!(panel.len() >= 32 * k);
-        let (a, b) = (a.as_ptr(), panel.as_ptr());
-        let mut low = [_mm512_setzero_ps(); 8];
-        let mut high = [_mm512_setzero_ps(); 8];
-        for p in 0..k {
-            // SAFETY: in bounds by the function's contract.
-            unsafe {
-                // The same rows of the next panel, towards L2 for the next pass (a prefetch
-                // past the last panel reads nothing).
-                let next = b.wrapping_add(32 * k + p * 32);
-                _mm_prefetch::<_MM_HINT_T1>(next as *const i8);
-                _mm_prefetch::<_MM_HINT_T1>(next.wrapping_add(16) as *const i8);
-                let b0 = _mm512_loadu_ps(b.add(p * 32));
-                let b1 = _mm512_loadu_ps(b.add(p * 32 + 16));
-                for i in 0..8 {
-                    let x = _mm512_set1_ps(*a.add(p * 8 + i));
-                    low[i] = _mm512_fmadd_ps(x, b0, low[i]);
-                    high[i] = _mm512_fmadd_ps(x, b1, high[i]);
+    use super::{PackedMatrix, run};
+
+    macro_rules! micro_kernel {
+        ($matmul:ident, $name:ident, $features:literal, $mr:literal, $nr:literal, $half:literal,
+         $zero:ident, $load:ident, $set1:ident, $fmadd:ident, $store:ident) => {
+            /// # Safety
+            #[doc = concat!("`", $features, "` present and `b` packed for it.")]
+            #[target_feature(enable = $features)]
+            pub unsafe fn $matmul(
+                a: &[f32],
+                lda: usize,
+                m: usize,
+                b: &PackedMatrix,
+                c: &mut [f32],
+                ldc: usize,
+            ) {
+                // SAFETY: the features are enabled here; `run` hands the block a packed block
+                // of `a` and a panel of `K` rows.
+                run::<$nr, $mr>(a, lda, m, b, c, ldc, |a, panel, out| unsafe {
+                    $name(a, panel, out)
+                })
+            }
+
+            /// # Safety
+            #[doc = concat!("`", $features, "` present; `a` holds `K × ", $mr,
+                                                    "` packed values and `panel` `K × ", $nr, "`.")]
+            #[target_feature(enable = $features)]
+            pub unsafe fn $name(a: &[f32], panel: &[f32], out: &mut [[f32; $nr]; $mr]) {
+                let k = a.len() / $mr;
+                debug_assert!(panel.len() >= $nr * k);
+                let (a, b) = (a.as_ptr(), panel.as_ptr());
+                let mut low = [$zero(); $mr];
+                let mut high = [$zero(); $mr];
+                for p in 0..k {
+                    // SAFETY: in bounds by the function's contract.
+                    unsafe {
+                        let next = b.wrapping_add($nr * k + p * $nr);
+                        _mm_prefetch::<_MM_HINT_T1>(next as *const i8);
+                        _mm_prefetch::<_MM_HINT_T1>(next.wrapping_add($half) as *const i8);
+                        let b0 = $load(b.add(p * $nr));
+                        let b1 = $load(b.add(p * $nr + $half));
+                        for i in 0..$mr {
+                            let x = $set1(*a.add(p * $mr + i));
+                            low[i] = $fmadd(x, b0, low[i]);
+                            high[i] = $fmadd(x, b1, high[i]);
+                        }
+                    }
+                }
+                for (i, row) in out.iter_mut().enumerate() {
+                    // SAFETY: `row` holds NR values.
+                    unsafe {
+                        $store(row.as_mut_ptr(), low[i]);
+                        $store(row.as_mut_ptr().add($half), high[i]);
+                    }
                 }
             }
-        }
-        for (i, row) in out.iter_mut().enumerate() {
-            // SAFETY: `row` holds 32 values.
-            unsafe {
-                _mm512_storeu_ps(row.as_mut_ptr(), low[i]);
-                _mm512_storeu_ps(row.as_mut_ptr().add(16), high[i]);
-            }
-        }
+        };
     }
 
-    /// # Safety
-    /// AVX2 and FMA present; `a` holds `K × 6` packed values and `panel` `K × 16`.
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn block_avx2(a: &[f32], panel: &[f32], out: &mut [[f32; 16]; 6]) {
-        let k = a.len() / 6;
-        debug_assert!(panel.len() >= 16 * k);
-        let (a, b) = (a.as_ptr(), panel.as_ptr());
-        let mut low = [_mm256_setzero_ps(); 6];
-        let mut high = [_mm256_setzero_ps(); 6];
-        for p in 0..k {
-            // SAFETY: in bounds by the function's contract.
-            unsafe {
-                _mm_prefetch::<_MM_HINT_T1>(b.wrapping_add(16 * k + p * 16) as *const i8);
-                let b0 = _mm256_loadu_ps(b.add(p * 16));
-                let b1 = _mm256_loadu_ps(b.add(p * 16 + 8));
-                for i in 0..6 {
-                    let x = _mm256_set1_ps(*a.add(p * 6 + i));
-                    low[i] = _mm256_fmadd_ps(x, b0, low[i]);
-                    high[i] = _mm256_fmadd_ps(x, b1, high[i]);
-                }
-            }
-        }
-        for (i, row) in out.iter_mut().enumerate() {
-            // SAFETY: `row` holds 16 values.
-            unsafe {
-                _mm256_storeu_ps(row.as_mut_ptr(), low[i]);
-                _mm256_storeu_ps(row.as_mut_ptr().add(8), high[i]);
-            }
-        }
-    }
+    micro_kernel!(
+        matmul_avx512,
+        block_avx512,
+        "avx512f,fma",
+        8,
+        32,
+        16,
+        _mm512_setzero_ps,
+        _mm512_loadu_ps,
+        _mm512_set1_ps,
+        _mm512_fmadd_ps,
+        _mm512_storeu_ps
+    );
+    micro_kernel!(
+        matmul_avx2,
+        block_avx2,
+        "avx2,fma",
+        6,
+        16,
+        8,
+        _mm256_setzero_ps,
+        _mm256_loadu_ps,
+        _mm256_set1_ps,
+        _mm256_fmadd_ps,
+        _mm256_storeu_ps
+    );
 }
 
 #[cfg(test)]
@@ -320,36 +312,57 @@ mod tests {
         c.into_iter().map(|v| v as f32).collect()
     }
 
+    /// Every instruction set this machine has (the portable kernel always).
+    fn isas() -> Vec<Isa> {
+        let mut isas = vec![Isa::Portable];
+        #[cfg(target_arch = "x86_64")]
+        {
+            let has = |f: &str| match f {
+                "avx512f" => std::arch::is_x86_feature_detected!("avx512f"),
+                _ => std::arch::is_x86_feature_detected!("avx2"),
+            } && std::arch::is_x86_feature_detected!("fma");
+            if has("avx2") {
+                isas.push(Isa::Avx2);
+            }
+            if has("avx512f") {
+                isas.push(Isa::Avx512);
+            }
+        }
+        isas
+    }
+
     #[test]
     fn products_of_every_tail_equal_a_float64_reference() {
-        // Row counts across the block sizes, columns across the panel widths, both stacked blocks.
-        for (m, k1, k2, n) in [
-            (1, 3, 0, 1),
-            (7, 5, 4, 17),
-            (9, 16, 8, 33),
-            (13, 64, 32, 48),
-            (20, 7, 9, 70),
-        ] {
-            let (top, bottom) = (values(k1 * n, 1), values(k2 * n, 2));
-            let b = [top.clone(), bottom.clone()].concat();
-            let packed = PackedMatrix::pack_stacked(&[&top, &bottom], n);
-            assert_eq!((packed.k(), packed.n()), (k1 + k2, n));
-            let lda = k1 + k2 + 3;
-            let a = values(m * lda, 3);
-            let ldc = n + 2;
-            let mut c = vec![f32::NAN; m * ldc];
-            matmul_packed(&a, lda, m, &packed, &mut c, ldc);
-            let expected = reference(&a, lda, m, &b, k1 + k2, n);
-            for i in 0..m {
-                for j in 0..n {
-                    let (got, want) = (c[i * ldc + j], expected[i * n + j]);
-                    assert!(
-                        (got - want).abs() <= 1e-5,
-                        "m {m} n {n}: [{i}, {j}] {got} vs {want}"
-                    );
+        for isa in isas() {
+            // Row counts across the block sizes, columns across the panel widths, both stacked blocks.
+            for (m, k1, k2, n) in [
+                (1, 3, 0, 1),
+                (7, 5, 4, 17),
+                (9, 16, 8, 33),
+                (13, 64, 32, 48),
+                (20, 7, 9, 70),
+            ] {
+                let (top, bottom) = (values(k1 * n, 1), values(k2 * n, 2));
+                let b = [top.clone(), bottom.clone()].concat();
+                let packed = PackedMatrix::pack_for(isa, &[&top, &bottom], n);
+                assert_eq!((packed.k(), packed.n()), (k1 + k2, n));
+                let lda = k1 + k2 + 3;
+                let a = values(m * lda, 3);
+                let ldc = n + 2;
+                let mut c = vec![f32::NAN; m * ldc];
+                matmul_packed(&a, lda, m, &packed, &mut c, ldc);
+                let expected = reference(&a, lda, m, &b, k1 + k2, n);
+                for i in 0..m {
+                    for j in 0..n {
+                        let (got, want) = (c[i * ldc + j], expected[i * n + j]);
+                        assert!(
+                            (got - want).abs() <= 1e-5,
+                            "{isa:?} m {m} n {n}: [{i}, {j}] {got} vs {want}"
+                        );
+                    }
+                    // Columns past N are not written.
+                    assert!(c[i * ldc + n].is_nan());
                 }
-                // Columns past N are not written.
-                assert!(c[i * ldc + n].is_nan());
             }
         }
     }

@@ -197,29 +197,25 @@ fn cell_pass(
     cell_rows(gates, bias, memory, cells, clip)
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,fma")]
-unsafe fn cell_pass_avx512(
-    gates: &[f32],
-    bias: &[f32],
-    memory: &mut [f32],
-    cells: &mut [f32],
-    clip: Option<f32>,
-) {
-    cell_rows(gates, bias, memory, cells, clip)
+/// `cell_rows` compiled for an instruction set.
+macro_rules! cell_pass_for {
+    ($name:ident, $features:literal) => {
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = $features)]
+        unsafe fn $name(
+            gates: &[f32],
+            bias: &[f32],
+            memory: &mut [f32],
+            cells: &mut [f32],
+            clip: Option<f32>,
+        ) {
+            cell_rows(gates, bias, memory, cells, clip)
+        }
+    };
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn cell_pass_avx2(
-    gates: &[f32],
-    bias: &[f32],
-    memory: &mut [f32],
-    cells: &mut [f32],
-    clip: Option<f32>,
-) {
-    cell_rows(gates, bias, memory, cells, clip)
-}
+cell_pass_for!(cell_pass_avx512, "avx512f,fma");
+cell_pass_for!(cell_pass_avx2, "avx2,fma");
 
 #[inline(always)]
 fn cell_rows(
