@@ -425,6 +425,7 @@ impl BiLm {
                 layers.len(),
                 self.use_skip_connections,
                 inputs.clone(),
+                true,
                 |index, x| {
                     let start = starts.as_mut().and_then(Iterator::next);
                     let out = layers[index].forward(x.clone(), lengths, go_forward, start);

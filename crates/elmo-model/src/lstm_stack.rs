@@ -30,10 +30,11 @@ pub struct LayerRun<R> {
 /// A stack's outputs and the records of its layers (bottom first).
 ///
 /// # Shapes
-/// - outputs: per layer `[B, T, P]`, after the residual (what the next layer reads)
-/// - top: `[B, T, P]`, the last of `outputs` (the stack's input when it has no layer)
+/// - outputs: per layer `[B, T, P]`, after the residual (what the next layer reads); empty
+///   unless asked for
+/// - top: `[B, T, P]`, the last layer's output (the stack's input when it has no layer)
 pub struct StackRun<R> {
-    /// Every layer's output after its residual.
+    /// Every layer's output after its residual, when [`run_stack`] was asked to keep them.
     pub outputs: Vec<Tensor<3>>,
     /// The top of the stack.
     pub top: Tensor<3>,
@@ -43,11 +44,14 @@ pub struct StackRun<R> {
 
 /// Runs a stack of `n_layers` layers over `input`: `layer(i, x)` runs layer `i` on `x` (the
 /// previous layer's output after its residual) and tells what it read and produced; the residual
-/// (from layer 1 on, when `use_skip_connections`) adds what it read to what it produced.
+/// (from layer 1 on, when `use_skip_connections`) adds what it read to what it produced. With
+/// `keep_outputs` every layer's output is kept (inference reads them all); otherwise only the
+/// top, so that a backend can reuse the others' memory.
 pub fn run_stack<R>(
     n_layers: usize,
     use_skip_connections: bool,
     input: Tensor<3>,
+    keep_outputs: bool,
     mut layer: impl FnMut(usize, Tensor<3>) -> LayerRun<R>,
 ) -> StackRun<R> {
     let mut x = input;
@@ -60,7 +64,9 @@ pub fn run_stack<R>(
         } else {
             run.output
         };
-        outputs.push(x.clone());
+        if keep_outputs {
+            outputs.push(x.clone());
+        }
         records.push(run.record);
     }
     StackRun {
@@ -133,15 +139,16 @@ mod tests {
                 record: (),
             }
         };
-        let with = run_stack(3, true, constant(1.0, &device), layer);
+        let with = run_stack(3, true, constant(1.0, &device), true, layer);
         // 1 → (2)·2 = 4 → (5)·2 + 5 = 15 → (16)·2 + 16 = 48.
         let outputs: Vec<f32> = with.outputs.iter().map(|o| values(o)[0]).collect();
         assert_eq!(outputs, [4.0, 15.0, 48.0]);
         assert_eq!(values(&with.top)[0], 48.0);
-        let without = run_stack(3, false, constant(1.0, &device), layer);
-        // 1 → 4 → 10 → 22.
+        let without = run_stack(3, false, constant(1.0, &device), false, layer);
+        // 1 → 4 → 10 → 22, and only the top kept.
         assert_eq!(values(&without.top)[0], 22.0);
-        let empty = run_stack(0, true, constant(7.0, &device), layer);
+        assert!(without.outputs.is_empty());
+        let empty = run_stack(0, true, constant(7.0, &device), true, layer);
         assert!(empty.outputs.is_empty());
         assert_eq!(values(&empty.top)[0], 7.0);
     }

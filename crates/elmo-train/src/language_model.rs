@@ -236,7 +236,7 @@ impl BiLanguageModel {
         } = run;
         let mut initial = initial.map(Vec::into_iter);
         let skip = self.bilm.use_skip_connections;
-        let stack = run_stack(layers.len(), skip, embedded, |index, x| {
+        let stack = run_stack(layers.len(), skip, embedded, false, |index, x| {
             let (layer, _) = weight_drop.drop_recurrent(&layers[index]);
             let input = dropout.apply(x);
             let start = initial.as_mut().and_then(Iterator::next);

@@ -85,51 +85,58 @@ pub(crate) fn forward_stack(
             .collect();
         stacked_masks(masks)
     };
-    let stack = run_stack(n_layers, use_skip_connections, embedded, |index, x| {
-        let (layers, weight_masks): (Vec<_>, Vec<_>) = (stacks.iter().zip(&mut weight_drops))
-            .map(|(stack, weight_drop)| weight_drop.drop_recurrent(&stack[index]))
-            .unzip();
-        let mask = next_masks(&x);
-        let input = match &mask {
-            Some(mask) => x * mask.clone(),
-            None => x,
-        };
-        let starts: Option<Vec<LstmState>> = (initial.iter_mut())
-            .map(|states| states.as_mut().and_then(Iterator::next))
-            .collect();
-        let start = starts.map(|starts| {
-            let (hidden, memory) = starts.into_iter().map(|s| (s.hidden, s.memory)).unzip();
-            LstmState {
-                hidden: LstmGroup::stacked_rows(hidden),
-                memory: LstmGroup::stacked_rows(memory),
+    let stack = run_stack(
+        n_layers,
+        use_skip_connections,
+        embedded,
+        false,
+        |index, x| {
+            let (layers, weight_masks): (Vec<_>, Vec<_>) = (stacks.iter().zip(&mut weight_drops))
+                .map(|(stack, weight_drop)| weight_drop.drop_recurrent(&stack[index]))
+                .unzip();
+            let mask = next_masks(&x);
+            let input = match &mask {
+                Some(mask) => x * mask.clone(),
+                None => x,
+            };
+            let starts: Option<Vec<LstmState>> = (initial.iter_mut())
+                .map(|states| states.as_mut().and_then(Iterator::next))
+                .collect();
+            let start = starts.map(|starts| {
+                let (hidden, memory) = starts.into_iter().map(|s| (s.hidden, s.memory)).unzip();
+                LstmState {
+                    hidden: LstmGroup::stacked_rows(hidden),
+                    memory: LstmGroup::stacked_rows(memory),
+                }
+            });
+            let group =
+                LstmGroup::new(layers.iter().map(|layer| layer.as_ref()).collect(), kernels);
+            let (out, tape) = group.forward_recorded(input.clone(), start);
+            let finals: Vec<LstmState> = (0..n_stacks)
+                .map(|g| LstmState {
+                    hidden: LstmGroup::rows_of(&out.final_state.hidden, g, n_stacks),
+                    memory: LstmGroup::rows_of(&out.final_state.memory, g, n_stacks),
+                })
+                .collect();
+            let weight_masks: Option<Vec<_>> = weight_masks.into_iter().collect();
+            let dropped = weight_masks.map(|masks| {
+                let layers = layers.into_iter().map(|layer| layer.into_owned());
+                layers.zip(masks.into_iter().map(|m| m.inner())).collect()
+            });
+            LayerRun {
+                input,
+                output: out.outputs,
+                record: (
+                    RecordedLayer {
+                        tape,
+                        input_mask: mask,
+                        dropped,
+                    },
+                    finals,
+                ),
             }
-        });
-        let group = LstmGroup::new(layers.iter().map(|layer| layer.as_ref()).collect(), kernels);
-        let (out, tape) = group.forward_recorded(input.clone(), start);
-        let finals: Vec<LstmState> = (0..n_stacks)
-            .map(|g| LstmState {
-                hidden: LstmGroup::rows_of(&out.final_state.hidden, g, n_stacks),
-                memory: LstmGroup::rows_of(&out.final_state.memory, g, n_stacks),
-            })
-            .collect();
-        let weight_masks: Option<Vec<_>> = weight_masks.into_iter().collect();
-        let dropped = weight_masks.map(|masks| {
-            let layers = layers.into_iter().map(|layer| layer.into_owned());
-            layers.zip(masks.into_iter().map(|m| m.inner())).collect()
-        });
-        LayerRun {
-            input,
-            output: out.outputs,
-            record: (
-                RecordedLayer {
-                    tape,
-                    input_mask: mask,
-                    dropped,
-                },
-                finals,
-            ),
-        }
-    });
+        },
+    );
     let top_mask = next_masks(&stack.top);
     let top = match &top_mask {
         Some(mask) => stack.top * mask.clone(),
