@@ -51,8 +51,9 @@ pub struct EmbedArgs {
     /// Layers written for each sentence.
     #[arg(long, value_enum, default_value_t = LayerArg::All)]
     pub layers: LayerArg,
-    /// Sentences per biLM call [default: 64 with --stateful (AllenNLP's), 256 otherwise:
-    /// stateless vectors do not depend on it, and more rows per LSTM step run faster].
+    /// Sentences per biLM call [default: 64 with --stateful (AllenNLP's); otherwise 256 on a
+    /// CPU and 1024 with --backend wgpu: stateless vectors do not depend on it, and more rows
+    /// per LSTM step run faster].
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub batch_size: Option<u32>,
     /// Carry the LSTM state from batch to batch, row by row, in input order (AllenNLP's
@@ -73,8 +74,9 @@ pub struct EmbedArgs {
     pub token_cache_mib: usize,
     /// Stateless mode: at most this many padded positions (rows x longest row) per batch, so
     /// that a few very long lines do not make a huge batch. Stateful batches keep their size.
-    #[arg(long, default_value_t = 8192)]
-    pub max_batch_positions: usize,
+    /// [default: 8192 on a CPU, 65536 with --backend wgpu]
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_batch_positions: Option<u64>,
     /// Embed only lines A to B−1 (0-based; `A:` to the end), with their global line numbers as
     /// dataset names: one worker's part of a corpus, joined by `elmo merge`.
     #[arg(long, value_name = "A:B", value_parser = parse_lines, conflicts_with = "shard")]
@@ -252,9 +254,18 @@ pub fn run(args: &EmbedArgs) -> Result<()> {
             end: None,
         },
     };
-    let batch_size = args
-        .batch_size
-        .map_or(if args.stateful { 64 } else { 256 }, |n| n as usize);
+    let on_gpu = matches!(args.backend, Backend::Wgpu);
+    let batch_size = args.batch_size.map_or(
+        match (args.stateful, on_gpu) {
+            (true, _) => 64,
+            (false, false) => 256,
+            (false, true) => 1024,
+        },
+        |n| n as usize,
+    );
+    let max_batch_positions = args
+        .max_batch_positions
+        .map_or(if on_gpu { 65_536 } else { 8192 }, |n| n as usize);
     let fingerprint = OutputFingerprint {
         input: format!("{:032x} {} lines", input.hash, input.lines),
         model: model_fingerprint(&model.bilm)?,
@@ -306,7 +317,7 @@ pub fn run(args: &EmbedArgs) -> Result<()> {
         layers: args.layers.into(),
         stateful: args.stateful,
         batch_size,
-        max_batch_positions: args.max_batch_positions,
+        max_batch_positions,
         token_cache_bytes: args.token_cache_mib.saturating_mul(1 << 20),
     }
     .init(model.bilm, &device)?;
