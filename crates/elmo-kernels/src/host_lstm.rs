@@ -1,8 +1,9 @@
 //! The LSTMP forward pass of inference as one host loop on the CPU (AllenNLP's
-//! `LstmCellWithProjection` recurrence, allennlp/modules/lstm_cell_with_projection.py): per step,
-//! one product of `[x_t; h]` with the stacked input and recurrent weights (packed once per call,
-//! [`crate::host_gemm`]), one fused pass over the cells (gates, memory, clip, `tanh`), and the
-//! projection with its clip. Rows sorted longest first, so the rows still running at a step are
+//! `LstmCellWithProjection` recurrence, allennlp/modules/lstm_cell_with_projection.py): the input
+//! projection `x·W_x` for several steps in one product, then per step `h·W_h` (weights packed
+//! once per call, [`crate::host_gemm`]), one fused pass over the cells (gates, memory, clip,
+//! `tanh`), and the projection with its clip. The weights stream from memory at every step, so
+//! the input weights are read once per chunk of steps, not once per step. Rows sorted longest first, so the rows still running at a step are
 //! a prefix; the others keep their state and output zero.
 //!
 //! A burn CPU backend runs each of a step's ~15 operations as its own pass over memory with a
@@ -10,11 +11,16 @@
 
 use crate::host_gemm::{PackedMatrix, matmul_packed};
 
+/// Rows of the input projection computed in one product (`x·W_x` of several steps at once).
+const CHUNK_ROWS: usize = 512;
+
 /// An LSTMP layer's weights on the host.
 #[derive(Debug, Clone)]
 pub struct HostLstm {
-    /// `[d_input + P, 4C]`: input weights over recurrent weights, gates `i, f, g, o`.
-    gates: PackedMatrix,
+    /// `[d_input, 4C]`, gates `i, f, g, o`.
+    input: PackedMatrix,
+    /// `[P, 4C]`.
+    state: PackedMatrix,
     /// `[4C]`.
     bias: Vec<f32>,
     /// `[C, P]`.
@@ -77,10 +83,8 @@ impl HostLstm {
             "weights of one LSTMP layer"
         );
         Self {
-            gates: PackedMatrix::pack_stacked(
-                &[weights.input_weight, weights.state_weight],
-                gates_width,
-            ),
+            input: PackedMatrix::pack(weights.input_weight, gates_width),
+            state: PackedMatrix::pack(weights.state_weight, gates_width),
             bias: weights.bias.to_vec(),
             projection: PackedMatrix::pack(weights.projection, d_projection),
             d_input,
@@ -123,27 +127,49 @@ impl HostLstm {
         );
         let (mut hidden, mut memory) = (hidden, memory);
         let mut outputs = vec![0.0f32; batch * n_steps * p];
-        let k = d_in + p;
-        // `[x_t, h]` of the running rows, their gates, their cell outputs before the projection.
-        let mut joined = vec![0.0f32; batch * k];
+        // The input projection `x·W_x` of several steps at once (one product streams `W_x` for
+        // all of them); at most CHUNK_ROWS rows, so memory stays bounded.
+        let chunk_steps = (CHUNK_ROWS / batch.max(1)).clamp(1, n_steps.max(1));
+        let mut chunk_inputs = vec![0.0f32; chunk_steps * batch * d_in];
+        let mut projected_inputs = vec![0.0f32; chunk_steps * batch * 4 * c];
+        let mut chunk_rows = 0;
         let mut gates = vec![0.0f32; batch * 4 * c];
         let mut cells = vec![0.0f32; batch * c];
         let mut projected = vec![0.0f32; batch * p];
+        let time = |step: usize| if go_forward { step } else { n_steps - 1 - step };
+        let active = |t: usize| lengths.iter().take_while(|&&l| l > t).count();
         for step in 0..n_steps {
-            let t = if go_forward { step } else { n_steps - 1 - step };
-            let n_active = lengths.iter().take_while(|&&l| l > t).count();
+            if step % chunk_steps == 0 {
+                // Rows running at any step of the chunk: those of its earliest time.
+                let steps = step..(step + chunk_steps).min(n_steps);
+                let earliest = steps.clone().map(time).min().unwrap_or(0);
+                chunk_rows = active(earliest);
+                for (j, s) in steps.clone().enumerate() {
+                    for row in 0..chunk_rows {
+                        let x = &inputs[(row * n_steps + time(s)) * d_in..][..d_in];
+                        chunk_inputs[(j * chunk_rows + row) * d_in..][..d_in].copy_from_slice(x);
+                    }
+                }
+                let n = steps.len() * chunk_rows;
+                matmul_packed(
+                    &chunk_inputs,
+                    d_in,
+                    n,
+                    &self.input,
+                    &mut projected_inputs,
+                    4 * c,
+                );
+            }
+            let t = time(step);
+            let n_active = active(t);
             if n_active == 0 {
                 continue;
             }
-            for row in 0..n_active {
-                let x = &inputs[(row * n_steps + t) * d_in..][..d_in];
-                joined[row * k..row * k + d_in].copy_from_slice(x);
-                joined[row * k + d_in..(row + 1) * k]
-                    .copy_from_slice(&hidden[row * p..(row + 1) * p]);
-            }
-            matmul_packed(&joined, k, n_active, &self.gates, &mut gates, 4 * c);
+            let x = &projected_inputs[(step % chunk_steps) * chunk_rows * 4 * c..];
+            matmul_packed(&hidden, p, n_active, &self.state, &mut gates, 4 * c);
             cell_pass(
                 &gates[..n_active * 4 * c],
+                &x[..n_active * 4 * c],
                 &self.bias,
                 &mut memory[..n_active * c],
                 &mut cells[..n_active * c],
@@ -170,11 +196,13 @@ impl HostLstm {
     }
 }
 
-/// The cells of the running rows: gates `i, f, g, o` from `gates + bias`, the new memory
+/// The cells of the running rows: gates `i, f, g, o` from `gates + inputs + bias` (the state's
+/// and the input's products), the new memory
 /// (clipped) in place and `o · tanh(memory)` into `cells`. Compiled for the widest vectors the
 /// CPU has.
 fn cell_pass(
     gates: &[f32],
+    inputs: &[f32],
     bias: &[f32],
     memory: &mut [f32],
     cells: &mut [f32],
@@ -186,15 +214,15 @@ fn cell_pass(
             && std::arch::is_x86_feature_detected!("fma")
         {
             // SAFETY: the features were detected on this machine.
-            return unsafe { cell_pass_avx512(gates, bias, memory, cells, clip) };
+            return unsafe { cell_pass_avx512(gates, inputs, bias, memory, cells, clip) };
         }
         if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
         {
             // SAFETY: as above.
-            return unsafe { cell_pass_avx2(gates, bias, memory, cells, clip) };
+            return unsafe { cell_pass_avx2(gates, inputs, bias, memory, cells, clip) };
         }
     }
-    cell_rows(gates, bias, memory, cells, clip)
+    cell_rows(gates, inputs, bias, memory, cells, clip)
 }
 
 /// `cell_rows` compiled for an instruction set.
@@ -204,12 +232,13 @@ macro_rules! cell_pass_for {
         #[target_feature(enable = $features)]
         unsafe fn $name(
             gates: &[f32],
+            inputs: &[f32],
             bias: &[f32],
             memory: &mut [f32],
             cells: &mut [f32],
             clip: Option<f32>,
         ) {
-            cell_rows(gates, bias, memory, cells, clip)
+            cell_rows(gates, inputs, bias, memory, cells, clip)
         }
     };
 }
@@ -220,6 +249,7 @@ cell_pass_for!(cell_pass_avx2, "avx2,fma");
 #[inline(always)]
 fn cell_rows(
     gates: &[f32],
+    inputs: &[f32],
     bias: &[f32],
     memory: &mut [f32],
     cells: &mut [f32],
@@ -233,8 +263,9 @@ fn cell_rows(
         &bias[2 * c..3 * c],
         &bias[3 * c..],
     );
-    for ((gates, memory), cells) in gates
+    for (((gates, inputs), memory), cells) in gates
         .chunks_exact(4 * c)
+        .zip(inputs.chunks_exact(4 * c))
         .zip(memory.chunks_exact_mut(c))
         .zip(cells.chunks_exact_mut(c))
     {
@@ -244,11 +275,18 @@ fn cell_rows(
             &gates[2 * c..3 * c],
             &gates[3 * c..],
         );
+        let (xi, xf, xg, xo) = (
+            &inputs[..c],
+            &inputs[c..2 * c],
+            &inputs[2 * c..3 * c],
+            &inputs[3 * c..],
+        );
         for j in 0..c {
-            let input = sigmoid(gi[j] + bi[j]);
-            let forget = sigmoid(gf[j] + bf[j]);
-            let candidate = tanh(gg[j] + bg[j]);
-            let output = sigmoid(go[j] + bo[j]);
+            // AllenNLP's order: `x·W_x + (h·W_h + b)`.
+            let input = sigmoid(xi[j] + (gi[j] + bi[j]));
+            let forget = sigmoid(xf[j] + (gf[j] + bf[j]));
+            let candidate = tanh(xg[j] + (gg[j] + bg[j]));
+            let output = sigmoid(xo[j] + (go[j] + bo[j]));
             // `max`/`min` rather than `clamp`, whose check of its bounds would stop vectorisation.
             let m = (input * candidate + forget * memory[j])
                 .max(-clip)
