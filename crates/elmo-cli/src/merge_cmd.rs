@@ -40,7 +40,9 @@ struct Part {
 }
 
 fn read_part(path: &Path) -> Result<Part> {
-    let file = hdf5_pure::File::open(path)
+    // Streaming: a part is read a dataset at a time, never whole, so merging parts larger than
+    // memory works (`File::open` would buffer every part at once).
+    let file = hdf5_pure::File::open_streaming(path)
         .with_context(|| format!("{}: not a readable HDF5 file", path.display()))?;
     let names = file
         .root()
@@ -131,11 +133,17 @@ pub fn run(args: &MergeArgs) -> Result<()> {
     )?
     .writer;
     for (p, (part, path)) in parts.iter().zip(&args.parts).enumerate() {
-        for &line in &part.lines {
-            let dataset = part
-                .file
-                .dataset(&line.to_string())
-                .with_context(|| format!("{}: dataset {line}", path.display()))?;
+        // One walk over the part's members (a lookup by name per line would scan the group's
+        // links again for every line).
+        let datasets = part
+            .file
+            .root()
+            .iter_datasets()
+            .with_context(|| format!("{}: listing datasets", path.display()))?;
+        for (name, dataset) in datasets {
+            let Ok(line) = name.parse::<usize>() else {
+                continue; // sentence_to_index
+            };
             let shape: Vec<usize> = dataset
                 .shape()
                 .with_context(|| format!("{}: dataset {line}", path.display()))?
