@@ -7,9 +7,9 @@
 //! same weights at every step, so packing them once per sequence removes a full copy of the
 //! weights from each step (32 MiB per step and direction for the `original` biLM).
 
-/// Which instruction set the micro-kernels use.
+/// Which instruction set the micro-kernels (and `host_lstm`'s cell pass) use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Isa {
+pub(crate) enum Isa {
     /// 512-bit vectors with FMA: panels of 32 columns, 8 rows per block.
     #[cfg(target_arch = "x86_64")]
     Avx512,
@@ -21,7 +21,8 @@ enum Isa {
 }
 
 impl Isa {
-    fn detect() -> Self {
+    /// The widest this CPU has.
+    pub(crate) fn detect() -> Self {
         #[cfg(target_arch = "x86_64")]
         {
             if std::arch::is_x86_feature_detected!("avx512f")
@@ -60,26 +61,23 @@ pub struct PackedMatrix {
 }
 
 impl PackedMatrix {
-    /// Packs row-major blocks stacked vertically (`[A; B; ...]`, each `[k_i, n]`): e.g. an LSTM's
-    /// input and recurrent weights as one `[d_input + P, 4C]` operand.
+    /// Packs a row-major `[k, n]` matrix.
     ///
     /// # Panics
-    /// When a block's length is not a multiple of `n`.
-    pub fn pack_stacked(blocks: &[&[f32]], n: usize) -> Self {
-        Self::pack_for(Isa::detect(), blocks, n)
+    /// When the length of `values` is not a multiple of `n`.
+    pub fn pack(values: &[f32], n: usize) -> Self {
+        Self::pack_for(Isa::detect(), values, n)
     }
 
-    fn pack_for(isa: Isa, blocks: &[&[f32]], n: usize) -> Self {
-        let panel = isa.panel();
-        let k: usize = blocks.iter().map(|b| b.len() / n.max(1)).sum();
+    fn pack_for(isa: Isa, values: &[f32], n: usize) -> Self {
         assert!(
-            blocks.iter().all(|b| n > 0 && b.len() % n == 0),
-            "blocks of whole rows of {n} columns"
+            n > 0 && values.len().is_multiple_of(n),
+            "whole rows of {n} columns"
         );
+        let (panel, k) = (isa.panel(), values.len() / n);
         let n_panels = n.div_ceil(panel);
         let mut data = vec![0.0f32; n_panels * k * panel];
-        let rows = blocks.iter().flat_map(|b| b.chunks_exact(n));
-        for (row, values) in rows.enumerate() {
+        for (row, values) in values.chunks_exact(n).enumerate() {
             for (p, columns) in values.chunks(panel).enumerate() {
                 let at = (p * k + row) * panel;
                 data[at..at + columns.len()].copy_from_slice(columns);
@@ -94,9 +92,9 @@ impl PackedMatrix {
         }
     }
 
-    /// Packs a row-major `[k, n]` matrix.
-    pub fn pack(values: &[f32], n: usize) -> Self {
-        Self::pack_stacked(&[values], n)
+    /// The instruction set it was packed for (detected on this machine).
+    pub(crate) fn isa(&self) -> Isa {
+        self.isa
     }
 
     /// Rows (`K`).
@@ -334,24 +332,23 @@ mod tests {
     #[test]
     fn products_of_every_tail_equal_a_float64_reference() {
         for isa in isas() {
-            // Row counts across the block sizes, columns across the panel widths, both stacked blocks.
-            for (m, k1, k2, n) in [
-                (1, 3, 0, 1),
-                (7, 5, 4, 17),
-                (9, 16, 8, 33),
-                (13, 64, 32, 48),
-                (20, 7, 9, 70),
+            // Row counts across the block sizes, columns across the panel widths.
+            for (m, k, n) in [
+                (1, 3, 1),
+                (7, 9, 17),
+                (9, 24, 33),
+                (13, 96, 48),
+                (20, 16, 70),
             ] {
-                let (top, bottom) = (values(k1 * n, 1), values(k2 * n, 2));
-                let b = [top.clone(), bottom.clone()].concat();
-                let packed = PackedMatrix::pack_for(isa, &[&top, &bottom], n);
-                assert_eq!((packed.k(), packed.n()), (k1 + k2, n));
-                let lda = k1 + k2 + 3;
+                let b = values(k * n, 1);
+                let packed = PackedMatrix::pack_for(isa, &b, n);
+                assert_eq!((packed.k(), packed.n()), (k, n));
+                let lda = k + 3;
                 let a = values(m * lda, 3);
                 let ldc = n + 2;
                 let mut c = vec![f32::NAN; m * ldc];
                 matmul_packed(&a, lda, m, &packed, &mut c, ldc);
-                let expected = reference(&a, lda, m, &b, k1 + k2, n);
+                let expected = reference(&a, lda, m, &b, k, n);
                 for i in 0..m {
                     for j in 0..n {
                         let (got, want) = (c[i * ldc + j], expected[i * n + j]);

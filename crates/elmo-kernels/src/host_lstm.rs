@@ -9,7 +9,7 @@
 //! A burn CPU backend runs each of a step's ~15 operations as its own pass over memory with a
 //! scalar `exp`; this loop makes one pass with a vectorised one.
 
-use crate::host_gemm::{PackedMatrix, matmul_packed};
+use crate::host_gemm::{Isa, PackedMatrix, matmul_packed};
 
 /// Rows of the input projection computed in one product (`x·W_x` of several steps at once).
 const CHUNK_ROWS: usize = 512;
@@ -168,6 +168,7 @@ impl HostLstm {
             let x = &projected_inputs[(step % chunk_steps) * chunk_rows * 4 * c..];
             matmul_packed(&hidden, p, n_active, &self.state, &mut gates, 4 * c);
             cell_pass(
+                self.state.isa(),
                 &gates[..n_active * 4 * c],
                 &x[..n_active * 4 * c],
                 &self.bias,
@@ -197,10 +198,10 @@ impl HostLstm {
 }
 
 /// The cells of the running rows: gates `i, f, g, o` from `gates + inputs + bias` (the state's
-/// and the input's products), the new memory
-/// (clipped) in place and `o · tanh(memory)` into `cells`. Compiled for the widest vectors the
-/// CPU has.
+/// and the input's products), the new memory (clipped) in place and `o · tanh(memory)` into
+/// `cells`, compiled for `isa` (the products' instruction set, detected on this machine).
 fn cell_pass(
+    isa: Isa,
     gates: &[f32],
     inputs: &[f32],
     bias: &[f32],
@@ -208,21 +209,15 @@ fn cell_pass(
     cells: &mut [f32],
     clip: Option<f32>,
 ) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx512f")
-            && std::arch::is_x86_feature_detected!("fma")
-        {
-            // SAFETY: the features were detected on this machine.
-            return unsafe { cell_pass_avx512(gates, inputs, bias, memory, cells, clip) };
-        }
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
-        {
-            // SAFETY: as above.
-            return unsafe { cell_pass_avx2(gates, inputs, bias, memory, cells, clip) };
-        }
+    match isa {
+        // SAFETY: `isa` was detected on this machine.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => unsafe { cell_pass_avx512(gates, inputs, bias, memory, cells, clip) },
+        // SAFETY: as above.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe { cell_pass_avx2(gates, inputs, bias, memory, cells, clip) },
+        Isa::Portable => cell_rows(gates, inputs, bias, memory, cells, clip),
     }
-    cell_rows(gates, inputs, bias, memory, cells, clip)
 }
 
 /// `cell_rows` compiled for an instruction set.

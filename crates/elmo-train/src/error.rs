@@ -114,3 +114,11 @@ pub(crate) fn io_error(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) 
     let path = path.into();
     move |source| TrainError::Io { path, source }
 }
+
+/// Attaches a path to an error of burn's record format (a model or optimizer file).
+pub(crate) fn record_error(
+    path: impl Into<PathBuf>,
+) -> impl FnOnce(burn::store::RecordError) -> TrainError {
+    let path = path.into();
+    move |source| TrainError::Record { path, source }
+}

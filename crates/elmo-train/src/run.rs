@@ -10,7 +10,7 @@ use burn::tensor::Device;
 use crate::checkpoint::RunDirectory;
 use crate::config::TrainConfig;
 use crate::dropout::DropoutConfig;
-use crate::error::{Result, TrainError};
+use crate::error::{Result, TrainError, record_error};
 use crate::language_model::{BiLanguageModel, BiLanguageModelConfig};
 use crate::vocabulary::Vocabulary;
 
@@ -69,7 +69,7 @@ impl TrainedRun {
         };
         let model = model_for(&config, &vocab, device)
             .try_load_file(&path)
-            .map_err(|source| TrainError::Record { path, source })?;
+            .map_err(record_error(&path))?;
         Ok(Self {
             config,
             vocab,

@@ -23,7 +23,7 @@ use crate::checkpoint::{
     AVERAGE_FILE, Checkpoint, MODEL_FILE, OPTIMIZER_FILE, RunDirectory, TrainerState,
 };
 use crate::config::{Averaging, LrSchedule, TrainConfig};
-use crate::error::{Result, TrainError, io_error};
+use crate::error::{Result, TrainError, io_error, record_error};
 use crate::evaluate::{Perplexity, evaluate, perplexity};
 use crate::init_from::{InitFrom, initial_model};
 use crate::language_model::{BiLanguageModel, CarriedState};
@@ -231,23 +231,17 @@ impl Trainer {
             Some(checkpoint) => {
                 model = model
                     .try_load_file(checkpoint.model_file())
-                    .map_err(|source| TrainError::Record {
-                        path: checkpoint.model_file(),
-                        source,
-                    })?;
+                    .map_err(record_error(checkpoint.model_file()))?;
                 // Read onto `Device::default()` (see above), moved to `device` at the next step.
                 optimizer = optimizer
                     .load(checkpoint.optimizer_file())
-                    .map_err(|source| TrainError::Record {
-                        path: checkpoint.optimizer_file(),
-                        source,
-                    })?;
+                    .map_err(record_error(checkpoint.optimizer_file()))?;
                 progress = checkpoint.trainer_state()?;
                 if progress.averaging.n_averaged > 0 && config.averaging != Averaging::Off {
                     let path = checkpoint.average_file();
                     let mean = model_for(config, &vocab, device)
                         .try_load_file(&path)
-                        .map_err(|source| TrainError::Record { path, source })?;
+                        .map_err(record_error(&path))?;
                     average = Some(WeightAverage {
                         mean,
                         n_averaged: progress.averaging.n_averaged,
@@ -489,23 +483,20 @@ impl Trainer {
         let (optimizer, average) = (&self.optimizer, &self.average);
         let checkpoint = self.run.save_checkpoint(
             |dir| {
-                let record_error = |file: &str| {
-                    let path = dir.join(file);
-                    move |source| TrainError::Record { path, source }
-                };
+                let file = |name: &str| dir.join(name);
                 model
                     .clone()
-                    .save_file(dir.join(MODEL_FILE))
-                    .map_err(record_error(MODEL_FILE))?;
+                    .save_file(file(MODEL_FILE))
+                    .map_err(record_error(file(MODEL_FILE)))?;
                 optimizer
-                    .save(dir.join(OPTIMIZER_FILE))
-                    .map_err(record_error(OPTIMIZER_FILE))?;
+                    .save(file(OPTIMIZER_FILE))
+                    .map_err(record_error(file(OPTIMIZER_FILE)))?;
                 if let Some(average) = average {
                     average
                         .mean
                         .clone()
-                        .save_file(dir.join(AVERAGE_FILE))
-                        .map_err(record_error(AVERAGE_FILE))?;
+                        .save_file(file(AVERAGE_FILE))
+                        .map_err(record_error(file(AVERAGE_FILE)))?;
                 }
                 Ok(())
             },
