@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Prepares, on this (CPU) machine, what the lent GPU machine needs to run
-# `xtask/device/bench-train-gpu.sh`: that machine has no Rust and no Vulkan loader.
-#   - `.device/bench_train.xz`: the release `bench_train` example, stripped and compressed;
+# `xtask/device/gpu-table.sh` (or `bench-train-gpu.sh`): that machine has no Rust and no Vulkan
+# loader.
+#   - `.device/bench_train.xz`, `.device/bench_embed.xz`: the benchmark examples in the dev
+#     profile of the README's commands (dependencies optimised as in a release build; no second
+#     build of burn), stripped and compressed;
 #   - `.gl/*.deb`: the Vulkan loader and GL libraries (Debian packages, unpacked there).
 # Both folders are ignored by git (.git/info/exclude) and travel with the device tool's `carry`:
-#   run(command="bash xtask/device/bench-train-gpu.sh", carry=[".gl", ".device"], timeout_s=540)
+#   run(command="bash xtask/device/gpu-table.sh", carry=[".gl", ".device"], timeout_s=560)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -13,10 +16,12 @@ for ignored in /.gl/ /.device/; do
 done
 
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}"
-cargo build --release -p elmo-cli --example bench_train
+cargo build -p elmo-cli --example bench_train --example bench_embed
 mkdir -p .device
-strip -o .device/bench_train "$CARGO_TARGET_DIR/release/examples/bench_train"
-xz -f -6 .device/bench_train
+for bench in bench_train bench_embed; do
+    strip -o ".device/$bench" "$CARGO_TARGET_DIR/debug/examples/$bench"
+    xz -f -6 ".device/$bench"
+done
 git rev-parse HEAD > .device/commit
 
 if ! ls .gl/libvulkan1_*.deb >/dev/null 2>&1; then

@@ -132,6 +132,9 @@ def main():
     ap.add_argument("--negatives", type=int, default=8192)
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    ap.add_argument("--amp", choices=["off", "bf16", "f16"], default="off",
+                    help="automatic mixed precision: the forward pass and loss under torch.autocast "
+                         "(f16 with a GradScaler), f32 weights and optimizer state")
     a = ap.parse_args()
     dev = torch.device(a.device)
     if a.threads:
@@ -156,27 +159,33 @@ def main():
                     for _ in range(p["n_layers"])]
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     states = [zero(), zero()]
+    amp_dtype = {"bf16": torch.bfloat16, "f16": torch.float16}.get(a.amp)
+    scaler = torch.amp.GradScaler(dev.type, enabled=a.amp == "f16")
     count, start = 0, time.time()
     for step in range(a.steps + 1):
         if step == 1:
             sync()
             count, start = 0, time.time()
         (cf, tf), (cb, tb) = window(), window()
-        emb = model.encode(torch.cat([cf, cb], 0))
-        top_f, states[0] = model.stack(model.fwd, emb[:B], states[0])
-        top_b, states[1] = model.stack(model.bwd, emb[B:], states[1])
-        loss = 0.5 * (sampled_nll(model, top_f.reshape(B * T, -1), tf.reshape(-1), a.negatives, n_vocab)
-                      + sampled_nll(model, top_b.reshape(B * T, -1), tb.reshape(-1), a.negatives, n_vocab))
+        with torch.autocast(dev.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+            emb = model.encode(torch.cat([cf, cb], 0))
+            top_f, states[0] = model.stack(model.fwd, emb[:B], states[0])
+            top_b, states[1] = model.stack(model.bwd, emb[B:], states[1])
+            loss = 0.5 * (sampled_nll(model, top_f.reshape(B * T, -1), tf.reshape(-1), a.negatives, n_vocab)
+                          + sampled_nll(model, top_b.reshape(B * T, -1), tb.reshape(-1), a.negatives, n_vocab))
+        states = [[(h.float(), c.float()) for h, c in direction] for direction in states]
         opt.zero_grad()
-        loss.backward()
+        scaler.scale(loss).backward()
+        scaler.unscale_(opt)
         torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0)
-        opt.step()
+        scaler.step(opt)
+        scaler.update()
         count += 2 * B * T
     sync()
     seconds = time.time() - start
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     gpu = f" peak_gpu_mib={torch.cuda.max_memory_allocated() / 2**20:.0f}" if dev.type == "cuda" else ""
-    print(f"RESULT tokens_per_s={count / seconds:.1f} peak_rss_mib={rss:.0f}{gpu} loss={loss.item():.3f}")
+    print(f"RESULT tokens_per_s={count / seconds:.1f} peak_rss_mib={rss:.0f}{gpu} loss={loss.item():.3f} amp={a.amp}")
 
 
 if __name__ == "__main__":

@@ -1,10 +1,13 @@
 """PyTorch peer for `cargo xtask bench embed`: ELMo biLM inference written the way AllenNLP 2.10.1
 runs it (`_ElmoCharacterEncoder`, `Highway`, `LstmCellWithProjection`'s per-step loop over the
-length-sorted batch), random weights in the same shapes, batch 64 x 15-25 tokens.
+length-sorted batch), random weights in the same shapes, batches of 15-25-token sentences
+(64 by default) on the CPU or a CUDA device, every layer read back to the host as `elmo embed`
+does.
 
-    python3 xtask/peer/elmo_pytorch.py SHAPE THREADS [BATCHES]
+    python3 xtask/peer/elmo_pytorch.py SHAPE THREADS [BATCHES] [BATCH_SIZE] [DEVICE]
 
-Prints `RESULT shape=... threads=... tokens_per_s=... peak_rss_mib=...`.
+Prints `RESULT shape=... threads=... batch=... device=... tokens_per_s=... peak_rss_mib=...`
+(and `peak_gpu_mib` on CUDA).
 """
 import resource
 import sys
@@ -17,6 +20,8 @@ torch.set_grad_enabled(False)
 shape = sys.argv[1]
 threads = int(sys.argv[2])
 batches = int(sys.argv[3]) if len(sys.argv) > 3 else 3
+batch_size = int(sys.argv[4]) if len(sys.argv) > 4 else 64
+device = torch.device(sys.argv[5] if len(sys.argv) > 5 else "cpu")
 torch.set_num_threads(threads)
 C, P, N_HIGHWAY = {"small": (1024, 128, 1), "medium": (2048, 256, 1), "original": (4096, 512, 2)}[shape]
 FILTERS = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]
@@ -25,7 +30,7 @@ g = torch.Generator().manual_seed(0)
 
 
 def rand(*s):
-    return torch.randn(*s, generator=g) * 0.05
+    return (torch.randn(*s, generator=g) * 0.05).to(device)
 
 
 char_embedding = rand(262, E)
@@ -76,21 +81,24 @@ def lstm_layer(x, lengths, p, forward):
 
 
 def bilm(ids, lengths):
-    x = token_encoder(ids)
+    """Every layer, read back to the host."""
+    x = token_encoder(ids.to(device))
     fwd, bwd = x, x
+    layers = [torch.cat([x, x], -1)]
     for layer in range(2):
         new_fwd = lstm_layer(fwd, lengths, lstms[0][layer], True)
         new_bwd = lstm_layer(bwd, lengths, lstms[1][layer], False)
         if layer:
             new_fwd, new_bwd = new_fwd + fwd, new_bwd + bwd
         fwd, bwd = new_fwd, new_bwd
-    return fwd, bwd
+        layers.append(torch.cat([fwd, bwd], -1))
+    return [layer.cpu() for layer in layers]
 
 
 def batch(seed):
     gen = torch.Generator().manual_seed(seed)
-    lengths = sorted((torch.randint(15, 26, (64,), generator=gen) + 2).tolist(), reverse=True)
-    ids = torch.zeros(64, lengths[0], 50, dtype=torch.long)
+    lengths = sorted((torch.randint(15, 26, (batch_size,), generator=gen) + 2).tolist(), reverse=True)
+    ids = torch.zeros(batch_size, lengths[0], 50, dtype=torch.long)
     for row, n in enumerate(lengths):
         ids[row, :n] = torch.randint(1, 262, (n, 50), generator=gen)
     return ids, lengths
@@ -104,4 +112,8 @@ for ids, lengths in data:
     bilm(ids, lengths)
 seconds = time.perf_counter() - start
 rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-print(f"RESULT shape={shape} threads={threads} tokens={tokens} seconds={seconds:.3f} tokens_per_s={tokens / seconds:.1f} peak_rss_mib={rss:.0f}")
+gpu = f" peak_gpu_mib={torch.cuda.max_memory_allocated() / 2**20:.0f}" if device.type == "cuda" else ""
+print(
+    f"RESULT shape={shape} threads={threads} batch={batch_size} device={device} tokens={tokens} "
+    f"seconds={seconds:.3f} tokens_per_s={tokens / seconds:.1f} peak_rss_mib={rss:.0f}{gpu}"
+)

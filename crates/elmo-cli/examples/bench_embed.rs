@@ -3,12 +3,16 @@
 //!
 //! Each (shape, backend) runs in its own child process so that its peak RSS (`VmHWM`) is its own.
 //! Options: `--shapes small,original` `--backends flex,ndarray` (`flex-composed`: flex without
-//! the host loop of the recurrence, burn's operations only) `--batches N` `--batch-size B`
-//! `--text zipf|uniform` `--threads N` (sets RAYON_NUM_THREADS for the children)
+//! the host loop of the recurrence, burn's operations only; `wgpu`: the fused inference kernels,
+//! directions paired; `wgpu-apart`: not paired; `wgpu-whole`: step products not split;
+//! `wgpu-composed`: burn's operations only) `--batches N` `--batch-size B[,B...]` (one row per
+//! size; a batch is one call of the LSTM) `--text zipf|uniform` `--threads N` (sets
+//! RAYON_NUM_THREADS for the children)
 //! `--token-cache-mib M` (the token-embedding cache of `elmo embed`, empty before the warm-up
 //! batch; 0, the default, encodes every batch's words anew).
 //! `--peer PYTHON` also runs the PyTorch peer (`xtask/peer/elmo_pytorch.py`, AllenNLP's loop) on
-//! each shape in the same run, with `--threads` threads (default 2), and prints its ratio.
+//! each shape and batch size in the same run, with `--threads` threads (default 2) on
+//! `--peer-device cpu|cuda` (default cpu), and prints its ratio.
 //! The first line names the CPU (model, cores, SIMD flags), so that every table says where it
 //! was measured.
 //! `ELMO_BENCH_BREAKDOWN=1` also prints the time of the token encoder and of the LSTM stacks.
@@ -119,10 +123,26 @@ struct ChildSettings<'a> {
 }
 
 fn child(shape: &str, backend: &str, s: &ChildSettings) {
-    // `flex-composed`: flex with burn's operations only (no host loop for the recurrence).
+    let all = KernelSettings::ALL;
     let (backend, kernels) = match backend {
+        // flex with burn's operations only (no host loop for the recurrence).
         "flex-composed" => ("flex", KernelSettings::COMPOSED),
-        other => (other, KernelSettings::ALL),
+        "wgpu-composed" => ("wgpu", KernelSettings::COMPOSED),
+        "wgpu-apart" => (
+            "wgpu",
+            KernelSettings {
+                paired_directions: false,
+                ..all
+            },
+        ),
+        "wgpu-whole" => (
+            "wgpu",
+            KernelSettings {
+                split_products: false,
+                ..all
+            },
+        ),
+        other => (other, all),
     };
     #[cfg(feature = "flex")]
     if backend == "flex" {
@@ -133,8 +153,10 @@ fn child(shape: &str, backend: &str, s: &ChildSettings) {
     let options = options(shape);
     let bilm = BiLmConfig { options }.init(&device).with_kernels(kernels);
     // `elmo embed`'s path: length batches, one read-back of all layers, cut per sentence.
+    // A batch is one call of the LSTM (sentences have at most 25 tokens and 2 boundaries).
     let mut embedder = EmbedderConfig {
         batch_size: s.batch_size,
+        max_batch_positions: s.batch_size * 27,
         token_cache_bytes: s.token_cache_mib.saturating_mul(1 << 20),
         ..EmbedderConfig::default()
     }
@@ -164,7 +186,8 @@ fn child(shape: &str, backend: &str, s: &ChildSettings) {
         100.0 * c.hits() as f64 / (c.hits() + c.misses()).max(1) as f64
     });
     println!(
-        "RESULT shape={shape} backend={backend} tokens={tokens} seconds={seconds:.3} tokens_per_s={:.1} peak_rss_mib={:.0} cache_hit_percent={hit_rate:.1}",
+        "RESULT shape={shape} backend={backend} batch={} tokens={tokens} seconds={seconds:.3} tokens_per_s={:.1} peak_rss_mib={:.0} cache_hit_percent={hit_rate:.1}",
+        s.batch_size,
         tokens as f64 / seconds,
         peak_rss_mib()
     );
@@ -192,7 +215,9 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let get = |flag: &str, default: &str| flag_value(&args, flag, default);
     let batches: usize = get("--batches", "3").parse().expect("--batches N");
-    let batch_size: usize = get("--batch-size", "64").parse().expect("--batch-size N");
+    let batch_sizes: Vec<usize> = (get("--batch-size", "64").split(','))
+        .map(|b| b.parse().expect("--batch-size N[,N...]"))
+        .collect();
     let text = get("--text", "zipf");
     assert!(
         matches!(text.as_str(), "zipf" | "uniform"),
@@ -204,7 +229,7 @@ fn main() {
     if let Some(i) = args.iter().position(|a| a == "--child") {
         let settings = ChildSettings {
             batches,
-            batch_size,
+            batch_size: batch_sizes[0],
             text: &text,
             token_cache_mib,
         };
@@ -215,6 +240,7 @@ fn main() {
     let backends = get("--backends", "flex,ndarray");
     let threads = get("--threads", "");
     let peer = get("--peer", "");
+    let peer_device = get("--peer-device", "cpu");
     let peer_script = get(
         "--peer-script",
         concat!(
@@ -225,38 +251,53 @@ fn main() {
     let exe = std::env::current_exe().expect("own path");
     println!("{}", cpu_description());
     println!(
-        "text: {text}, batch {batch_size} x 15-25 tokens, {batches} batches after one warm-up, \
+        "text: {text}, batches of 15-25 tokens, {batches} batches after one warm-up, \
          token cache {token_cache_mib} MiB"
     );
-    println!("| shape | backend | tokens/s | peak RSS (MiB) | token cache hits (%) | vs peer |");
-    println!("|---|---|---|---|---|---|");
+    println!(
+        "| shape | batch | backend | tokens/s | peak RSS (MiB) | token cache hits (%) | vs peer |"
+    );
+    println!("|---|---|---|---|---|---|---|");
     let field = |line: &str, k: &str| {
         line.split_whitespace()
             .find_map(|kv| kv.strip_prefix(&format!("{k}=")))
             .unwrap_or("?")
             .to_string()
     };
-    for shape in shapes.split(',') {
+    for (shape, batch_size) in
+        (shapes.split(',')).flat_map(|shape| batch_sizes.iter().map(move |&b| (shape, b)))
+    {
         // The peer first, so that elmo-rs's rows can say their ratio to it.
         let peer_speed = (!peer.is_empty()).then(|| {
             let peer_threads = if threads.is_empty() { "2" } else { &threads };
             let output = Command::new(&peer)
-                .args([&peer_script, shape, peer_threads, &batches.to_string()])
+                .args([
+                    &peer_script,
+                    shape,
+                    peer_threads,
+                    &batches.to_string(),
+                    &batch_size.to_string(),
+                    &peer_device,
+                ])
                 .output()
                 .expect("run the PyTorch peer");
             let stdout = String::from_utf8_lossy(&output.stdout);
             match stdout.lines().find(|l| l.starts_with("RESULT")) {
                 Some(line) => {
                     let speed = field(line, "tokens_per_s");
+                    let on = match peer_device.as_str() {
+                        "cpu" => format!("{peer_threads} threads"),
+                        other => other.to_string(),
+                    };
                     println!(
-                        "| {shape} | PyTorch peer ({peer_threads} threads) | {speed} | {} | | 1.00x |",
+                        "| {shape} | {batch_size} | PyTorch peer ({on}) | {speed} | {} | | 1.00x |",
                         field(line, "peak_rss_mib")
                     );
                     speed.parse::<f64>().ok()
                 }
                 None => {
                     println!(
-                        "| {shape} | PyTorch peer | failed: {} | | | |",
+                        "| {shape} | {batch_size} | PyTorch peer | failed: {} | | | |",
                         String::from_utf8_lossy(&output.stderr)
                             .lines()
                             .last()
@@ -294,13 +335,13 @@ fn main() {
                         _ => String::new(),
                     };
                     println!(
-                        "| {shape} | {backend} | {speed} | {} | {} | {ratio} |",
+                        "| {shape} | {batch_size} | {backend} | {speed} | {} | {} | {ratio} |",
                         field(line, "peak_rss_mib"),
                         field(line, "cache_hit_percent")
                     );
                 }
                 None => println!(
-                    "| {shape} | {backend} | failed: {} | | | |",
+                    "| {shape} | {batch_size} | {backend} | failed: {} | | | |",
                     String::from_utf8_lossy(&output.stderr)
                         .lines()
                         .last()

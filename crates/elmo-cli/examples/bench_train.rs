@@ -12,6 +12,7 @@
 //! `--steps 3` (after one warm-up),
 //! `--batch-size 32`, `--unroll-steps 20`, `--vocab-size 50000`, `--negatives 8192`,
 //! `--peer PYTHON` (a Python with torch), `--peer-device cpu|cuda` (where the peer runs),
+//! `--peer-amp bf16|f16` (also the peer with automatic mixed precision, a second ratio),
 //! `--peer-script PATH` (default: the repository's `xtask/peer/bilm_train_pytorch.py` at build
 //! time, for a binary run elsewhere), `--threads N`, `--rounds N` (run every implementation
 //! N times, alternating, and report each one's median and its ratio to the peer's: on a shared,
@@ -395,6 +396,18 @@ fn main() {
         command.args(["--device", &peer_device]);
         runs.push((format!("PyTorch peer ({peer_device})"), command));
     }
+    let peer_index = (!peer.is_empty()).then(|| runs.len() - 1);
+    let peer_amp = get("--peer-amp", "off");
+    if !peer.is_empty() && peer_amp != "off" {
+        let (_, f32_peer) = &runs[runs.len() - 1];
+        let mut command = Command::new(f32_peer.get_program());
+        command.args(f32_peer.get_args()).args(["--amp", &peer_amp]);
+        runs.push((
+            format!("PyTorch peer ({peer_device}, AMP {peer_amp})"),
+            command,
+        ));
+    }
+    let amp_index = (runs.len() > peer_index.map_or(usize::MAX, |i| i + 1)).then(|| runs.len() - 1);
     for (_, command) in &mut runs {
         if !threads.is_empty() {
             command.env("RAYON_NUM_THREADS", &threads);
@@ -437,20 +450,24 @@ fn main() {
         sorted.sort_by(f64::total_cmp);
         (!sorted.is_empty()).then(|| sorted[sorted.len() / 2])
     };
-    let peer_median = (!peer.is_empty())
-        .then(|| measured.last().and_then(|(speeds, _)| median(speeds)))
-        .flatten();
+    let median_of = |index: Option<usize>| index.and_then(|i| median(&measured[i].0));
+    let (peer_median, amp_median) = (median_of(peer_index), median_of(amp_index));
     println!(
-        "| implementation | targets/s (median of {rounds}) | rounds | vs peer | peak RSS (MiB) |"
+        "| implementation | targets/s (median of {rounds}) | rounds | vs peer | vs AMP peer | peak RSS (MiB) |"
     );
-    println!("|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|");
+    let ratio = |m: f64, to: Option<f64>| to.map_or(String::new(), |p| format!("{:.2}x", m / p));
     for ((name, _), (speeds, rss)) in runs.iter().zip(&measured) {
         let Some(m) = median(speeds) else {
-            println!("| {name} | failed | | | |");
+            println!("| {name} | failed | | | | |");
             continue;
         };
         let all: Vec<String> = speeds.iter().map(|v| format!("{v:.0}")).collect();
-        let ratio = peer_median.map_or(String::new(), |p| format!("{:.2}x", m / p));
-        println!("| {name} | {m:.1} | {} | {ratio} | {rss} |", all.join(", "));
+        println!(
+            "| {name} | {m:.1} | {} | {} | {} | {rss} |",
+            all.join(", "),
+            ratio(m, peer_median),
+            ratio(m, amp_median)
+        );
     }
 }

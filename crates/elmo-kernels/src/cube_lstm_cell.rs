@@ -36,7 +36,7 @@ const NOT_BUILT: &str = "the fused LSTM cell kernels need elmo-kernels' `cubecl`
 
 /// The kernels (CubeCL's `Tensor` is not burn's, hence a module of their own).
 #[cfg(feature = "cubecl")]
-mod kernels {
+pub(crate) mod kernels {
     use burn::cubecl;
     use burn::cubecl::prelude::*;
 
@@ -44,7 +44,7 @@ mod kernels {
 
     /// `1 / (1 + exp(clamp(x)))`: `σ(−x)`, the activation of a prepared pre-activation.
     #[cube]
-    fn prepared_sigmoid<F: Float>(prepared: F) -> F {
+    pub(crate) fn prepared_sigmoid<F: Float>(prepared: F) -> F {
         let limit = F::new(EXP_LIMIT);
         F::new(1.0) / (F::new(1.0) + prepared.clamp(-limit, limit).exp())
     }
@@ -54,7 +54,7 @@ mod kernels {
     /// other; row-major at one group and one slice), `[n_planes, batch, width]` being the shape
     /// `[G·S, B, K / S]` of the split tensor.
     #[cube]
-    fn split_index(
+    pub(crate) fn split_index(
         row: usize,
         column: usize,
         n_planes: usize,
@@ -70,7 +70,12 @@ mod kernels {
     /// product's partial products `[G·S, B, N]` (`split_product::SplitLayout`; one plane per
     /// group when whole).
     #[cube]
-    fn summed<F: Float>(partials: &Tensor<F>, row: usize, column: usize, n_groups: u32) -> F {
+    pub(crate) fn summed<F: Float>(
+        partials: &Tensor<F>,
+        row: usize,
+        column: usize,
+        n_groups: u32,
+    ) -> F {
         let n_partials = partials.shape(0) / n_groups as usize;
         let batch = partials.shape(1);
         let width = partials.shape(2);

@@ -76,6 +76,12 @@ pub fn kernel_in_place<const D: usize>(tensor: &Tensor<D>) -> CubeTensor {
     primitive
 }
 
+/// The cubes and units per cube of a kernel with one unit per value of `n`.
+pub fn elementwise_grid(client: &Client, n: usize) -> (CubeCount, CubeDim) {
+    let dim = CubeDim::new(client, n);
+    (cubecl::calculate_cube_count_elemwise(client, n, dim), dim)
+}
+
 /// A fresh output tensor and what launching an elementwise kernel over it takes: one unit per
 /// element.
 pub struct ElementwiseOutput<const D: usize> {
@@ -101,11 +107,10 @@ impl<const D: usize> ElementwiseOutput<D> {
     pub fn new(shape: [usize; D], device: &Device) -> Self {
         let tensor = Tensor::<D>::empty(shape, device);
         let primitive = kernel_in_place(&tensor);
-        let n = primitive.meta.shape().num_elements();
         let client = primitive.client.clone();
-        let dim = CubeDim::new(&client, n);
+        let (count, dim) = elementwise_grid(&client, primitive.meta.shape().num_elements());
         Self {
-            count: cubecl::calculate_cube_count_elemwise(&client, n, dim),
+            count,
             dim,
             dtype: dtype_to_storage_type(primitive.dtype),
             client,

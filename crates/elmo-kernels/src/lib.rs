@@ -10,6 +10,7 @@
 
 mod cube_adagrad;
 mod cube_lstm_cell;
+mod cube_lstm_inference;
 #[cfg(feature = "cubecl")]
 mod cube_matmul;
 mod cube_norm;
@@ -28,6 +29,7 @@ pub use cube_lstm_cell::{
     CellBackwardOutput, CellKernels, CellRecords, cell_backward, cell_forward, hidden_backward,
     hidden_forward,
 };
+pub use cube_lstm_inference::{InferenceBuffers, InferenceStep, inference_cell, inference_hidden};
 #[cfg(feature = "cubecl")]
 pub use cube_matmul::{MatmulKernel, matmul_with};
 pub use cube_norm::fused_squared_norm;
@@ -40,7 +42,8 @@ pub use host_lstm::{HostLstm, HostLstmOutput, HostLstmWeights};
 pub use index_add::{add_elements, add_rows, embedding};
 pub use settings::KernelSettings;
 pub use split_product::{
-    SplitLayout, SplitWeight, slices_for, slices_over_rows, slices_when, transposed_product,
+    SplitLayout, SplitWeight, slices_for, slices_for_grid, slices_over_rows, slices_when,
+    transposed_product,
 };
 
 /// `tensor` unchanged: without the `cubecl` feature no kernel reads a tensor's layout.

@@ -38,6 +38,27 @@ fn slices_at_most(k: usize, most: usize) -> usize {
         .unwrap_or(1)
 }
 
+/// The output blocks of burn's CubeCL matmul (64 × 128 values per cube) that keep a GPU's
+/// multiprocessors busy (an H100 has 132): [`slices_for_grid`] splits a product whose output
+/// has fewer until it has about this many.
+const BUSY_CUBES: usize = 256;
+
+/// The slices of K for the G products `[B, K]·[K, N]` of a group run as one batched product,
+/// chosen from their grid (inference, where B ranges from a few rows to thousands): 1 when
+/// their output blocks already fill the device or `split` is off, else the fewest slices that
+/// bring the blocks to [`BUSY_CUBES`] (dividing K into equal slices of at least 128, at most
+/// 32; the most there are when none does).
+pub fn slices_for_grid(split: bool, n_groups: usize, rows: usize, k: usize, n: usize) -> usize {
+    let blocks = n_groups * rows.div_ceil(64) * n.div_ceil(128);
+    if !split || blocks >= BUSY_CUBES {
+        return 1;
+    }
+    let wanted = BUSY_CUBES.div_ceil(blocks.max(1));
+    (2..=MAX_SLICES.min(k / MIN_SLICE))
+        .find(|s| *s >= wanted && k.is_multiple_of(*s))
+        .unwrap_or_else(|| slices_for(k))
+}
+
 /// The most values of the partial results of a split over rows ([`slices_over_rows`]): 64 MiB
 /// of `f32`.
 const MAX_PARTIAL_VALUES: usize = 1 << 24;
@@ -276,6 +297,21 @@ mod tests {
         }
         // A prime above 256 has no divisor: kept whole.
         assert_eq!(slices_for(257), 1);
+    }
+
+    #[test]
+    fn small_grids_are_split_until_they_fill_the_device() {
+        // `original` (C = 4096, P = 512), both directions: the state product's 256 blocks at 64
+        // rows fill the device, the projection's 8 are split into 32 slices of 128.
+        assert_eq!(slices_for_grid(true, 2, 64, 512, 16384), 1);
+        assert_eq!(slices_for_grid(true, 2, 64, 4096, 512), 32);
+        assert_eq!(slices_for_grid(true, 2, 256, 4096, 512), 8);
+        assert_eq!(slices_for_grid(true, 2, 1024, 4096, 512), 2);
+        // `small` (C = 1024, P = 128) at 64 rows: 2 blocks want 128 slices; K allows 8.
+        assert_eq!(slices_for_grid(true, 2, 64, 1024, 128), 8);
+        // Off, or K too short to split.
+        assert_eq!(slices_for_grid(false, 2, 64, 4096, 512), 1);
+        assert_eq!(slices_for_grid(true, 1, 8, 200, 16), 1);
     }
 
     #[test]

@@ -14,7 +14,7 @@ use crate::bilm_state::{BiLmState, DirectionalState};
 use crate::char_cnn::{CharCnnEncoder, CharCnnEncoderConfig, char_extent};
 use crate::char_ids::{CharIdBatch, MAX_CHARS_PER_TOKEN};
 use crate::error::{ElmoError, Result};
-use crate::lstm_projection::{LstmWithProjection, LstmWithProjectionConfig};
+use crate::lstm_projection::{LstmState, LstmWithProjection, LstmWithProjectionConfig};
 use crate::lstm_stack::{LayerRun, both_directions, run_stack};
 use crate::options::BiLmOptions;
 use crate::token_cache::TokenEmbeddingCache;
@@ -419,6 +419,14 @@ impl BiLm {
             }
             None => (None, None),
         };
+        if let (Some(first), Some(backward)) =
+            (self.forward_layers.first(), self.backward_layers.first())
+            && first.fused_inference(&inputs)
+            && first.kernels.paired_directions
+            && crate::fused_recurrence::pairs(first, backward)
+        {
+            return self.run_stacks_paired(inputs, lengths, forward_starts, backward_starts);
+        }
         let run = |layers: &[LstmWithProjection], go_forward: bool, starts: Option<Vec<_>>| {
             let mut starts = starts.map(Vec::into_iter);
             run_stack(
@@ -447,6 +455,65 @@ impl BiLm {
                 .collect(),
             forward: forward.outputs,
             backward: backward.outputs,
+        }
+    }
+
+    /// [`Self::run_stacks`] on a CubeCL device with the fused kernels: each layer's two
+    /// directions as one recurrence on their rows stacked (`fused_recurrence.rs`), forward rows
+    /// first.
+    fn run_stacks_paired(
+        &self,
+        inputs: Tensor<3>,
+        lengths: &[usize],
+        forward_starts: Option<Vec<LstmState>>,
+        backward_starts: Option<Vec<LstmState>>,
+    ) -> StackOutput {
+        let [batch, ..] = inputs.dims();
+        let device = inputs.device();
+        let mut forward_starts = forward_starts.map(Vec::into_iter);
+        let mut backward_starts = backward_starts.map(Vec::into_iter);
+        let stack = run_stack(
+            self.n_layers(),
+            self.use_skip_connections,
+            Tensor::cat(vec![inputs.clone(), inputs], 0),
+            true,
+            |index, x| {
+                let (forward, backward) =
+                    (&self.forward_layers[index], &self.backward_layers[index]);
+                let start = |starts: &mut Option<std::vec::IntoIter<LstmState>>,
+                             layer: &LstmWithProjection| {
+                    (starts.as_mut().and_then(Iterator::next))
+                        .unwrap_or_else(|| layer.zero_state(batch, &device))
+                };
+                let initial = vec![
+                    start(&mut forward_starts, forward),
+                    start(&mut backward_starts, backward),
+                ];
+                let mut out = crate::fused_recurrence::forward_group(
+                    &[forward, backward],
+                    x.clone(),
+                    lengths,
+                    &[true, false],
+                    initial,
+                    forward.kernels.split_products,
+                );
+                let backward_state = out.final_states.pop();
+                let forward_state = out.final_states.pop();
+                LayerRun {
+                    input: x,
+                    output: out.outputs,
+                    record: DirectionalState {
+                        forward: forward_state.expect("the pair's forward state"),
+                        backward: backward_state.expect("the pair's backward state"),
+                    },
+                }
+            },
+        );
+        let half = |x: Tensor<3>, g: usize| x.narrow(0, g * batch, batch);
+        StackOutput {
+            forward: stack.outputs.iter().map(|x| half(x.clone(), 0)).collect(),
+            backward: stack.outputs.into_iter().map(|x| half(x, 1)).collect(),
+            final_states: stack.records,
         }
     }
 }

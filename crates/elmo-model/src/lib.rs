@@ -28,6 +28,7 @@ pub mod elmo;
 pub mod embedder;
 pub mod error;
 pub mod export;
+mod fused_recurrence;
 pub mod highway;
 pub mod lstm_projection;
 pub mod lstm_stack;

@@ -8,8 +8,9 @@
 //! `c_t = clip(i·g + f·c_{t−1})`, `h_t = clip((o·tanh c_t)·W_p)`.
 //! `x·W_x` is computed for 32 steps at a time before the recurrence. On burn's flex CPU backend
 //! without autodiff (inference), the recurrence runs as one host loop instead
-//! (`elmo_kernels::HostLstm`: packed weights, one vectorised pass per cell), with the same
-//! results to float32 rounding.
+//! (`elmo_kernels::HostLstm`: packed weights, one vectorised pass per cell); on a CubeCL device
+//! with the fused kernels, as two kernels and two products a step (`fused_recurrence.rs`); with
+//! the same results to float32 rounding.
 
 use burn::module::{Module, Param};
 use burn::nn::Initializer;
@@ -136,6 +137,12 @@ impl LstmWithProjection {
         self.projection.shape().dims::<2>()[1]
     }
 
+    /// Whether [`Self::forward`] runs the fused inference kernels on `inputs`
+    /// (`fused_recurrence.rs`): a CubeCL device without autodiff, with the fused kernels on.
+    pub(crate) fn fused_inference(&self, inputs: &Tensor<3>) -> bool {
+        !inputs.device().is_autodiff() && self.kernels.fused_for(inputs)
+    }
+
     /// A zero state for `batch` rows.
     pub fn zero_state(&self, batch: usize, device: &Device) -> LstmState {
         LstmState {
@@ -164,6 +171,21 @@ impl LstmWithProjection {
         let device = inputs.device();
         let batch = inputs.dims()[0];
         let initial_state = initial_state.unwrap_or_else(|| self.zero_state(batch, &device));
+        if self.fused_inference(&inputs) {
+            // On a CubeCL device, the fused kernels take rows in any order.
+            let mut out = crate::fused_recurrence::forward_group(
+                &[self],
+                inputs,
+                lengths,
+                &[go_forward],
+                vec![initial_state],
+                self.kernels.split_products,
+            );
+            return LstmOutput {
+                outputs: out.outputs,
+                final_state: out.final_states.remove(0),
+            };
+        }
         // Rows sorted longest first make the rows still running at any step a prefix of the batch,
         // so a step computes only those (AllenNLP sorts its batches the same way).
         let mut order: Vec<usize> = (0..batch).collect();
@@ -403,15 +425,18 @@ mod tests {
     /// are those of the row run alone (the sorting and the running-rows prefix are invisible).
     #[test]
     fn a_batch_equals_its_rows_run_alone() {
-        // The host loop (flex, inference) and burn's operations.
-        for kernels in [KernelSettings::ALL, KernelSettings::COMPOSED] {
-            let layer = seeded_layer(&Device::flex(), 5, [3, 6, 4], Some(3.0), Some(3.0));
-            rows_alone(&layer.with_kernels(kernels));
+        // The host loop (flex, inference), the fused kernels (wgpu) and burn's operations.
+        let devices = elmo_test_support::flex_and_wgpu("a_batch_equals_its_rows_run_alone");
+        for device in devices {
+            for kernels in [KernelSettings::ALL, KernelSettings::COMPOSED] {
+                let layer = seeded_layer(&device, 5, [3, 6, 4], Some(3.0), Some(3.0));
+                rows_alone(&layer.with_kernels(kernels), &device);
+            }
         }
     }
 
-    fn rows_alone(layer: &LstmWithProjection) {
-        let device = Device::flex();
+    fn rows_alone(layer: &LstmWithProjection, device: &Device) {
+        let device = device.clone();
         let lengths = [2, 5, 0, 3, 5];
         let batch = lengths.len();
         // Host values (the backend's RNG is left to `seeded_init` in this test binary).
@@ -500,6 +525,67 @@ mod tests {
             let memory = max_abs_diff(host.final_state.memory, burn.final_state.memory);
             assert!(
                 outputs < 2e-6 && hidden < 2e-6 && memory < 2e-6,
+                "{go_forward}: {outputs} {hidden} {memory}"
+            );
+        }
+    }
+
+    /// The fused inference kernels (wgpu) equal burn's operations on the CPU on the `original`
+    /// shape's proportions with the projection's product split (K = 512 in 4 slices), unsorted
+    /// rows, a row of length 0, clips active and a carried state, both directions; the caller's
+    /// state is not written by the kernels' in-place updates.
+    #[test]
+    fn the_fused_kernels_equal_burns_operations() {
+        let Some(gpu) =
+            elmo_test_support::wgpu_device_or_skip("the_fused_kernels_equal_burns_operations")
+        else {
+            return;
+        };
+        let cpu = Device::flex();
+        let layer = seeded_layer(&cpu, 11, [24, 512, 12], Some(0.5), Some(0.3));
+        let lengths = [3, 9, 1, 0, 9, 6, 2];
+        let batch = lengths.len();
+        let values = |n: usize, scale: f32, shape: &[usize]| {
+            let v: Vec<f32> = (0..n).map(|i| scale * (i as f32 * 0.37).cos()).collect();
+            TensorData::new(v, shape.to_vec())
+        };
+        let inputs = values(batch * 9 * 24, 2.0, &[batch, 9, 24]);
+        let hidden = values(batch * 12, 0.2, &[batch, 12]);
+        let memory = values(batch * 512, -0.4, &[batch, 512]);
+        let run = |device: &Device, kernels, go_forward| {
+            let start = LstmState {
+                hidden: Tensor::from_data(hidden.clone(), device),
+                memory: Tensor::from_data(memory.clone(), device),
+            };
+            let out = (layer.clone().to_device(device).with_kernels(kernels)).forward(
+                Tensor::from_data(inputs.clone(), device),
+                &lengths,
+                go_forward,
+                Some(start.clone()),
+            );
+            let kept = max_abs_diff(
+                start.hidden.clone(),
+                Tensor::from_data(hidden.clone(), device),
+            ) + max_abs_diff(start.memory, Tensor::from_data(memory.clone(), device));
+            assert_eq!(kept, 0.0, "the caller's state was written");
+            let host = |x: Tensor<2>| Tensor::<2>::from_data(x.into_data(), &cpu);
+            (
+                Tensor::<3>::from_data(out.outputs.into_data(), &cpu),
+                host(out.final_state.hidden),
+                host(out.final_state.memory),
+            )
+        };
+        let probe = Tensor::<3>::zeros([1, 1, 24], &gpu);
+        let on_gpu = layer.clone().to_device(&gpu);
+        assert_eq!(on_gpu.fused_inference(&probe), cfg!(feature = "kernels"));
+        for go_forward in [true, false] {
+            let fused = run(&gpu, KernelSettings::ALL, go_forward);
+            let burn = run(&cpu, KernelSettings::COMPOSED, go_forward);
+            let outputs = max_abs_diff(fused.0, burn.0);
+            let hidden = max_abs_diff(fused.1, burn.1);
+            let memory = max_abs_diff(fused.2, burn.2);
+            assert!(
+                outputs < 1e-5 && hidden < 1e-5 && memory < 1e-5,
                 "{go_forward}: {outputs} {hidden} {memory}"
             );
         }

@@ -1,6 +1,7 @@
 //! The `Embedder` (what `elmo embed` and the task feature pass run) against the genuine AllenNLP
 //! 2.10.1 outputs of `fixtures/tiny`: stateless vectors per sentence whatever the batching,
-//! top / average from the same layers, and the stateful sequence of calls.
+//! top / average from the same layers, and the stateful sequence of calls; on the CPUs and on
+//! wgpu (the fused inference kernels).
 
 mod common;
 
@@ -38,7 +39,7 @@ fn max_diff(a: &[f32], b: &[f32]) -> f32 {
 
 #[test]
 fn stateless_vectors_match_allennlp_whatever_the_batching() {
-    for (name, device) in cpu_devices() {
+    for (name, device) in cpu_and_wgpu_devices("stateless_vectors_match_allennlp") {
         for batch in ["main", "edge"] {
             let sentences = tiny_sentences(batch);
             let reference = reference_layers(batch);
@@ -124,7 +125,7 @@ fn empty_sentences_have_no_rows_and_keep_their_place() {
 
 #[test]
 fn stateful_calls_match_allennlps_sequence() {
-    for (name, device) in cpu_devices() {
+    for (name, device) in cpu_and_wgpu_devices("stateful_calls_match_allennlps_sequence") {
         let mut embedder = embedder(
             &device,
             EmbedderConfig {

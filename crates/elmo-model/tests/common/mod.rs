@@ -23,6 +23,14 @@ pub fn cpu_devices() -> Vec<(&'static str, Device)> {
     vec![("flex", Device::flex()), ("ndarray", Device::ndarray())]
 }
 
+/// The CPU devices and, where an adapter opens (lavapipe in CI), wgpu: there the LSTM runs the
+/// fused inference kernels, its two directions paired.
+pub fn cpu_and_wgpu_devices(test: &str) -> Vec<(&'static str, Device)> {
+    let mut devices = cpu_devices();
+    devices.extend(elmo_test_support::wgpu_device_or_skip(test).map(|d| ("wgpu", d)));
+    devices
+}
+
 /// Values and shape of a 3-d float tensor.
 pub fn values3(t: &Tensor<3>) -> (Vec<usize>, Vec<f32>) {
     let dims = t.dims().to_vec();

@@ -1,0 +1,196 @@
+//! The LSTMP inference recurrence on a CubeCL device with elmo-kernels' fused inference kernels
+//! (`cube_lstm_inference.rs`): a group of layers of one shape (a biLM layer's two directions,
+//! or one layer) as one recurrence on their rows stacked, each step two products and two
+//! kernels for the whole group. The equations and row rules are `LstmWithProjection::forward`'s
+//! (AllenNLP's `LstmCellWithProjection`: rows of any length and order, a reversed row starting
+//! at its own last token, zero outputs and kept state where a row does not run).
+
+use burn::tensor::Tensor;
+use elmo_kernels::{
+    GateActivation, InferenceBuffers, InferenceStep, SplitLayout, SplitWeight, inference_cell,
+    inference_hidden, slices_for_grid,
+};
+
+use crate::lstm_projection::{LstmState, LstmWithProjection, PROJECTION_CHUNK_STEPS};
+
+/// What [`forward_group`] returns.
+///
+/// # Shapes
+/// - outputs: `[G·B, T, P]`, layer `g`'s rows at `g·B .. (g+1)·B`, zero at padded positions
+/// - final_states: per layer, `[B, ·]`
+pub(crate) struct GroupOutput {
+    /// Every layer's outputs, rows stacked.
+    pub outputs: Tensor<3>,
+    /// Every layer's state after its rows' last real step.
+    pub final_states: Vec<LstmState>,
+}
+
+/// A buffer that the kernels may write in place: `tensor`'s values in a contiguous buffer that
+/// no other tensor shares (the caller's state is never written).
+fn owned<const D: usize>(tensor: Tensor<D>) -> Tensor<D> {
+    elmo_kernels::contiguous(tensor.mul_scalar(1.0))
+}
+
+/// Runs `layers` (G layers of one shape and clips) as one recurrence: layer `g` over rows
+/// `g·B .. (g+1)·B` of `inputs`, left to right when `go_forward[g]`, else right to left from each
+/// row's own last token, from `initial[g]`. `split` lets the step products split along their
+/// inner dimension where their output is too small to fill the device
+/// ([`slices_for_grid`]).
+///
+/// # Shapes
+/// - inputs: `[G·B, T, d_input]`
+/// - lengths: `B` values `<= T`, in any order
+/// - initial: per layer `[B, ·]`
+pub(crate) fn forward_group(
+    layers: &[&LstmWithProjection],
+    inputs: Tensor<3>,
+    lengths: &[usize],
+    go_forward: &[bool],
+    initial: Vec<LstmState>,
+    split: bool,
+) -> GroupOutput {
+    let device = inputs.device();
+    let [rows, n_steps, d_input] = inputs.dims();
+    let n_groups = layers.len();
+    let batch = rows / n_groups;
+    let first = layers[0];
+    let (d_cell, d_projection) = (first.d_cell(), first.d_projection());
+    if n_steps == 0 {
+        return GroupOutput {
+            outputs: Tensor::zeros([rows, 0, d_projection], &device),
+            final_states: initial,
+        };
+    }
+    let activation = GateActivation::new(d_cell, &device);
+    // A reversed layer reads its inputs flipped in time: step `s` of every layer is plane `s`.
+    let timed: Vec<Tensor<3>> = (0..n_groups)
+        .map(|g| {
+            let x = inputs.clone().narrow(0, g * batch, batch);
+            if go_forward[g] { x } else { x.flip([1]) }
+        })
+        .collect();
+    let input_weights: Vec<Tensor<2>> = (layers.iter())
+        .map(|l| activation.prepare(l.input_weight.val()))
+        .collect();
+    let biases: Vec<Tensor<2>> = (layers.iter())
+        .map(|l| activation.prepare(l.bias.val().unsqueeze_dim::<2>(0)))
+        .collect();
+    let state_product = SplitWeight::grouped(
+        (layers.iter())
+            .map(|l| activation.prepare(l.state_weight.val()))
+            .collect(),
+        slices_for_grid(split, n_groups, batch, d_projection, 4 * d_cell),
+    );
+    let projection_product = SplitWeight::grouped(
+        layers.iter().map(|l| l.projection.val()).collect(),
+        slices_for_grid(split, n_groups, batch, d_cell, d_projection),
+    );
+    let lengths_tensor = Tensor::<1>::from_floats(
+        lengths
+            .iter()
+            .map(|&l| l as f32)
+            .collect::<Vec<_>>()
+            .as_slice(),
+        &device,
+    );
+    let (hidden, memory): (Vec<_>, Vec<_>) =
+        initial.into_iter().map(|s| (s.hidden, s.memory)).unzip();
+    let memory = owned(Tensor::cat(memory, 0));
+    let state = owned(to_split(Tensor::cat(hidden, 0), state_product.layout()));
+    let outputs = Tensor::<3>::empty([rows, n_steps, d_projection], &device);
+    let buffers = InferenceBuffers {
+        lengths: &lengths_tensor,
+        memory: &memory,
+        state: &state,
+        outputs: &outputs,
+    };
+    let reversed = (0..n_groups)
+        .filter(|&g| !go_forward[g])
+        .fold(0u32, |bits, g| bits | 1 << g);
+    for chunk_start in (0..n_steps).step_by(PROJECTION_CHUNK_STEPS) {
+        let len = PROJECTION_CHUNK_STEPS.min(n_steps - chunk_start);
+        let projected = Tensor::cat(
+            (0..n_groups)
+                .map(|g| {
+                    let x = timed[g]
+                        .clone()
+                        .narrow(1, chunk_start, len)
+                        .swap_dims(0, 1)
+                        .reshape([len * batch, d_input]);
+                    (x.matmul(input_weights[g].clone()) + biases[g].clone()).reshape([
+                        len,
+                        batch,
+                        4 * d_cell,
+                    ])
+                })
+                .collect(),
+            1,
+        );
+        let projected = elmo_kernels::contiguous(projected);
+        for step in chunk_start..chunk_start + len {
+            let at = InferenceStep {
+                step,
+                n_steps,
+                reversed,
+            };
+            let recurrent = state_product.split_left_partials(state.clone());
+            let cell_output = inference_cell(
+                &projected,
+                step - chunk_start,
+                recurrent,
+                &buffers,
+                at,
+                first.cell_clip,
+                projection_product.layout(),
+            );
+            inference_hidden(
+                projection_product.split_left_partials(cell_output),
+                &buffers,
+                at,
+                first.projection_clip,
+                state_product.layout(),
+            );
+        }
+    }
+    let hidden = from_split(state, state_product.layout());
+    let final_states = (0..n_groups)
+        .map(|g| LstmState {
+            hidden: hidden.clone().narrow(0, g * batch, batch),
+            memory: memory.clone().narrow(0, g * batch, batch),
+        })
+        .collect();
+    GroupOutput {
+        outputs,
+        final_states,
+    }
+}
+
+/// `[G·B, K]` in the split layout `[G·S, B, K / S]`.
+fn to_split(x: Tensor<2>, layout: SplitLayout) -> Tensor<3> {
+    let [rows, k] = x.dims();
+    let [planes, batch, width] = layout.shape([rows, k]);
+    x.reshape([layout.n_groups, batch, layout.n_slices, width])
+        .swap_dims(1, 2)
+        .reshape([planes, batch, width])
+}
+
+/// The inverse of [`to_split`].
+fn from_split(x: Tensor<3>, layout: SplitLayout) -> Tensor<2> {
+    let [_, batch, width] = x.dims();
+    x.reshape([layout.n_groups, layout.n_slices, batch, width])
+        .swap_dims(1, 2)
+        .reshape([layout.n_groups * batch, layout.n_slices * width])
+}
+
+/// Whether `a` and `b` can run as one group: the same weight shapes and clips.
+pub(crate) fn pairs(a: &LstmWithProjection, b: &LstmWithProjection) -> bool {
+    let shape = |l: &LstmWithProjection| {
+        (
+            l.input_weight.val().dims(),
+            l.projection.val().dims(),
+            l.cell_clip.map(f64::to_bits),
+            l.projection_clip.map(f64::to_bits),
+        )
+    };
+    shape(a) == shape(b)
+}

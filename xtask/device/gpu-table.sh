@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# The GPU table of docs/benchmarks.md in one call on a lent GPU machine (from the repository
+# root), after `bash xtask/device/prepare.sh` here:
+#   run(command="bash xtask/device/gpu-table.sh", carry=[".gl", ".device"], timeout_s=560)
+# Side by side in the same minutes, each elmo-rs line against the PyTorch peer on CUDA:
+#   1. inference (`bench_embed`, all layers read back to the host), `original` and `small`, batch
+#      64 / 256 / 1024: elmo-rs wgpu with the fused inference kernels and paired directions
+#      (`wgpu`), with the step products whole (`wgpu-whole`), burn's operations (`wgpu-composed`,
+#      the path before the fused kernels, at batch 64); the peer is AllenNLP's per-step loop
+#      (`xtask/peer/elmo_pytorch.py`) in f32;
+#   2. training (`bench_train`): the `original` shape at bilm-tf's per-GPU 128 × 20 with a 50k
+#      vocabulary sampled 8192, then the PTB shapes at 256 and 512 rows; the peer
+#      (`xtask/peer/bilm_train_pytorch.py`) in f32 and with bf16 autocast (AMP).
+# Every section checks the time left, so that the call ends within its limit with what it has.
+# Output: $OUT/gpu-table.log (also printed), $OUT/gpu-memory.csv (nvidia-smi every 200 ms).
+set -uo pipefail
+source xtask/device/setup.sh
+log="$OUT/gpu-table.log"
+budget="${BUDGET_S:-540}"
+
+{
+    echo "commit $(cat .device/commit 2>/dev/null || echo unknown), $(date -u)"
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+    python3 -c 'import torch; print("torch", torch.__version__, torch.cuda.get_device_name(0))'
+} 2>&1 | tee "$log"
+nvidia-smi --query-gpu=timestamp,memory.used,utilization.gpu --format=csv -lms 200 \
+    > "$OUT/gpu-memory.csv" 2>/dev/null &
+sampler=$!
+
+# Runs "$@" when at least $1 seconds of the budget are left (and for at most that long).
+within() {
+    local need="$1"
+    shift
+    local left=$((budget - SECONDS))
+    if [ "$left" -lt "$need" ]; then
+        echo "== skipped (${left} s left): $*" | tee -a "$log"
+        return
+    fi
+    echo "== $* (at ${SECONDS} s)" | tee -a "$log"
+    timeout "$left" "$@" 2>&1 | grep -v XDG_RUNTIME_DIR | tee -a "$log"
+}
+
+embed() {
+    within 40 /tmp/bench_embed --peer python3 --peer-device cuda \
+        --peer-script xtask/peer/elmo_pytorch.py --batches 5 "$@"
+}
+train() {
+    within 60 /tmp/bench_train --backends wgpu --peer python3 --peer-device cuda --peer-amp bf16 \
+        --peer-script xtask/peer/bilm_train_pytorch.py --steps 8 "$@"
+}
+
+# A process's first minutes on the GPU are slow (docs/benchmarks.md): one untimed run first.
+timeout 60 /tmp/bench_embed --child original wgpu --batches 1 --batch-size 64 > /dev/null 2>&1
+
+embed --shapes original --backends wgpu-composed,wgpu-whole,wgpu --batch-size 64
+embed --shapes original --backends wgpu-whole,wgpu --batch-size 256,1024
+embed --shapes small --backends wgpu --batch-size 64,256,1024
+
+train --preset original --batch-size 128 --unroll-steps 20 --vocab-size 50000 --negatives 8192
+train --preset examples/configs/ptb-large.json --batch-size 256 --unroll-steps 35 --vocab-size 10002
+train --preset examples/configs/ptb-small.json --batch-size 512 --unroll-steps 35 --vocab-size 10002
+
+echo "done after ${SECONDS} s" | tee -a "$log"
+kill "$sampler" 2>/dev/null
