@@ -10,20 +10,12 @@
 # first, the cost of one kernel launch on each (`bench_train --launch-probe`, a torch loop).
 # Variables (below): BACKENDS, BASELINE, PROBE, PHASES, LOSS_CHECK, WARM. Session 42's call:
 #   PROBE=0 PHASES=0 LOSS_CHECK=1 BASELINE=bench_train_c06e71c BACKENDS=wgpu bash xtask/device/bench-train-gpu.sh
-# Output: $OUT/bench-train-gpu.log (also printed), $OUT/gpu-memory.csv (nvidia-smi every 100 ms).
+# Output: $OUT/bench-train-gpu.log (also printed), $OUT/gpu-memory.csv (nvidia-smi every 200 ms).
 set -uo pipefail
 source xtask/device/setup.sh
 log="$OUT/bench-train-gpu.log"
 
-{
-    echo "commit $(cat .device/commit 2>/dev/null || echo unknown), $(date -u)"
-    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-    python3 -c 'import torch; print("torch", torch.__version__, torch.cuda.get_device_name(0))'
-} 2>&1 | tee "$log"
-
-nvidia-smi --query-gpu=timestamp,memory.used,utilization.gpu --format=csv -lms 100 \
-    > "$OUT/gpu-memory.csv" 2>/dev/null &
-sampler=$!
+gpu_header "$log"
 
 # The cost of one kernel launch (µs per elementwise op issued in a row, to the results): wgpu as
 # built (and with cubecl's submissions batched by 128 tasks instead of 32), then PyTorch on CUDA.
@@ -99,4 +91,4 @@ if [ "$SECONDS" -lt 420 ]; then
 fi
 echo "done after ${SECONDS} s" | tee -a "$log"
 
-kill "$sampler" 2>/dev/null
+stop_sampler

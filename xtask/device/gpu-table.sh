@@ -5,9 +5,11 @@
 # Side by side in the same minutes, each elmo-rs line against the PyTorch peer on CUDA:
 #   1. inference (`bench_embed`, all layers read back to the host), `original` and `small`, batch
 #      64 / 256 / 1024: elmo-rs wgpu with the fused inference kernels and paired directions
-#      (`wgpu`), with the step products whole (`wgpu-whole`), burn's operations (`wgpu-composed`,
-#      the path before the fused kernels, at batch 64); the peer is AllenNLP's per-step loop
-#      (`xtask/peer/elmo_pytorch.py`) in f32;
+#      (`wgpu`, WGSL kernels), with the step products whole (`wgpu-whole`), with `--precision
+#      mixed` (`wgpu-mixed`: f16 operands), burn's operations (`wgpu-composed`, the path before
+#      the fused kernels, at batch 64), and the `vulkan` build's `wgpu` and `wgpu-mixed` (SPIR-V
+#      kernels; f16 products on tensor cores where the driver offers cooperative matrices);
+#      the peer is AllenNLP's per-step loop (`xtask/peer/elmo_pytorch.py`) in f32;
 #   2. training (`bench_train`): the `original` shape at bilm-tf's per-GPU 128 × 20 with a 50k
 #      vocabulary sampled 8192, then the PTB shapes at 256 and 512 rows; the peer
 #      (`xtask/peer/bilm_train_pytorch.py`) in f32 and with bf16 autocast (AMP).
@@ -18,14 +20,7 @@ source xtask/device/setup.sh
 log="$OUT/gpu-table.log"
 budget="${BUDGET_S:-540}"
 
-{
-    echo "commit $(cat .device/commit 2>/dev/null || echo unknown), $(date -u)"
-    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-    python3 -c 'import torch; print("torch", torch.__version__, torch.cuda.get_device_name(0))'
-} 2>&1 | tee "$log"
-nvidia-smi --query-gpu=timestamp,memory.used,utilization.gpu --format=csv -lms 200 \
-    > "$OUT/gpu-memory.csv" 2>/dev/null &
-sampler=$!
+gpu_header "$log"
 
 # Runs "$@" when at least $1 seconds of the budget are left (and for at most that long).
 within() {
@@ -52,8 +47,21 @@ train() {
 # A process's first minutes on the GPU are slow (docs/benchmarks.md): one untimed run first.
 timeout 60 /tmp/bench_embed --child original wgpu --batches 1 --batch-size 64 > /dev/null 2>&1
 
-embed --shapes original --backends wgpu-composed,wgpu-whole,wgpu --batch-size 64
-embed --shapes original --backends wgpu-whole,wgpu --batch-size 256,1024
+# With `.device/bench_embed_spirv.xz` (built with the `vulkan` feature: SPIR-V kernels on
+# NVIDIA's Vulkan, f16 products on cooperative matrices): its rows after the WGSL ones.
+spirv() {
+    if [ -f .device/bench_embed_spirv.xz ]; then
+        [ -x /tmp/bench_embed_spirv ] || {
+            xz -dc .device/bench_embed_spirv.xz > /tmp/bench_embed_spirv
+            chmod +x /tmp/bench_embed_spirv
+        }
+        within 40 /tmp/bench_embed_spirv --batches 5 "$@"
+    fi
+}
+
+embed --shapes original --backends wgpu-composed,wgpu-whole,wgpu,wgpu-mixed --batch-size 64
+embed --shapes original --backends wgpu-whole,wgpu,wgpu-mixed --batch-size 256,1024
+spirv --shapes original --backends wgpu,wgpu-mixed --batch-size 64,1024
 embed --shapes small --backends wgpu --batch-size 64,256,1024
 
 train --preset original --batch-size 128 --unroll-steps 20 --vocab-size 50000 --negatives 8192
@@ -61,4 +69,4 @@ train --preset examples/configs/ptb-large.json --batch-size 256 --unroll-steps 3
 train --preset examples/configs/ptb-small.json --batch-size 512 --unroll-steps 35 --vocab-size 10002
 
 echo "done after ${SECONDS} s" | tee -a "$log"
-kill "$sampler" 2>/dev/null
+stop_sampler

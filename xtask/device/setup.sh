@@ -15,3 +15,19 @@ for bench in bench_train bench_embed; do
     fi
 done
 export CUBECL_AUTOTUNE_LEVEL="${CUBECL_AUTOTUNE_LEVEL:-minimal}"
+
+# Writes the header of a device log ($1): the commit, the GPU and driver, torch; then samples the
+# GPU's memory and use every 200 ms into $OUT/gpu-memory.csv (stopped by `stop_sampler`).
+gpu_header() {
+    {
+        echo "commit $(cat .device/commit 2>/dev/null || echo unknown), $(date -u)"
+        nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+        python3 -c 'import torch; print("torch", torch.__version__, torch.cuda.get_device_name(0))'
+    } 2>&1 | tee "$1"
+    nvidia-smi --query-gpu=timestamp,memory.used,utilization.gpu --format=csv -lms 200 \
+        > "$OUT/gpu-memory.csv" 2>/dev/null &
+    sampler=$!
+}
+stop_sampler() {
+    kill "${sampler:-}" 2>/dev/null
+}

@@ -5,7 +5,8 @@
 //! Options: `--shapes small,original` `--backends flex,ndarray` (`flex-composed`: flex without
 //! the host loop of the recurrence, burn's operations only; `wgpu`: the fused inference kernels,
 //! directions paired; `wgpu-apart`: not paired; `wgpu-whole`: step products not split;
-//! `wgpu-composed`: burn's operations only) `--batches N` `--batch-size B[,B...]` (one row per
+//! `wgpu-composed`: burn's operations only; `wgpu-mixed`: `--precision mixed`; `vulkan`: wgpu
+//! pinned to Vulkan, SPIR-V kernels) `--batches N` `--batch-size B[,B...]` (one row per
 //! size; a batch is one call of the LSTM) `--text zipf|uniform` `--threads N` (sets
 //! RAYON_NUM_THREADS for the children)
 //! `--token-cache-mib M` (the token-embedding cache of `elmo embed`, empty before the warm-up
@@ -142,13 +143,25 @@ fn child(shape: &str, backend: &str, s: &ChildSettings) {
                 ..all
             },
         ),
+        "wgpu-mixed" => (
+            "wgpu",
+            KernelSettings {
+                precision: elmo_model::Precision::Mixed,
+                ..all
+            },
+        ),
         other => (other, all),
     };
     #[cfg(feature = "flex")]
     if backend == "flex" {
         elmo_model::cpu_matmul::pack_small_batch_weights();
     }
-    let device = device(backend);
+    let device = match backend {
+        // wgpu pinned to Vulkan, SPIR-V kernels.
+        #[cfg(feature = "vulkan")]
+        "vulkan" => Device::vulkan(burn::tensor::DeviceKind::DefaultDevice),
+        other => device(other),
+    };
     device.seed(0);
     let options = options(shape);
     let bilm = BiLmConfig { options }.init(&device).with_kernels(kernels);

@@ -45,11 +45,16 @@ use elmo_train::run::seeded_model;
 use elmo_train::{StepProfile, TrainConfig, Vocabulary};
 use rand::{Rng, SeedableRng};
 
-/// The device of `backend`, with the CLI's matmul setting on flex.
+/// The device of `backend`, with the CLI's matmul setting on flex (`vulkan`: wgpu pinned to
+/// Vulkan, SPIR-V kernels).
 fn bench_device(backend: &str) -> burn::tensor::Device {
     #[cfg(feature = "flex")]
     if backend == "flex" {
         elmo_model::cpu_matmul::pack_small_batch_weights();
+    }
+    #[cfg(feature = "vulkan")]
+    if backend == "vulkan" {
+        return burn::tensor::Device::vulkan(burn::tensor::DeviceKind::DefaultDevice);
     }
     device(backend)
 }

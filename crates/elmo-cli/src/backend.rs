@@ -1,4 +1,4 @@
-//! The one place that picks a burn backend: `--backend flex|ndarray|wgpu`.
+//! The one place that picks a burn backend: `--backend flex|ndarray|wgpu|vulkan`.
 
 use burn::tensor::{Device, DeviceKind};
 use clap::ValueEnum;
@@ -12,6 +12,8 @@ pub enum Backend {
     Ndarray,
     /// Any GPU through wgpu (Vulkan, Metal, DX12), or a software Vulkan driver.
     Wgpu,
+    /// A GPU through wgpu pinned to Vulkan, kernels compiled to SPIR-V.
+    Vulkan,
 }
 
 impl Backend {
@@ -44,6 +46,8 @@ impl Backend {
             Backend::Ndarray => Ok(Device::ndarray()),
             #[cfg(feature = "wgpu")]
             Backend::Wgpu => Ok(Device::wgpu(DeviceKind::DefaultDevice)),
+            #[cfg(feature = "vulkan")]
+            Backend::Vulkan => Ok(Device::vulkan(DeviceKind::DefaultDevice)),
             #[allow(unreachable_patterns)]
             other => anyhow::bail!(
                 "this build of elmo has no {} backend (build it with `--features {}`)",
@@ -59,6 +63,7 @@ impl Backend {
             Backend::Flex => "flex",
             Backend::Ndarray => "ndarray",
             Backend::Wgpu => "wgpu",
+            Backend::Vulkan => "vulkan",
         }
     }
 }

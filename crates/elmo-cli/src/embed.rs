@@ -9,7 +9,7 @@ use anyhow::{Context, Result, bail};
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::Tensor;
 use clap::ValueEnum;
-use elmo_model::{BiLm, EmbedderConfig, LayerSelection, RunLock};
+use elmo_model::{BiLm, EmbedderConfig, KernelSettings, LayerSelection, Precision, RunLock};
 use indicatif::ProgressBar;
 
 use crate::backend::Backend;
@@ -38,6 +38,24 @@ impl From<LayerArg> for LayerSelection {
     }
 }
 
+/// The precision of the large products.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PrecisionArg {
+    /// `f32` throughout (AllenNLP's values).
+    F32,
+    /// The products' operands in 16-bit floats, results and LSTM state in `f32` (GPU only).
+    Mixed,
+}
+
+impl From<PrecisionArg> for Precision {
+    fn from(arg: PrecisionArg) -> Self {
+        match arg {
+            PrecisionArg::F32 => Self::F32,
+            PrecisionArg::Mixed => Self::Mixed,
+        }
+    }
+}
+
 /// Arguments of `elmo embed`.
 #[derive(Debug, clap::Args)]
 pub struct EmbedArgs {
@@ -52,7 +70,7 @@ pub struct EmbedArgs {
     #[arg(long, value_enum, default_value_t = LayerArg::All)]
     pub layers: LayerArg,
     /// Sentences per biLM call [default: 64 with --stateful (AllenNLP's); otherwise 256 on a
-    /// CPU and 1024 with --backend wgpu: stateless vectors do not depend on it, and more rows
+    /// CPU and 1024 on a GPU (wgpu, vulkan): stateless vectors do not depend on it, and more rows
     /// per LSTM step run faster].
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub batch_size: Option<u32>,
@@ -64,6 +82,11 @@ pub struct EmbedArgs {
     /// Compute backend.
     #[arg(long, value_enum, default_value_t = Backend::Flex)]
     pub backend: Backend,
+    /// Precision of the large products: `mixed` runs their operands in 16-bit floats (tensor
+    /// cores with `--backend vulkan` where the driver offers them), vectors within ~1e-2 of
+    /// `f32`'s (docs/benchmarks.md); GPU backends only.
+    #[arg(long, value_enum, default_value_t = PrecisionArg::F32)]
+    pub precision: PrecisionArg,
     /// Refuse lines with more tokens than this (a line's output is held in memory while written).
     #[arg(long, default_value_t = 10_000)]
     pub max_tokens: usize,
@@ -74,7 +97,7 @@ pub struct EmbedArgs {
     pub token_cache_mib: usize,
     /// Stateless mode: at most this many padded positions (rows x longest row) per batch, so
     /// that a few very long lines do not make a huge batch. Stateful batches keep their size.
-    /// [default: 8192 on a CPU, 65536 with --backend wgpu]
+    /// [default: 8192 on a CPU, 65536 on a GPU]
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_batch_positions: Option<u64>,
     /// Embed only lines A to B−1 (0-based; `A:` to the end), with their global line numbers as
@@ -243,6 +266,10 @@ pub fn run(args: &EmbedArgs) -> Result<()> {
     }
     // One writer per output, held until this function returns.
     let _lock = RunLock::acquire(lock_path(&args.output), args.break_stale_lock)?;
+    let on_gpu = matches!(args.backend, Backend::Wgpu | Backend::Vulkan);
+    if args.precision == PrecisionArg::Mixed && !on_gpu {
+        bail!("--precision mixed runs on a GPU backend (--backend wgpu or vulkan)");
+    }
     let device = args.backend.device()?;
     let model = args.model.load(&device)?;
     let input = SentenceReader::scan(&args.input)?;
@@ -254,7 +281,6 @@ pub fn run(args: &EmbedArgs) -> Result<()> {
             end: None,
         },
     };
-    let on_gpu = matches!(args.backend, Backend::Wgpu);
     let batch_size = args.batch_size.map_or(
         match (args.stateful, on_gpu) {
             (true, _) => 64,
@@ -277,7 +303,11 @@ pub fn run(args: &EmbedArgs) -> Result<()> {
             args.stateful,
             if args.stateful { batch_size } else { 0 },
             args.max_tokens
-        ),
+        ) + match args.precision {
+            // Vectors of another precision are other vectors.
+            PrecisionArg::Mixed => " precision=mixed",
+            PrecisionArg::F32 => "",
+        },
     };
     let commit_bytes = args.commit_mib.saturating_mul(1 << 20);
     let mut opened =
@@ -320,7 +350,13 @@ pub fn run(args: &EmbedArgs) -> Result<()> {
         max_batch_positions,
         token_cache_bytes: args.token_cache_mib.saturating_mul(1 << 20),
     }
-    .init(model.bilm, &device)?;
+    .init(
+        model.bilm.with_kernels(KernelSettings {
+            precision: args.precision.into(),
+            ..KernelSettings::default()
+        }),
+        &device,
+    )?;
     let window = if args.stateful {
         batch_size
     } else {

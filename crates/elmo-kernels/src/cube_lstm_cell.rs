@@ -44,7 +44,7 @@ pub(crate) mod kernels {
 
     /// `1 / (1 + exp(clamp(x)))`: `σ(−x)`, the activation of a prepared pre-activation.
     #[cube]
-    pub(crate) fn prepared_sigmoid<F: Float>(prepared: F) -> F {
+    fn prepared_sigmoid<F: Float>(prepared: F) -> F {
         let limit = F::new(EXP_LIMIT);
         F::new(1.0) / (F::new(1.0) + prepared.clamp(-limit, limit).exp())
     }
@@ -86,6 +86,49 @@ pub(crate) mod kernels {
             total += partials[s * plane + index];
         }
         total
+    }
+
+    /// The activated gates `(i, f, g, o)` of `unit` of `row`: the prepared input contributions
+    /// at `gate_base` (`projected`, gate `k` at `gate_base + k·C`) plus the recurrent partial
+    /// products (summed in order).
+    #[cube]
+    pub(crate) fn activated_gates<F: Float>(
+        projected: &Tensor<F>,
+        recurrent: &Tensor<F>,
+        gate_base: usize,
+        row: usize,
+        unit: usize,
+        d_cell: usize,
+        n_groups: u32,
+    ) -> (F, F, F, F) {
+        let z_i = projected[gate_base] + summed::<F>(recurrent, row, unit, n_groups);
+        let z_f =
+            projected[gate_base + d_cell] + summed::<F>(recurrent, row, unit + d_cell, n_groups);
+        let z_g = projected[gate_base + 2 * d_cell]
+            + summed::<F>(recurrent, row, unit + 2 * d_cell, n_groups);
+        let z_o = projected[gate_base + 3 * d_cell]
+            + summed::<F>(recurrent, row, unit + 3 * d_cell, n_groups);
+        (
+            prepared_sigmoid::<F>(z_i),
+            prepared_sigmoid::<F>(z_f),
+            prepared_sigmoid::<F>(z_g) * F::new(2.0) - F::new(1.0),
+            prepared_sigmoid::<F>(z_o),
+        )
+    }
+
+    /// The memory `i·g + f·c` clipped to `±cell_clip` when `has_clip`.
+    #[cube]
+    pub(crate) fn next_memory<F: Float>(
+        memory: F,
+        cell_clip: f32,
+        #[comptime] has_clip: bool,
+    ) -> F {
+        let mut next = memory;
+        if has_clip {
+            let clip = F::cast_from(cell_clip);
+            next = next.clamp(-clip, clip);
+        }
+        next
     }
 
     /// `|x| < clip` as 1 or 0 (1 without a clip).
@@ -131,27 +174,18 @@ pub(crate) mod kernels {
         let unit = position % d_cell;
         let t = step as usize;
         let gate_base = (t * batch + row) * 4 * d_cell + unit;
-        let z_i = projected[gate_base] + summed::<F>(recurrent, row, unit, n_groups);
-        let z_f =
-            projected[gate_base + d_cell] + summed::<F>(recurrent, row, unit + d_cell, n_groups);
-        let z_g = projected[gate_base + 2 * d_cell]
-            + summed::<F>(recurrent, row, unit + 2 * d_cell, n_groups);
-        let z_o = projected[gate_base + 3 * d_cell]
-            + summed::<F>(recurrent, row, unit + 3 * d_cell, n_groups);
-        let input_gate = prepared_sigmoid::<F>(z_i);
-        let forget_gate = prepared_sigmoid::<F>(z_f);
-        let cell_input = prepared_sigmoid::<F>(z_g) * F::new(2.0) - F::new(1.0);
-        let output_gate = prepared_sigmoid::<F>(z_o);
+        let (input_gate, forget_gate, cell_input, output_gate) =
+            activated_gates::<F>(projected, recurrent, gate_base, row, unit, d_cell, n_groups);
         let previous = if t == 0 {
             initial_memory[position]
         } else {
             memory[(t - 1) * batch * d_cell + position]
         };
-        let mut next = input_gate * cell_input + forget_gate * previous;
-        if has_clip {
-            let clip = F::cast_from(cell_clip);
-            next = next.clamp(-clip, clip);
-        }
+        let next = next_memory::<F>(
+            input_gate * cell_input + forget_gate * previous,
+            cell_clip,
+            has_clip,
+        );
         let squashed = next.tanh();
         gates[gate_base] = input_gate;
         gates[gate_base + d_cell] = forget_gate;

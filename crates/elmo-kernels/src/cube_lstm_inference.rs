@@ -25,7 +25,7 @@ mod kernels {
     use burn::cubecl;
     use burn::cubecl::prelude::*;
 
-    use crate::cube_lstm_cell::kernels::{prepared_sigmoid, split_index, summed};
+    use crate::cube_lstm_cell::kernels::{activated_gates, next_memory, split_index, summed};
 
     /// The position that step `step` of row `row`'s layer reads (`T − 1 − step` when the layer's
     /// bit in `reversed` is set), and whether the row runs there (`position < length`).
@@ -83,22 +83,13 @@ mod kernels {
         let (_, runs) = running::<F>(lengths, row, step, n_steps, reversed);
         if runs {
             let gate_base = (plane as usize * rows + row) * 4 * d_cell + unit;
-            let z_i = projected[gate_base] + summed::<F>(recurrent, row, unit, n_groups);
-            let z_f = projected[gate_base + d_cell]
-                + summed::<F>(recurrent, row, unit + d_cell, n_groups);
-            let z_g = projected[gate_base + 2 * d_cell]
-                + summed::<F>(recurrent, row, unit + 2 * d_cell, n_groups);
-            let z_o = projected[gate_base + 3 * d_cell]
-                + summed::<F>(recurrent, row, unit + 3 * d_cell, n_groups);
-            let input_gate = prepared_sigmoid::<F>(z_i);
-            let forget_gate = prepared_sigmoid::<F>(z_f);
-            let cell_input = prepared_sigmoid::<F>(z_g) * F::new(2.0) - F::new(1.0);
-            let output_gate = prepared_sigmoid::<F>(z_o);
-            let mut next = input_gate * cell_input + forget_gate * memory[position];
-            if has_clip {
-                let clip = F::cast_from(cell_clip);
-                next = next.clamp(-clip, clip);
-            }
+            let (input_gate, forget_gate, cell_input, output_gate) =
+                activated_gates::<F>(projected, recurrent, gate_base, row, unit, d_cell, n_groups);
+            let next = next_memory::<F>(
+                input_gate * cell_input + forget_gate * memory[position],
+                cell_clip,
+                has_clip,
+            );
             memory[position] = next;
             cell_output[at] = output_gate * next.tanh();
         } else {

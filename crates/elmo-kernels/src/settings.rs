@@ -1,9 +1,12 @@
-//! Which custom kernels run: [`KernelSettings`], a typed value that a model or a training step
-//! carries (no environment variable steers the library), every kernel on by default where it can
-//! run. The switches exist so that one program can measure a kernel against burn's operations.
+//! Which custom kernels run, and in which precision the large products of inference run on a
+//! GPU: [`KernelSettings`], a typed value that a model or a training step carries (no environment
+//! variable steers the library), every kernel on by default where it can run, products in `f32`.
+//! The switches exist so that one program can measure a kernel against burn's operations.
 
 use burn::tensor::{Device, Tensor};
 use serde::{Deserialize, Serialize};
+
+use crate::Precision;
 
 /// Which of this crate's kernels run on a CubeCL device. They run only where the tensor's
 /// primitive is a `CubeTensor`: this crate built with its `cubecl` feature, a CubeCL device
@@ -26,6 +29,9 @@ pub struct KernelSettings {
     /// ([`crate::HostLstm`]: weights packed once per call, one fused pass per cell). Off:
     /// burn's operations, step by step.
     pub host_recurrence: bool,
+    /// The precision of the large products of inference on a GPU ([`Precision`]; `F32` by
+    /// default, as AllenNLP).
+    pub precision: Precision,
 }
 
 impl Default for KernelSettings {
@@ -41,6 +47,7 @@ impl KernelSettings {
         split_products: true,
         paired_directions: true,
         host_recurrence: true,
+        precision: Precision::F32,
     };
 
     /// burn's operations only.
@@ -49,6 +56,7 @@ impl KernelSettings {
         split_products: false,
         paired_directions: false,
         host_recurrence: false,
+        precision: Precision::F32,
     };
 
     /// Whether the fused kernels run on `tensor`: `fused` and a `CubeTensor` primitive.
@@ -71,8 +79,14 @@ impl KernelSettings {
     /// without this crate's `cubecl` feature, with burn's `fusion`, or with `fused` off. For an
     /// application to say so when a GPU run will use burn's operations.
     pub fn run_on(&self, device: &Device) -> bool {
-        self.fused && on_cube_device(&Tensor::<1>::zeros([1], device))
+        self.fused && cube_device(device)
     }
+}
+
+/// Whether `device` is a CubeCL device (a one-element probe; always false without the `cubecl`
+/// feature).
+pub(crate) fn cube_device(device: &Device) -> bool {
+    on_cube_device(&Tensor::<1>::zeros([1], device))
 }
 
 /// Whether `tensor`'s primitive is a `CubeTensor` (always false without the `cubecl` feature).

@@ -14,7 +14,7 @@
 //! over the slices, in a fixed order: inside the fused LSTM kernels that read the partial
 //! products, one reduction kernel elsewhere.
 
-use burn::tensor::Tensor;
+use burn::tensor::{FloatDType, Tensor};
 
 use crate::contiguous;
 
@@ -244,14 +244,44 @@ impl SplitWeight {
     ///
     /// # Shapes
     /// - lhs: `[G·S, B, K / S]`; output: `[G·S, B, N]`
+    ///
+    /// Weights in a 16-bit type ([`Self::in_half`]): `lhs` is cast to it and the partial
+    /// products back to `f32`.
     pub fn split_left_partials(&self, lhs: Tensor<3>) -> Tensor<3> {
         let [n_slices, batch, k_slice] = lhs.dims();
-        match self {
+        let (weight, half) = match self {
+            Self::Whole(whole) => (whole.dtype(), whole.dtype() != lhs.dtype()),
+            Self::Sliced { slices, .. } => (slices.dtype(), slices.dtype() != lhs.dtype()),
+        };
+        let lhs = match half {
+            true => lhs.cast(FloatDType::from(weight)),
+            false => lhs,
+        };
+        let partials = match self {
             Self::Whole(whole) => lhs
                 .reshape([batch, n_slices * k_slice])
                 .matmul(whole.clone())
                 .unsqueeze_dim(0),
             Self::Sliced { slices, .. } => lhs.matmul(slices.clone()),
+        };
+        match half {
+            true => partials.cast(FloatDType::F32),
+            false => partials,
+        }
+    }
+
+    /// These weights in `half` (a 16-bit float type), for products with `f32` results
+    /// ([`crate::Precision::Mixed`]); unchanged with `None`.
+    pub fn in_half(self, half: Option<FloatDType>) -> Self {
+        let Some(dtype) = half else {
+            return self;
+        };
+        match self {
+            Self::Whole(whole) => Self::Whole(whole.cast(dtype)),
+            Self::Sliced { slices, n_groups } => Self::Sliced {
+                slices: slices.cast(dtype),
+                n_groups,
+            },
         }
     }
 

@@ -7,10 +7,10 @@ use burn::nn::{Initializer, Linear, LinearConfig};
 use burn::tensor::activation::{relu, tanh};
 use burn::tensor::{Device, Distribution, Int, Tensor, TensorData};
 
-use elmo_kernels::{KernelSettings, slices_when};
+use elmo_kernels::{KernelSettings, product, slices_when};
 
 use crate::char_ids::MAX_CHARS_PER_TOKEN;
-use crate::highway::{Highway, HighwayConfig};
+use crate::highway::{Highway, HighwayConfig, linear_in};
 use crate::options::{BiLmOptions, CnnActivation};
 
 /// Configuration of a [`CharCnnEncoder`], taken from [`BiLmOptions`].
@@ -214,7 +214,8 @@ fn windows_product(windows: Tensor<2>, weight: Tensor<2>, kernels: KernelSetting
     let n_filters = weight.dims()[1];
     let n_slices = slices_when(kernels.split_for(&weight), n_windows);
     if n_slices == 1 {
-        return windows.matmul(weight);
+        let half = kernels.precision.half_for(&windows.device());
+        return product(windows, weight, half);
     }
     windows
         .reshape([n_slices, n_windows / n_slices, d_window])
@@ -322,11 +323,12 @@ impl CharCnnEncoder {
             })
             .collect();
         let convolutions = Tensor::cat(pooled, 1);
+        let half = self.kernels.precision.half_for(&convolutions.device());
         let highway = self
             .highways
             .iter()
-            .fold(convolutions.clone(), |x, layer| layer.forward(x));
-        let token_embedding = self.projection.forward(highway.clone());
+            .fold(convolutions.clone(), |x, layer| layer.forward_in(x, half));
+        let token_embedding = linear_in(&self.projection, highway.clone(), half);
         let n_filters = highway.dims()[1];
         let d_output = token_embedding.dims()[1];
         CharCnnOutput {

@@ -8,7 +8,7 @@
 use burn::tensor::Tensor;
 use elmo_kernels::{
     GateActivation, InferenceBuffers, InferenceStep, SplitLayout, SplitWeight, inference_cell,
-    inference_hidden, slices_for_grid,
+    inference_hidden, product, slices_for_grid,
 };
 
 use crate::lstm_projection::{LstmState, LstmWithProjection, PROJECTION_CHUNK_STEPS};
@@ -62,6 +62,12 @@ pub(crate) fn forward_group(
         };
     }
     let activation = GateActivation::new(d_cell, &device);
+    // Mixed precision: every product's operands in 16 bits, results and state in `f32`.
+    let half = first.kernels.precision.half_for(&device);
+    let in_half = |w: Tensor<2>| match half {
+        Some(dtype) => w.cast(dtype),
+        None => w,
+    };
     // A reversed layer reads its inputs flipped in time: step `s` of every layer is plane `s`.
     let timed: Vec<Tensor<3>> = (0..n_groups)
         .map(|g| {
@@ -70,7 +76,7 @@ pub(crate) fn forward_group(
         })
         .collect();
     let input_weights: Vec<Tensor<2>> = (layers.iter())
-        .map(|l| activation.prepare(l.input_weight.val()))
+        .map(|l| in_half(activation.prepare(l.input_weight.val())))
         .collect();
     let biases: Vec<Tensor<2>> = (layers.iter())
         .map(|l| activation.prepare(l.bias.val().unsqueeze_dim::<2>(0)))
@@ -80,11 +86,13 @@ pub(crate) fn forward_group(
             .map(|l| activation.prepare(l.state_weight.val()))
             .collect(),
         slices_for_grid(split, n_groups, batch, d_projection, 4 * d_cell),
-    );
+    )
+    .in_half(half);
     let projection_product = SplitWeight::grouped(
         layers.iter().map(|l| l.projection.val()).collect(),
         slices_for_grid(split, n_groups, batch, d_cell, d_projection),
-    );
+    )
+    .in_half(half);
     let lengths_tensor = Tensor::<1>::from_floats(
         lengths
             .iter()
@@ -117,7 +125,7 @@ pub(crate) fn forward_group(
                         .narrow(1, chunk_start, len)
                         .swap_dims(0, 1)
                         .reshape([len * batch, d_input]);
-                    (x.matmul(input_weights[g].clone()) + biases[g].clone()).reshape([
+                    (product(x, input_weights[g].clone(), half) + biases[g].clone()).reshape([
                         len,
                         batch,
                         4 * d_cell,

@@ -7,7 +7,8 @@
 use burn::module::Module;
 use burn::nn::{Linear, LinearConfig};
 use burn::tensor::activation::{relu, sigmoid};
-use burn::tensor::{Device, Tensor};
+use burn::tensor::{Device, FloatDType, Tensor};
+use elmo_kernels::product;
 
 /// Configuration of a [`Highway`] layer.
 #[derive(Debug, Clone)]
@@ -44,5 +45,31 @@ impl Highway {
         let gate = sigmoid(self.carry.forward(x.clone()));
         let transformed = relu(self.transform.forward(x.clone()));
         x.clone() + gate * (transformed - x)
+    }
+
+    /// [`Self::forward`] with the two products' operands in `half` (a 16-bit float type,
+    /// `elmo_kernels::Precision::Mixed`), or in `f32` with `None`.
+    ///
+    /// # Shapes
+    /// - input, output: `[n, d_model]`
+    pub fn forward_in(&self, x: Tensor<2>, half: Option<FloatDType>) -> Tensor<2> {
+        if half.is_none() {
+            return self.forward(x);
+        }
+        let gate = sigmoid(linear_in(&self.carry, x.clone(), half));
+        let transformed = relu(linear_in(&self.transform, x.clone(), half));
+        x.clone() + gate * (transformed - x)
+    }
+}
+
+/// `layer`'s `x·W + b` with the product's operands in `half` (`f32` with `None`).
+///
+/// # Shapes
+/// - x: `[n, d_input]`; output: `[n, d_output]`
+pub fn linear_in(layer: &Linear, x: Tensor<2>, half: Option<FloatDType>) -> Tensor<2> {
+    let out = product(x, layer.weight.val(), half);
+    match &layer.bias {
+        Some(bias) => out + bias.val().unsqueeze_dim(0),
+        None => out,
     }
 }

@@ -46,7 +46,7 @@ pub use bilm_state::BiLmState;
 pub use char_cnn::{CharCnnEncoder, CharCnnEncoderConfig};
 pub use char_ids::CharIdBatch;
 pub use elmo::{Elmo, ElmoConfig, ElmoOutput};
-pub use elmo_kernels::KernelSettings;
+pub use elmo_kernels::{KernelSettings, Precision};
 pub use embedder::{Embedder, EmbedderConfig, LayerSelection, SentenceVectors};
 pub use error::{ElmoError, Result};
 pub use lstm_projection::{LstmState, LstmWithProjection, LstmWithProjectionConfig};

@@ -525,3 +525,88 @@ fn a_failed_output_write_leaves_nothing() {
         leftovers(dir.path())
     );
 }
+
+/// Every dataset's values of an `elmo embed` output, by dataset name.
+fn all_values(output: &Path) -> Vec<(String, Vec<f32>)> {
+    let file = hdf5_pure::File::open(output).expect("open output");
+    let mut names = file.root().datasets().expect("datasets");
+    names.retain(|n| n != "sentence_to_index");
+    names.sort();
+    names
+        .into_iter()
+        .map(|n| {
+            let (_, values) = dataset(&file, &n);
+            (n, values)
+        })
+        .collect()
+}
+
+/// The largest difference between two outputs' values, and their largest magnitude.
+fn difference(a: &[(String, Vec<f32>)], b: &[(String, Vec<f32>)]) -> (f32, f32) {
+    assert_eq!(a.len(), b.len());
+    let (mut diff, mut scale) = (0.0f32, 0.0f32);
+    for ((name_a, a), (name_b, b)) in a.iter().zip(b) {
+        assert_eq!((name_a, a.len()), (name_b, b.len()));
+        for (x, y) in a.iter().zip(b) {
+            diff = diff.max((x - y).abs());
+            scale = scale.max(x.abs());
+        }
+    }
+    (diff, scale)
+}
+
+/// `--precision mixed` is refused on a CPU; on wgpu (lavapipe in CI) its vectors differ from
+/// `f32`'s by 16-bit rounding only. `--backend vulkan` needs the opt-in `vulkan` feature.
+#[test]
+fn mixed_precision_runs_on_a_gpu_within_its_tolerance() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let options = fixture("tiny/options.json");
+    let weights = fixture("tiny/weights.hdf5");
+    let model = ["--options", path(&options), "--weights", path(&weights)];
+    let run = |name: &str, extra: &[&str]| {
+        let sub = dir.path().join(name);
+        std::fs::create_dir_all(&sub).expect("dir");
+        let args: Vec<&str> = model.iter().chain(extra).copied().collect();
+        let (output, result) = embed(&sub, TEXT, &args);
+        (output, result)
+    };
+    let (_, refused) = run("cpu", &["--precision", "mixed"]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && stderr.contains("--precision mixed runs on a GPU"),
+        "{stderr}"
+    );
+    if !cfg!(feature = "vulkan") {
+        let (_, refused) = run("vulkan", &["--backend", "vulkan"]);
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert!(stderr.contains("--features vulkan"), "{stderr}");
+    }
+    if elmo_test_support::wgpu_device_or_skip("mixed_precision_runs_on_a_gpu").is_none() {
+        return;
+    }
+    let outputs: Vec<_> = [
+        ("f32", &["--backend", "wgpu"][..]),
+        ("mixed", &["--backend", "wgpu", "--precision", "mixed"][..]),
+        ("vulkan", &["--backend", "vulkan"][..]),
+    ]
+    .into_iter()
+    .filter(|(name, _)| *name != "vulkan" || cfg!(feature = "vulkan"))
+    .map(|(name, extra)| {
+        let (output, result) = run(name, extra);
+        assert!(
+            result.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&result.stderr)
+        );
+        all_values(&output)
+    })
+    .collect();
+    let (mixed, scale) = difference(&outputs[0], &outputs[1]);
+    eprintln!("mixed precision: largest difference {mixed:e} of values up to {scale}");
+    assert!(mixed > 0.0, "the mixed run computed in f32");
+    assert!(mixed <= 1e-2 * scale, "{mixed} of {scale}");
+    if let Some(spirv) = outputs.get(2) {
+        let (spirv, _) = difference(&outputs[0], spirv);
+        assert!(spirv <= 1e-5, "vulkan vs wgpu: {spirv}");
+    }
+}
