@@ -5,14 +5,15 @@
 # Side by side in the same minutes, each elmo-rs line against the PyTorch peer on CUDA:
 #   1. inference (`bench_embed`, all layers read back to the host), `original` and `small`, batch
 #      64 / 256 / 1024: elmo-rs wgpu with the fused inference kernels and paired directions
-#      (`wgpu`, WGSL kernels), with the step products whole (`wgpu-whole`), with `--precision
+#      (`wgpu`, WGSL kernels), with the large products through burn's matmul choice instead of
+#      the kernel of their shape (`wgpu-burnmm`, `large_product.rs`), with `--precision
 #      mixed` (`wgpu-mixed`: f16 operands), burn's operations (`wgpu-composed`, the path before
 #      the fused kernels, at batch 64), and the `vulkan` build's `wgpu` and `wgpu-mixed` (SPIR-V
 #      kernels; f16 products on tensor cores where the driver offers cooperative matrices);
 #      the peer is AllenNLP's per-step loop (`xtask/peer/elmo_pytorch.py`) in f32;
-#   2. training (`bench_train`): the `original` shape at bilm-tf's per-GPU 128 × 20 with a 50k
-#      vocabulary sampled 8192, then the PTB shapes at 256 and 512 rows; the peer
-#      (`xtask/peer/bilm_train_pytorch.py`) in f32 and with bf16 autocast (AMP).
+#   2. training (`bench_train`, `wgpu-burnmm` and `wgpu`): the `original` shape at bilm-tf's
+#      per-GPU 128 × 20 with a 50k vocabulary sampled 8192, then the PTB shapes at 256 and 512
+#      rows; the peer (`xtask/peer/bilm_train_pytorch.py`) in f32 and with bf16 autocast (AMP).
 # Every section checks the time left, so that the call ends within its limit with what it has.
 # Output: $OUT/gpu-table.log (also printed), $OUT/gpu-memory.csv (nvidia-smi every 200 ms).
 set -uo pipefail
@@ -40,7 +41,7 @@ embed() {
         --peer-script xtask/peer/elmo_pytorch.py --batches 5 "$@"
 }
 train() {
-    within 60 /tmp/bench_train --backends wgpu --peer python3 --peer-device cuda --peer-amp bf16 \
+    within 60 /tmp/bench_train --backends wgpu-burnmm,wgpu --peer python3 --peer-device cuda --peer-amp bf16 \
         --peer-script xtask/peer/bilm_train_pytorch.py --steps 8 "$@"
 }
 
@@ -59,8 +60,8 @@ spirv() {
     fi
 }
 
-embed --shapes original --backends wgpu-composed,wgpu-whole,wgpu,wgpu-mixed --batch-size 64
-embed --shapes original --backends wgpu-whole,wgpu,wgpu-mixed --batch-size 256,1024
+embed --shapes original --backends wgpu-composed,wgpu-burnmm,wgpu,wgpu-mixed --batch-size 64
+embed --shapes original --backends wgpu-burnmm,wgpu,wgpu-mixed --batch-size 256,1024
 spirv --shapes original --backends wgpu,wgpu-mixed --batch-size 64,1024
 embed --shapes small --backends wgpu --batch-size 64,256,1024
 

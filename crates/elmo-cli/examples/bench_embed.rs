@@ -5,7 +5,8 @@
 //! Options: `--shapes small,original` `--backends flex,ndarray` (`flex-composed`: flex without
 //! the host loop of the recurrence, burn's operations only; `wgpu`: the fused inference kernels,
 //! directions paired; `wgpu-apart`: not paired; `wgpu-whole`: step products not split;
-//! `wgpu-composed`: burn's operations only; `wgpu-mixed`: `--precision mixed`; `vulkan`: wgpu
+//! `wgpu-composed`: burn's operations only; `wgpu-burnmm`: large products through burn's matmul
+//! choice; `wgpu-mixed`: `--precision mixed`; `vulkan`: wgpu
 //! pinned to Vulkan, SPIR-V kernels) `--batches N` `--batch-size B[,B...]` (one row per
 //! size; a batch is one call of the LSTM) `--text zipf|uniform` `--threads N` (sets
 //! RAYON_NUM_THREADS for the children)
@@ -140,6 +141,13 @@ fn child(shape: &str, backend: &str, s: &ChildSettings) {
             "wgpu",
             KernelSettings {
                 split_products: false,
+                ..all
+            },
+        ),
+        "wgpu-burnmm" => (
+            "wgpu",
+            KernelSettings {
+                shaped_matmul: false,
                 ..all
             },
         ),

@@ -8,7 +8,9 @@
 //! wgpu with burn's operations instead of the fused kernels (`KernelSettings::COMPOSED`), the
 //! baseline that the fused ones are measured against; `wgpu-whole`: the fused kernels with the
 //! LSTM's step products not split along K (`split_products: false`); `wgpu-apart`: the two
-//! directions' LSTM stacks run apart instead of as one group (`paired_directions: false`)),
+//! directions' LSTM stacks run apart instead of as one group (`paired_directions: false`);
+//! `wgpu-burnmm`: the large products through burn's matmul choice, not the kernel of their
+//! shape (`shaped_matmul: false`)),
 //! `--steps 3` (after one warm-up),
 //! `--batch-size 32`, `--unroll-steps 20`, `--vocab-size 50000`, `--negatives 8192`,
 //! `--peer PYTHON` (a Python with torch), `--peer-device cpu|cuda` (where the peer runs),
@@ -59,8 +61,8 @@ fn bench_device(backend: &str) -> burn::tensor::Device {
     device(backend)
 }
 
-/// A child's backend and kernels from its name: `wgpu-unfused`, `wgpu-whole` and `wgpu-apart`
-/// are wgpu with one of the kernel settings off.
+/// A child's backend and kernels from its name: `wgpu-unfused`, `wgpu-whole`, `wgpu-apart` and
+/// `wgpu-burnmm` are wgpu with one of the kernel settings off.
 fn backend_and_kernels(name: &str) -> (&str, KernelSettings) {
     let on = KernelSettings::default();
     match name {
@@ -76,6 +78,13 @@ fn backend_and_kernels(name: &str) -> (&str, KernelSettings) {
             "wgpu",
             KernelSettings {
                 paired_directions: false,
+                ..on
+            },
+        ),
+        "wgpu-burnmm" => (
+            "wgpu",
+            KernelSettings {
+                shaped_matmul: false,
                 ..on
             },
         ),

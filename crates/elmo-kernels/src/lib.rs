@@ -21,6 +21,7 @@ mod gate_activation;
 mod host_gemm;
 mod host_lstm;
 mod index_add;
+mod large_product;
 mod precision;
 mod settings;
 mod split_product;
@@ -41,7 +42,10 @@ pub use gate_activation::{EXP_LIMIT, GateActivation};
 pub use host_gemm::{PackedMatrix, matmul_packed};
 pub use host_lstm::{HostLstm, HostLstmOutput, HostLstmWeights};
 pub use index_add::{add_elements, add_rows, embedding};
-pub use precision::{Precision, product};
+#[cfg(feature = "cubecl")]
+pub use large_product::kernel_for_shape;
+pub use large_product::product;
+pub use precision::Precision;
 pub use settings::KernelSettings;
 pub use split_product::{
     SplitLayout, SplitWeight, slices_for, slices_for_grid, slices_over_rows, slices_when,

@@ -8,7 +8,7 @@
 //! or on a CPU, half precision buys nothing, and [`Precision::half_for`] keeps `f32` there
 //! unless the device computes in 16-bit floats.
 
-use burn::tensor::{Device, FloatDType, Tensor};
+use burn::tensor::{Device, FloatDType};
 use serde::{Deserialize, Serialize};
 
 /// The precision of the large products (char CNN, highways, projections, the LSTM's products).
@@ -37,33 +37,12 @@ impl Precision {
     }
 }
 
-/// `lhs · rhs` with the operands in `half` (the result cast back to `f32`; `rhs` may be in
-/// `half` already), or in `f32`.
-///
-/// # Shapes
-/// - lhs: `[.., M, K]`; rhs: `[.., K, N]`; output: `[.., M, N]`
-pub fn product<const D: usize>(
-    lhs: Tensor<D>,
-    rhs: Tensor<D>,
-    half: Option<FloatDType>,
-) -> Tensor<D> {
-    match half {
-        Some(dtype) => {
-            // A weight kept in `half` already is not cast again.
-            let rhs = match FloatDType::from(rhs.dtype()) == dtype {
-                true => rhs,
-                false => rhs.cast(dtype),
-            };
-            lhs.cast(dtype).matmul(rhs).cast(FloatDType::F32)
-        }
-        None => lhs.matmul(rhs),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use burn::tensor::Distribution;
+    use burn::tensor::{Distribution, Tensor};
+
+    use crate::{KernelSettings, product};
 
     #[test]
     fn mixed_precision_runs_only_on_a_gpu() {
@@ -85,7 +64,14 @@ mod tests {
         let lhs = Tensor::<2>::random([33, 300], Distribution::Normal(0.0, 1.0), &gpu);
         let rhs = Tensor::<2>::random([300, 40], Distribution::Normal(0.0, 0.1), &gpu);
         let exact = lhs.clone().matmul(rhs.clone());
-        let mixed = product(lhs, rhs, half);
+        let mixed = product(
+            lhs,
+            rhs,
+            KernelSettings {
+                precision: Precision::Mixed,
+                ..KernelSettings::ALL
+            },
+        );
         let scale: f32 = exact.clone().abs().max().into_scalar();
         let error: f32 = (mixed - exact).abs().max().into_scalar();
         assert!(error <= 1e-2 * scale, "{error} of {scale}");

@@ -29,6 +29,9 @@ pub struct KernelSettings {
     /// ([`crate::HostLstm`]: weights packed once per call, one fused pass per cell). Off:
     /// burn's operations, step by step.
     pub host_recurrence: bool,
+    /// With `fused`: the large `f32` products on a CubeCL device through the cubek kernel that
+    /// suits their shape ([`crate::product`]). Off: burn's choice.
+    pub shaped_matmul: bool,
     /// The precision of the large products of inference on a GPU ([`Precision`]; `F32` by
     /// default, as AllenNLP).
     pub precision: Precision,
@@ -47,6 +50,7 @@ impl KernelSettings {
         split_products: true,
         paired_directions: true,
         host_recurrence: true,
+        shaped_matmul: true,
         precision: Precision::F32,
     };
 
@@ -56,6 +60,7 @@ impl KernelSettings {
         split_products: false,
         paired_directions: false,
         host_recurrence: false,
+        shaped_matmul: false,
         precision: Precision::F32,
     };
 

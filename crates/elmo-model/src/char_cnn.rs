@@ -214,8 +214,7 @@ fn windows_product(windows: Tensor<2>, weight: Tensor<2>, kernels: KernelSetting
     let n_filters = weight.dims()[1];
     let n_slices = slices_when(kernels.split_for(&weight), n_windows);
     if n_slices == 1 {
-        let half = kernels.precision.half_for(&windows.device());
-        return product(windows, weight, half);
+        return product(windows, weight, kernels);
     }
     windows
         .reshape([n_slices, n_windows / n_slices, d_window])
@@ -323,12 +322,10 @@ impl CharCnnEncoder {
             })
             .collect();
         let convolutions = Tensor::cat(pooled, 1);
-        let half = self.kernels.precision.half_for(&convolutions.device());
-        let highway = self
-            .highways
-            .iter()
-            .fold(convolutions.clone(), |x, layer| layer.forward_in(x, half));
-        let token_embedding = linear_in(&self.projection, highway.clone(), half);
+        let highway = self.highways.iter().fold(convolutions.clone(), |x, layer| {
+            layer.forward_in(x, self.kernels)
+        });
+        let token_embedding = linear_in(&self.projection, highway.clone(), self.kernels);
         let n_filters = highway.dims()[1];
         let d_output = token_embedding.dims()[1];
         CharCnnOutput {

@@ -125,11 +125,8 @@ pub(crate) fn forward_group(
                         .narrow(1, chunk_start, len)
                         .swap_dims(0, 1)
                         .reshape([len * batch, d_input]);
-                    (product(x, input_weights[g].clone(), half) + biases[g].clone()).reshape([
-                        len,
-                        batch,
-                        4 * d_cell,
-                    ])
+                    (product(x, input_weights[g].clone(), first.kernels) + biases[g].clone())
+                        .reshape([len, batch, 4 * d_cell])
                 })
                 .collect(),
             1,

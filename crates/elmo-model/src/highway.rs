@@ -7,8 +7,8 @@
 use burn::module::Module;
 use burn::nn::{Linear, LinearConfig};
 use burn::tensor::activation::{relu, sigmoid};
-use burn::tensor::{Device, FloatDType, Tensor};
-use elmo_kernels::product;
+use burn::tensor::{Device, Tensor};
+use elmo_kernels::{KernelSettings, product};
 
 /// Configuration of a [`Highway`] layer.
 #[derive(Debug, Clone)]
@@ -47,27 +47,24 @@ impl Highway {
         x.clone() + gate * (transformed - x)
     }
 
-    /// [`Self::forward`] with the two products' operands in `half` (a 16-bit float type,
-    /// `elmo_kernels::Precision::Mixed`), or in `f32` with `None`.
+    /// [`Self::forward`] with the two products run as `kernels` asks ([`product`]: the
+    /// precision and, on a GPU, the kernel of the shape).
     ///
     /// # Shapes
     /// - input, output: `[n, d_model]`
-    pub fn forward_in(&self, x: Tensor<2>, half: Option<FloatDType>) -> Tensor<2> {
-        if half.is_none() {
-            return self.forward(x);
-        }
-        let gate = sigmoid(linear_in(&self.carry, x.clone(), half));
-        let transformed = relu(linear_in(&self.transform, x.clone(), half));
+    pub fn forward_in(&self, x: Tensor<2>, kernels: KernelSettings) -> Tensor<2> {
+        let gate = sigmoid(linear_in(&self.carry, x.clone(), kernels));
+        let transformed = relu(linear_in(&self.transform, x.clone(), kernels));
         x.clone() + gate * (transformed - x)
     }
 }
 
-/// `layer`'s `x·W + b` with the product's operands in `half` (`f32` with `None`).
+/// `layer`'s `x·W + b` with the product run as `kernels` asks ([`product`]).
 ///
 /// # Shapes
 /// - x: `[n, d_input]`; output: `[n, d_output]`
-pub fn linear_in(layer: &Linear, x: Tensor<2>, half: Option<FloatDType>) -> Tensor<2> {
-    let out = product(x, layer.weight.val(), half);
+pub fn linear_in(layer: &Linear, x: Tensor<2>, kernels: KernelSettings) -> Tensor<2> {
+    let out = product(x, layer.weight.val(), kernels);
     match &layer.bias {
         Some(bias) => out + bias.val().unsqueeze_dim(0),
         None => out,

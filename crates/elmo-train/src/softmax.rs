@@ -6,7 +6,8 @@ use burn::module::{Module, Param};
 use burn::nn::Initializer;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use elmo_kernels::{
-    KernelSettings, RowReduction, SplitWeight, add_elements, add_rows, reduce_rows, sum_columns,
+    KernelSettings, RowReduction, SplitWeight, add_elements, add_rows, product, reduce_rows,
+    sum_columns,
 };
 use rand::Rng;
 use std::collections::HashSet;
@@ -265,7 +266,8 @@ impl Softmax {
                 chunk(&true_logits),
                 chunk(&not_candidate),
             );
-            let logits = rows.clone().matmul(candidate_weight_t.clone()) + candidate_bias.clone();
+            let logits =
+                product(rows.clone(), candidate_weight_t.clone(), kernels) + candidate_bias.clone();
             let max = reduce_rows(logits.clone(), RowReduction::Max, kernels).max_pair(y.clone());
             let exp = (logits - max.clone()).exp();
             let true_exp = (y.clone() - max.clone()).exp() * outside;
@@ -280,7 +282,8 @@ impl Softmax {
                     + chunk(&target_weight) * dy.clone(),
             );
             grad_candidate_bias = grad_candidate_bias + sum_columns(grad_logits.clone(), kernels);
-            grad_candidate_weight = grad_candidate_weight + grad_logits.transpose().matmul(rows);
+            grad_candidate_weight =
+                grad_candidate_weight + product(grad_logits.transpose(), rows, kernels);
             grad_true.push(dy);
             start += len;
         }
