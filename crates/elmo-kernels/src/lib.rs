@@ -22,7 +22,6 @@ mod host_gemm;
 mod host_lstm;
 mod index_add;
 mod large_product;
-mod precision;
 mod settings;
 mod split_product;
 
@@ -45,8 +44,7 @@ pub use index_add::{add_elements, add_rows, embedding};
 #[cfg(feature = "cubecl")]
 pub use large_product::kernel_for_shape;
 pub use large_product::product;
-pub use precision::Precision;
-pub use settings::KernelSettings;
+pub use settings::{KernelSettings, Precision};
 pub use split_product::{
     SplitLayout, SplitWeight, slices_for, slices_for_grid, slices_over_rows, slices_when,
     transposed_product,

@@ -423,7 +423,7 @@ impl BiLm {
             (self.forward_layers.first(), self.backward_layers.first())
             && first.fused_inference(&inputs)
             && first.kernels.paired_directions
-            && crate::fused_recurrence::pairs(first, backward)
+            && first.same_shape(backward)
         {
             return self.run_stacks_paired(inputs, lengths, forward_starts, backward_starts);
         }
@@ -490,12 +490,12 @@ impl BiLm {
                     start(&mut backward_starts, backward),
                 ];
                 let mut out = crate::fused_recurrence::forward_group(
-                    &[forward, backward],
+                    &[forward.group_layer(), backward.group_layer()],
+                    forward.kernels,
                     x.clone(),
                     lengths,
                     &[true, false],
                     initial,
-                    forward.kernels.split_products,
                 );
                 let backward_state = out.final_states.pop();
                 let forward_state = out.final_states.pop();

@@ -7,11 +7,26 @@
 
 use burn::tensor::Tensor;
 use elmo_kernels::{
-    GateActivation, InferenceBuffers, InferenceStep, SplitLayout, SplitWeight, inference_cell,
-    inference_hidden, product, slices_for_grid,
+    GateActivation, InferenceBuffers, InferenceStep, KernelSettings, SplitLayout, SplitWeight,
+    inference_cell, inference_hidden, product, slices_for_grid,
 };
 
-use crate::lstm_projection::{LstmState, LstmWithProjection, PROJECTION_CHUNK_STEPS};
+use crate::lstm_state::LstmState;
+
+/// What the recurrence reads of one layer (`LstmWithProjection::group_layer`).
+///
+/// # Shapes
+/// - input_weight: `[d_input, 4C]`; state_weight: `[P, 4C]`; bias: `[4C]`; projection: `[C, P]`
+pub(crate) struct GroupLayer {
+    pub input_weight: Tensor<2>,
+    pub state_weight: Tensor<2>,
+    pub bias: Tensor<1>,
+    pub projection: Tensor<2>,
+    pub cell_clip: Option<f64>,
+    pub projection_clip: Option<f64>,
+    /// Time steps whose input projection is one product.
+    pub chunk_steps: usize,
+}
 
 /// What [`forward_group`] returns.
 ///
@@ -33,37 +48,39 @@ fn owned<const D: usize>(tensor: Tensor<D>) -> Tensor<D> {
 
 /// Runs `layers` (G layers of one shape and clips) as one recurrence: layer `g` over rows
 /// `g·B .. (g+1)·B` of `inputs`, left to right when `go_forward[g]`, else right to left from each
-/// row's own last token, from `initial[g]`. `split` lets the step products split along their
-/// inner dimension where their output is too small to fill the device
-/// ([`slices_for_grid`]).
+/// row's own last token, from `initial[g]`, running `kernels`: with `split_products` the step
+/// products split along their inner dimension where their output is too small to fill the
+/// device ([`slices_for_grid`]); the large products as [`product`] runs them.
 ///
 /// # Shapes
 /// - inputs: `[G·B, T, d_input]`
 /// - lengths: `B` values `<= T`, in any order
 /// - initial: per layer `[B, ·]`
 pub(crate) fn forward_group(
-    layers: &[&LstmWithProjection],
+    layers: &[GroupLayer],
+    kernels: KernelSettings,
     inputs: Tensor<3>,
     lengths: &[usize],
     go_forward: &[bool],
     initial: Vec<LstmState>,
-    split: bool,
 ) -> GroupOutput {
     let device = inputs.device();
     let [rows, n_steps, d_input] = inputs.dims();
     let n_groups = layers.len();
     let batch = rows / n_groups;
-    let first = layers[0];
-    let (d_cell, d_projection) = (first.d_cell(), first.d_projection());
-    if n_steps == 0 {
+    let first = &layers[0];
+    let [d_cell, d_projection] = first.projection.dims();
+    let split = kernels.split_products;
+    if n_steps == 0 || batch == 0 {
+        // Nothing to run (and no kernel launches over zero units).
         return GroupOutput {
-            outputs: Tensor::zeros([rows, 0, d_projection], &device),
+            outputs: Tensor::zeros([rows, n_steps, d_projection], &device),
             final_states: initial,
         };
     }
     let activation = GateActivation::new(d_cell, &device);
     // Mixed precision: every product's operands in 16 bits, results and state in `f32`.
-    let half = first.kernels.precision.half_for(&device);
+    let half = kernels.precision.half_for(&device);
     let in_half = |w: Tensor<2>| match half {
         Some(dtype) => w.cast(dtype),
         None => w,
@@ -76,20 +93,20 @@ pub(crate) fn forward_group(
         })
         .collect();
     let input_weights: Vec<Tensor<2>> = (layers.iter())
-        .map(|l| in_half(activation.prepare(l.input_weight.val())))
+        .map(|l| in_half(activation.prepare(l.input_weight.clone())))
         .collect();
     let biases: Vec<Tensor<2>> = (layers.iter())
-        .map(|l| activation.prepare(l.bias.val().unsqueeze_dim::<2>(0)))
+        .map(|l| activation.prepare(l.bias.clone().unsqueeze_dim::<2>(0)))
         .collect();
     let state_product = SplitWeight::grouped(
         (layers.iter())
-            .map(|l| activation.prepare(l.state_weight.val()))
+            .map(|l| activation.prepare(l.state_weight.clone()))
             .collect(),
         slices_for_grid(split, n_groups, batch, d_projection, 4 * d_cell),
     )
     .in_half(half);
     let projection_product = SplitWeight::grouped(
-        layers.iter().map(|l| l.projection.val()).collect(),
+        layers.iter().map(|l| l.projection.clone()).collect(),
         slices_for_grid(split, n_groups, batch, d_cell, d_projection),
     )
     .in_half(half);
@@ -115,22 +132,23 @@ pub(crate) fn forward_group(
     let reversed = (0..n_groups)
         .filter(|&g| !go_forward[g])
         .fold(0u32, |bits, g| bits | 1 << g);
-    for chunk_start in (0..n_steps).step_by(PROJECTION_CHUNK_STEPS) {
-        let len = PROJECTION_CHUNK_STEPS.min(n_steps - chunk_start);
-        let projected = Tensor::cat(
-            (0..n_groups)
-                .map(|g| {
-                    let x = timed[g]
-                        .clone()
-                        .narrow(1, chunk_start, len)
-                        .swap_dims(0, 1)
-                        .reshape([len * batch, d_input]);
-                    (product(x, input_weights[g].clone(), first.kernels) + biases[g].clone())
-                        .reshape([len, batch, 4 * d_cell])
-                })
-                .collect(),
-            1,
-        );
+    for chunk_start in (0..n_steps).step_by(first.chunk_steps) {
+        let len = first.chunk_steps.min(n_steps - chunk_start);
+        let projected =
+            Tensor::cat(
+                (0..n_groups)
+                    .map(|g| {
+                        let x = timed[g]
+                            .clone()
+                            .narrow(1, chunk_start, len)
+                            .swap_dims(0, 1)
+                            .reshape([len * batch, d_input]);
+                        (product(x, input_weights[g].clone(), kernels) + biases[g].clone())
+                            .reshape([len, batch, 4 * d_cell])
+                    })
+                    .collect(),
+                1,
+            );
         let projected = elmo_kernels::contiguous(projected);
         for step in chunk_start..chunk_start + len {
             let at = InferenceStep {
@@ -185,17 +203,4 @@ fn from_split(x: Tensor<3>, layout: SplitLayout) -> Tensor<2> {
     x.reshape([layout.n_groups, layout.n_slices, batch, width])
         .swap_dims(1, 2)
         .reshape([layout.n_groups * batch, layout.n_slices * width])
-}
-
-/// Whether `a` and `b` can run as one group: the same weight shapes and clips.
-pub(crate) fn pairs(a: &LstmWithProjection, b: &LstmWithProjection) -> bool {
-    let shape = |l: &LstmWithProjection| {
-        (
-            l.input_weight.val().dims(),
-            l.projection.val().dims(),
-            l.cell_clip.map(f64::to_bits),
-            l.projection_clip.map(f64::to_bits),
-        )
-    };
-    shape(a) == shape(b)
 }

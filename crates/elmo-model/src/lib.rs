@@ -32,6 +32,7 @@ mod fused_recurrence;
 pub mod highway;
 pub mod lstm_projection;
 pub mod lstm_stack;
+mod lstm_state;
 pub mod options;
 mod run_lock;
 pub mod scalar_mix;

@@ -18,6 +18,9 @@ use burn::tensor::{Device, Int, Tensor, TensorData};
 
 use elmo_kernels::{GateActivation, HostLstm, HostLstmWeights, KernelSettings};
 
+use crate::fused_recurrence::{GroupLayer, forward_group};
+pub use crate::lstm_state::LstmState;
+
 /// Time steps whose input projection is computed in one matmul (bounds memory on long inputs).
 pub const PROJECTION_CHUNK_STEPS: usize = 32;
 
@@ -56,29 +59,6 @@ pub struct LstmWithProjection {
     /// Which kernels run (here: `host_recurrence`, the host loop of inference on a CPU).
     #[module(skip)]
     pub kernels: KernelSettings,
-}
-
-/// The recurrent state of one direction of one layer.
-///
-/// # Shapes
-/// - hidden: `[B, P]`
-/// - memory: `[B, C]`
-#[derive(Debug, Clone)]
-pub struct LstmState {
-    /// Projected hidden state `h`.
-    pub hidden: Tensor<2>,
-    /// Memory cell `c`.
-    pub memory: Tensor<2>,
-}
-
-impl LstmState {
-    /// The same state cut from any autodiff graph (truncated backpropagation through time).
-    pub fn detach(self) -> Self {
-        Self {
-            hidden: self.hidden.detach(),
-            memory: self.memory.detach(),
-        }
-    }
 }
 
 /// Output of [`LstmWithProjection::forward`].
@@ -143,6 +123,33 @@ impl LstmWithProjection {
         !inputs.device().is_autodiff() && self.kernels.fused_for(inputs)
     }
 
+    /// What the fused inference recurrence reads of this layer.
+    pub(crate) fn group_layer(&self) -> GroupLayer {
+        GroupLayer {
+            input_weight: self.input_weight.val(),
+            state_weight: self.state_weight.val(),
+            bias: self.bias.val(),
+            projection: self.projection.val(),
+            cell_clip: self.cell_clip,
+            projection_clip: self.projection_clip,
+            chunk_steps: PROJECTION_CHUNK_STEPS,
+        }
+    }
+
+    /// Whether `other` has this layer's weight shapes and clips (two layers that can run as one
+    /// group).
+    pub(crate) fn same_shape(&self, other: &Self) -> bool {
+        let shape = |l: &Self| {
+            (
+                l.input_weight.val().dims(),
+                l.projection.val().dims(),
+                l.cell_clip.map(f64::to_bits),
+                l.projection_clip.map(f64::to_bits),
+            )
+        };
+        shape(self) == shape(other)
+    }
+
     /// A zero state for `batch` rows.
     pub fn zero_state(&self, batch: usize, device: &Device) -> LstmState {
         LstmState {
@@ -173,13 +180,13 @@ impl LstmWithProjection {
         let initial_state = initial_state.unwrap_or_else(|| self.zero_state(batch, &device));
         if self.fused_inference(&inputs) {
             // On a CubeCL device, the fused kernels take rows in any order.
-            let mut out = crate::fused_recurrence::forward_group(
-                &[self],
+            let mut out = forward_group(
+                &[self.group_layer()],
+                self.kernels,
                 inputs,
                 lengths,
                 &[go_forward],
                 vec![initial_state],
-                self.kernels.split_products,
             );
             return LstmOutput {
                 outputs: out.outputs,
@@ -588,6 +595,28 @@ mod tests {
                 outputs < 1e-5 && hidden < 1e-5 && memory < 1e-5,
                 "{go_forward}: {outputs} {hidden} {memory}"
             );
+        }
+    }
+
+    /// A batch without rows or without steps gives empty outputs and keeps the state, on every
+    /// path (the fused kernels launch nothing over zero units).
+    #[test]
+    fn empty_batches_give_empty_outputs() {
+        for device in elmo_test_support::flex_and_wgpu("empty_batches_give_empty_outputs") {
+            for kernels in [KernelSettings::ALL, KernelSettings::COMPOSED] {
+                let layer =
+                    seeded_layer(&device, 3, [5, 8, 4], Some(3.0), Some(3.0)).with_kernels(kernels);
+                for (rows, steps) in [(0, 3), (2, 0)] {
+                    let out = layer.forward(
+                        Tensor::zeros([rows, steps, 5], &device),
+                        &vec![steps; rows],
+                        false,
+                        None,
+                    );
+                    assert_eq!(out.outputs.dims(), [rows, steps, 4]);
+                    assert_eq!(out.final_state.memory.dims(), [rows, 8]);
+                }
+            }
         }
     }
 }
