@@ -201,6 +201,14 @@ pub fn check(root: &Path) -> Result<(), String> {
             }
         }
     }
+    if n_crates == 0 {
+        // A check that read nothing must not pass (an xtask binary built in another checkout
+        // that shares the target directory looks for the crates there).
+        return Err(format!(
+            "module imports: no crate sources under {} (xtask built elsewhere? touch xtask/src/main.rs)",
+            root.display()
+        ));
+    }
     if problems.is_empty() {
         println!("module imports: no cycles in {n_crates} crates");
         Ok(())
@@ -218,6 +226,15 @@ mod tests {
             .iter()
             .map(|(m, to)| (m.to_string(), to.iter().map(|t| t.to_string()).collect()))
             .collect()
+    }
+
+    #[test]
+    fn a_root_without_crates_is_an_error() {
+        let empty = std::env::temp_dir().join(format!("xtask-no-crates-{}", std::process::id()));
+        std::fs::create_dir_all(&empty).expect("temp dir");
+        let result = check(&empty);
+        std::fs::remove_dir_all(&empty).ok();
+        assert!(result.is_err_and(|e| e.contains("no crate sources")));
     }
 
     #[test]
