@@ -33,7 +33,7 @@ within() {
         return
     fi
     echo "== $* (at ${SECONDS} s)" | tee -a "$log"
-    timeout "$left" "$@" 2>&1 | grep -v XDG_RUNTIME_DIR | tee -a "$log"
+    timeout "$left" "$@" 2>&1 | grep -v '^error: XDG_RUNTIME_DIR' | tee -a "$log"
 }
 
 embed() {

@@ -214,6 +214,17 @@ fn child(shape: &str, backend: &str, s: &ChildSettings) {
     );
 }
 
+/// The last line of a failed child's stderr that says something (not wgpu's XDG_RUNTIME_DIR
+/// notice, which every wgpu process prints on a machine without a desktop session).
+fn last_error_line(stderr: &[u8]) -> String {
+    String::from_utf8_lossy(stderr)
+        .lines()
+        .filter(|l| !l.contains("XDG_RUNTIME_DIR"))
+        .last()
+        .unwrap_or("no output")
+        .to_string()
+}
+
 /// Time of the token encoder alone and of the LSTM stacks alone (stderr).
 fn breakdown(bilm: &elmo_model::BiLm, data: &[CharIdBatch], device: &Device) {
     let (mut encoder, mut stacks) = (0.0, 0.0);
@@ -318,11 +329,9 @@ fn main() {
                 }
                 None => {
                     println!(
-                        "| {shape} | {batch_size} | PyTorch peer | failed: {} | | | |",
-                        String::from_utf8_lossy(&output.stderr)
-                            .lines()
-                            .last()
-                            .unwrap_or("no output")
+                        "| {shape} | {batch_size} | PyTorch peer | failed ({}): {} | | | |",
+                        output.status,
+                        last_error_line(&output.stderr)
                     );
                     None
                 }
@@ -362,11 +371,9 @@ fn main() {
                     );
                 }
                 None => println!(
-                    "| {shape} | {batch_size} | {backend} | failed: {} | | | |",
-                    String::from_utf8_lossy(&output.stderr)
-                        .lines()
-                        .last()
-                        .unwrap_or("no output")
+                    "| {shape} | {batch_size} | {backend} | failed ({}): {} | | | |",
+                    output.status,
+                    last_error_line(&output.stderr)
                 ),
             }
         }
