@@ -219,8 +219,7 @@ fn child(shape: &str, backend: &str, s: &ChildSettings) {
 fn last_error_line(stderr: &[u8]) -> String {
     String::from_utf8_lossy(stderr)
         .lines()
-        .filter(|l| !l.contains("XDG_RUNTIME_DIR"))
-        .last()
+        .rfind(|l| !l.contains("XDG_RUNTIME_DIR"))
         .unwrap_or("no output")
         .to_string()
 }
