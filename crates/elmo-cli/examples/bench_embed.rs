@@ -24,9 +24,12 @@ use std::time::Instant;
 
 use burn::tensor::Device;
 use elmo_model::options::BiLmOptions;
-use elmo_model::{BiLmConfig, CharIdBatch, EmbedderConfig, KernelSettings};
+use elmo_model::{BiLmConfig, CharIdBatch, EmbedderConfig};
 
-use elmo_test_support::bench::{device, flag_value, peak_rss_mib};
+use elmo_test_support::bench::{flag_value, peak_rss_mib};
+
+mod common;
+use common::{backend_and_kernels, bench_device, last_error_line};
 
 /// The CPU this runs on: model name, logical cores and the SIMD extensions that matter to the
 /// matmul kernels (from `/proc/cpuinfo`; "unknown" elsewhere).
@@ -125,51 +128,8 @@ struct ChildSettings<'a> {
 }
 
 fn child(shape: &str, backend: &str, s: &ChildSettings) {
-    let all = KernelSettings::ALL;
-    let (backend, kernels) = match backend {
-        // flex with burn's operations only (no host loop for the recurrence).
-        "flex-composed" => ("flex", KernelSettings::COMPOSED),
-        "wgpu-composed" => ("wgpu", KernelSettings::COMPOSED),
-        "wgpu-apart" => (
-            "wgpu",
-            KernelSettings {
-                paired_directions: false,
-                ..all
-            },
-        ),
-        "wgpu-whole" => (
-            "wgpu",
-            KernelSettings {
-                split_products: false,
-                ..all
-            },
-        ),
-        "wgpu-burnmm" => (
-            "wgpu",
-            KernelSettings {
-                shaped_matmul: false,
-                ..all
-            },
-        ),
-        "wgpu-mixed" => (
-            "wgpu",
-            KernelSettings {
-                precision: elmo_model::Precision::Mixed,
-                ..all
-            },
-        ),
-        other => (other, all),
-    };
-    #[cfg(feature = "flex")]
-    if backend == "flex" {
-        elmo_model::cpu_matmul::pack_small_batch_weights();
-    }
-    let device = match backend {
-        // wgpu pinned to Vulkan, SPIR-V kernels.
-        #[cfg(feature = "vulkan")]
-        "vulkan" => Device::vulkan(burn::tensor::DeviceKind::DefaultDevice),
-        other => device(other),
-    };
+    let (backend, kernels) = backend_and_kernels(backend);
+    let device = bench_device(backend);
     device.seed(0);
     let options = options(shape);
     let bilm = BiLmConfig { options }.init(&device).with_kernels(kernels);
@@ -212,16 +172,6 @@ fn child(shape: &str, backend: &str, s: &ChildSettings) {
         tokens as f64 / seconds,
         peak_rss_mib()
     );
-}
-
-/// The last line of a failed child's stderr that says something (not wgpu's XDG_RUNTIME_DIR
-/// notice, which every wgpu process prints on a machine without a desktop session).
-fn last_error_line(stderr: &[u8]) -> String {
-    String::from_utf8_lossy(stderr)
-        .lines()
-        .rfind(|l| !l.contains("XDG_RUNTIME_DIR"))
-        .unwrap_or("no output")
-        .to_string()
 }
 
 /// Time of the token encoder alone and of the LSTM stacks alone (stderr).

@@ -37,8 +37,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Instant;
 
-use elmo_model::KernelSettings;
-use elmo_test_support::bench::{device, flag_value, peak_rss_mib};
+use elmo_test_support::bench::{flag_value, peak_rss_mib};
 use elmo_train::batcher::Batcher;
 use elmo_train::language_model::CarriedState;
 use elmo_train::optimizer::build_optimizer;
@@ -47,50 +46,8 @@ use elmo_train::run::seeded_model;
 use elmo_train::{StepProfile, TrainConfig, Vocabulary};
 use rand::{Rng, SeedableRng};
 
-/// The device of `backend`, with the CLI's matmul setting on flex (`vulkan`: wgpu pinned to
-/// Vulkan, SPIR-V kernels).
-fn bench_device(backend: &str) -> burn::tensor::Device {
-    #[cfg(feature = "flex")]
-    if backend == "flex" {
-        elmo_model::cpu_matmul::pack_small_batch_weights();
-    }
-    #[cfg(feature = "vulkan")]
-    if backend == "vulkan" {
-        return burn::tensor::Device::vulkan(burn::tensor::DeviceKind::DefaultDevice);
-    }
-    device(backend)
-}
-
-/// A child's backend and kernels from its name: `wgpu-unfused`, `wgpu-whole`, `wgpu-apart` and
-/// `wgpu-burnmm` are wgpu with one of the kernel settings off.
-fn backend_and_kernels(name: &str) -> (&str, KernelSettings) {
-    let on = KernelSettings::default();
-    match name {
-        "wgpu-unfused" => ("wgpu", KernelSettings::COMPOSED),
-        "wgpu-whole" => (
-            "wgpu",
-            KernelSettings {
-                split_products: false,
-                ..on
-            },
-        ),
-        "wgpu-apart" => (
-            "wgpu",
-            KernelSettings {
-                paired_directions: false,
-                ..on
-            },
-        ),
-        "wgpu-burnmm" => (
-            "wgpu",
-            KernelSettings {
-                shaped_matmul: false,
-                ..on
-            },
-        ),
-        other => (other, on),
-    }
-}
+mod common;
+use common::{backend_and_kernels, bench_device, last_error_line};
 
 /// A Zipfian corpus over `w0 … w{V-4}` (sentences of 10-30 words).
 fn write_corpus(path: &std::path::Path, n_vocab: usize, n_sentences: usize) {
@@ -450,11 +407,9 @@ fn main() {
                     }
                 }
                 None => eprintln!(
-                    "{name} failed: {}",
-                    String::from_utf8_lossy(&output.stderr)
-                        .lines()
-                        .last()
-                        .unwrap_or("no output")
+                    "{name} failed ({}): {}",
+                    output.status,
+                    last_error_line(&output.stderr)
                 ),
             }
         }

@@ -44,8 +44,7 @@ pub fn product<const D: usize>(
     rhs: Tensor<D>,
     kernels: KernelSettings,
 ) -> Tensor<D> {
-    let device = lhs.device();
-    if let Some(half) = kernels.precision.half_for(&device) {
+    if let Some(half) = kernels.precision.half_for(&lhs) {
         // A weight kept in `half` already is not cast again.
         let rhs = match FloatDType::from(rhs.dtype()) == half {
             true => rhs,
@@ -54,7 +53,7 @@ pub fn product<const D: usize>(
         return lhs.cast(half).matmul(rhs).cast(FloatDType::F32);
     }
     #[cfg(feature = "cubecl")]
-    if kernels.shaped_matmul && kernels.fused && !device.is_autodiff() {
+    if kernels.shaped_matmul && kernels.fused && !lhs.device().is_autodiff() {
         let [m, k] = [lhs.dims()[D - 2], lhs.dims()[D - 1]];
         if let Some(kernel) = kernel_for_shape(m, k, rhs.dims()[D - 1])
             && let Ok(out) = matmul_with(lhs.clone(), rhs.clone(), kernel)

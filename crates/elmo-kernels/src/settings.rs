@@ -105,11 +105,12 @@ pub enum Precision {
 }
 
 impl Precision {
-    /// The 16-bit type that products on `device` use: `None` for [`Precision::F32`], on a
-    /// device that is not a CubeCL device, under autodiff (training keeps `f32` products), or
-    /// without 16-bit float arithmetic.
-    pub fn half_for(self, device: &Device) -> Option<FloatDType> {
-        if self == Self::F32 || device.is_autodiff() || !cube_device(device) {
+    /// The 16-bit type that products of `tensor` use: `None` for [`Precision::F32`], off a
+    /// CubeCL device, under autodiff (training keeps `f32` products), or without 16-bit float
+    /// arithmetic. (The tensor at hand says where it lives; no probe tensor is made per product.)
+    pub fn half_for<const D: usize>(self, tensor: &Tensor<D>) -> Option<FloatDType> {
+        let device = tensor.device();
+        if self == Self::F32 || device.is_autodiff() || !on_cube_device(tensor) {
             return None;
         }
         [FloatDType::F16, FloatDType::BF16]
@@ -178,16 +179,20 @@ mod tests {
     #[test]
     fn mixed_precision_runs_only_on_a_gpu() {
         let cpu = Device::flex();
-        assert_eq!(Precision::Mixed.half_for(&cpu), None);
-        assert_eq!(Precision::F32.half_for(&cpu), None);
+        let on = |device: &Device| Tensor::<1>::zeros([1], device);
+        assert_eq!(Precision::Mixed.half_for(&on(&cpu)), None);
+        assert_eq!(Precision::F32.half_for(&on(&cpu)), None);
         let Some(gpu) =
             elmo_test_support::wgpu_device_or_skip("mixed_precision_runs_only_on_a_gpu")
         else {
             return;
         };
-        assert_eq!(Precision::F32.half_for(&gpu), None);
-        assert_eq!(Precision::Mixed.half_for(&gpu.clone().autodiff()), None);
-        let half = Precision::Mixed.half_for(&gpu);
+        assert_eq!(Precision::F32.half_for(&on(&gpu)), None);
+        assert_eq!(
+            Precision::Mixed.half_for(&on(&gpu.clone().autodiff())),
+            None
+        );
+        let half = Precision::Mixed.half_for(&on(&gpu));
         if cfg!(feature = "cubecl") {
             assert!(half.is_some(), "lavapipe computes in f16");
         }

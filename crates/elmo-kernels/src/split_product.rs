@@ -128,6 +128,23 @@ impl SplitLayout {
             k / self.n_slices,
         ]
     }
+
+    /// `x` `[G·B, K]` rearranged into this layout, `[G·S, B, K / S]` (a copy when split or
+    /// grouped).
+    pub fn arrange(&self, x: Tensor<2>) -> Tensor<3> {
+        let [planes, batch, width] = self.shape(x.dims());
+        x.reshape([self.n_groups, batch, self.n_slices, width])
+            .swap_dims(1, 2)
+            .reshape([planes, batch, width])
+    }
+
+    /// The inverse of [`Self::arrange`]: `[G·S, B, K / S]` back to `[G·B, K]`.
+    pub fn gather(&self, x: Tensor<3>) -> Tensor<2> {
+        let [_, batch, width] = x.dims();
+        x.reshape([self.n_groups, self.n_slices, batch, width])
+            .swap_dims(1, 2)
+            .reshape([self.n_groups * batch, self.n_slices * width])
+    }
 }
 
 /// Right-hand factors `[K, N]`, one per group of rows, prepared once for many products `x · W`
@@ -288,14 +305,7 @@ impl SplitWeight {
     /// [`split_left_partials`](Self::split_left_partials) for a row-major `lhs` `[G·B, K]`
     /// (rearranged into the split layout first: a copy when split or grouped).
     pub fn left_partials(&self, lhs: Tensor<2>) -> Tensor<3> {
-        let layout = self.layout();
-        let [_, batch, k_slice] = layout.shape(lhs.dims());
-        let SplitLayout { n_groups, n_slices } = layout;
-        let split = lhs
-            .reshape([n_groups, batch, n_slices, k_slice])
-            .swap_dims(1, 2)
-            .reshape([n_groups * n_slices, batch, k_slice]);
-        self.split_left_partials(split)
+        self.split_left_partials(self.layout().arrange(lhs))
     }
 }
 

@@ -7,8 +7,8 @@
 
 use burn::tensor::Tensor;
 use elmo_kernels::{
-    GateActivation, InferenceBuffers, InferenceStep, KernelSettings, SplitLayout, SplitWeight,
-    inference_cell, inference_hidden, product, slices_for_grid,
+    GateActivation, InferenceBuffers, InferenceStep, KernelSettings, SplitWeight, inference_cell,
+    inference_hidden, product, slices_for_grid,
 };
 
 use crate::lstm_state::LstmState;
@@ -80,7 +80,7 @@ pub(crate) fn forward_group(
     }
     let activation = GateActivation::new(d_cell, &device);
     // Mixed precision: every product's operands in 16 bits, results and state in `f32`.
-    let half = kernels.precision.half_for(&device);
+    let half = kernels.precision.half_for(&inputs);
     let in_half = |w: Tensor<2>| match half {
         Some(dtype) => w.cast(dtype),
         None => w,
@@ -121,7 +121,7 @@ pub(crate) fn forward_group(
     let (hidden, memory): (Vec<_>, Vec<_>) =
         initial.into_iter().map(|s| (s.hidden, s.memory)).unzip();
     let memory = owned(Tensor::cat(memory, 0));
-    let state = owned(to_split(Tensor::cat(hidden, 0), state_product.layout()));
+    let state = owned(state_product.layout().arrange(Tensor::cat(hidden, 0)));
     let outputs = Tensor::<3>::empty([rows, n_steps, d_projection], &device);
     let buffers = InferenceBuffers {
         lengths: &lengths_tensor,
@@ -175,7 +175,7 @@ pub(crate) fn forward_group(
             );
         }
     }
-    let hidden = from_split(state, state_product.layout());
+    let hidden = state_product.layout().gather(state);
     let final_states = (0..n_groups)
         .map(|g| LstmState {
             hidden: hidden.clone().narrow(0, g * batch, batch),
@@ -186,21 +186,4 @@ pub(crate) fn forward_group(
         outputs,
         final_states,
     }
-}
-
-/// `[G·B, K]` in the split layout `[G·S, B, K / S]`.
-fn to_split(x: Tensor<2>, layout: SplitLayout) -> Tensor<3> {
-    let [rows, k] = x.dims();
-    let [planes, batch, width] = layout.shape([rows, k]);
-    x.reshape([layout.n_groups, batch, layout.n_slices, width])
-        .swap_dims(1, 2)
-        .reshape([planes, batch, width])
-}
-
-/// The inverse of [`to_split`].
-fn from_split(x: Tensor<3>, layout: SplitLayout) -> Tensor<2> {
-    let [_, batch, width] = x.dims();
-    x.reshape([layout.n_groups, layout.n_slices, batch, width])
-        .swap_dims(1, 2)
-        .reshape([layout.n_groups * batch, layout.n_slices * width])
 }

@@ -137,8 +137,8 @@ impl LstmWithProjection {
     }
 
     /// Whether `other` has this layer's weight shapes and clips (two layers that can run as one
-    /// group).
-    pub(crate) fn same_shape(&self, other: &Self) -> bool {
+    /// group: a biLM layer's directions in inference here, elmo-train's `LstmGroup`).
+    pub fn same_shape(&self, other: &Self) -> bool {
         let shape = |l: &Self| {
             (
                 l.input_weight.val().dims(),
@@ -428,6 +428,13 @@ mod tests {
         (a - b).abs().max().into_scalar()
     }
 
+    /// `n` deterministic values `scale · cos(0.37 i)` of `shape` (host values: the backend's
+    /// RNG is left to `seeded_init` in this test binary).
+    fn values(n: usize, scale: f32, shape: &[usize]) -> TensorData {
+        let v: Vec<f32> = (0..n).map(|i| scale * (i as f32 * 0.37).cos()).collect();
+        TensorData::new(v, shape.to_vec())
+    }
+
     /// Rows of any lengths, in any order, from a given state: each row's outputs and final state
     /// are those of the row run alone (the sorting and the running-rows prefix are invisible).
     #[test]
@@ -508,10 +515,6 @@ mod tests {
         let layer = seeded_layer(&device, 9, [24, 40, 12], Some(0.5), Some(0.3));
         let lengths = [3, 9, 1, 0, 9, 6, 2];
         let batch = lengths.len();
-        let values = |n: usize, scale: f32, shape: &[usize]| {
-            let v: Vec<f32> = (0..n).map(|i| scale * (i as f32 * 0.37).cos()).collect();
-            TensorData::new(v, shape.to_vec())
-        };
         let inputs = Tensor::<3>::from_data(values(batch * 9 * 24, 2.0, &[batch, 9, 24]), &device);
         let start = LstmState {
             hidden: Tensor::from_data(values(batch * 12, 0.2, &[batch, 12]), &device),
@@ -552,10 +555,6 @@ mod tests {
         let layer = seeded_layer(&cpu, 11, [24, 512, 12], Some(0.5), Some(0.3));
         let lengths = [3, 9, 1, 0, 9, 6, 2];
         let batch = lengths.len();
-        let values = |n: usize, scale: f32, shape: &[usize]| {
-            let v: Vec<f32> = (0..n).map(|i| scale * (i as f32 * 0.37).cos()).collect();
-            TensorData::new(v, shape.to_vec())
-        };
         let inputs = values(batch * 9 * 24, 2.0, &[batch, 9, 24]);
         let hidden = values(batch * 12, 0.2, &[batch, 12]);
         let memory = values(batch * 512, -0.4, &[batch, 512]);

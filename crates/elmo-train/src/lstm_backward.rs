@@ -153,16 +153,8 @@ impl<'a> LstmGroup<'a> {
     /// Without layers, or when they differ in shape or clips.
     pub fn new(layers: Vec<&'a LstmWithProjection>, kernels: KernelSettings) -> Self {
         let first = *layers.first().expect("an LSTM group needs a layer");
-        let shape = |layer: &LstmWithProjection| {
-            (
-                layer.input_weight.val().dims(),
-                layer.projection.val().dims(),
-                layer.cell_clip.map(f64::to_bits),
-                layer.projection_clip.map(f64::to_bits),
-            )
-        };
         assert!(
-            layers.iter().all(|layer| shape(layer) == shape(first)),
+            layers.iter().all(|layer| layer.same_shape(first)),
             "the layers of an LSTM group differ in shape or clips"
         );
         Self { layers, kernels }

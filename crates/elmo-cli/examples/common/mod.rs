@@ -1,0 +1,61 @@
+//! What the benchmark examples (`bench_embed`, `bench_train`) share: the backend variants they
+//! measure (one backend with some of `KernelSettings` off), the device of a backend name, and the
+//! telling line of a failed child's stderr.
+
+use burn::tensor::Device;
+use elmo_model::{KernelSettings, Precision};
+
+/// A child's backend and kernels from its name: `flex-composed` and `wgpu-composed` (also
+/// `wgpu-unfused`) run burn's operations only; `wgpu-apart` (directions not paired),
+/// `wgpu-whole` (step products not split), `wgpu-burnmm` (burn's matmul choice for the large
+/// products) and `wgpu-mixed` (`Precision::Mixed`) are wgpu with one setting changed; any
+/// other name is a backend with every kernel.
+pub fn backend_and_kernels(name: &str) -> (&str, KernelSettings) {
+    let all = KernelSettings::ALL;
+    let wgpu_with = |kernels| ("wgpu", kernels);
+    match name {
+        "flex-composed" => ("flex", KernelSettings::COMPOSED),
+        "wgpu-composed" | "wgpu-unfused" => wgpu_with(KernelSettings::COMPOSED),
+        "wgpu-apart" => wgpu_with(KernelSettings {
+            paired_directions: false,
+            ..all
+        }),
+        "wgpu-whole" => wgpu_with(KernelSettings {
+            split_products: false,
+            ..all
+        }),
+        "wgpu-burnmm" => wgpu_with(KernelSettings {
+            shaped_matmul: false,
+            ..all
+        }),
+        "wgpu-mixed" => wgpu_with(KernelSettings {
+            precision: Precision::Mixed,
+            ..all
+        }),
+        other => (other, all),
+    }
+}
+
+/// The device of `backend`, with the CLI's matmul setting on flex (`vulkan`: wgpu pinned to
+/// Vulkan, SPIR-V kernels, in a build with the `vulkan` feature).
+pub fn bench_device(backend: &str) -> Device {
+    #[cfg(feature = "flex")]
+    if backend == "flex" {
+        elmo_model::cpu_matmul::pack_small_batch_weights();
+    }
+    #[cfg(feature = "vulkan")]
+    if backend == "vulkan" {
+        return Device::vulkan(burn::tensor::DeviceKind::DefaultDevice);
+    }
+    elmo_test_support::bench::device(backend)
+}
+
+/// The last line of a failed child's stderr that says something (not wgpu's XDG_RUNTIME_DIR
+/// notice, which every wgpu process prints on a machine without a desktop session).
+pub fn last_error_line(stderr: &[u8]) -> String {
+    String::from_utf8_lossy(stderr)
+        .lines()
+        .rfind(|l| !l.contains("XDG_RUNTIME_DIR"))
+        .unwrap_or("no output")
+        .to_string()
+}
