@@ -2,18 +2,22 @@
 # The GPU table of docs/benchmarks.md in one call on a lent GPU machine (from the repository
 # root), after `bash xtask/device/prepare.sh` here:
 #   run(command="bash xtask/device/gpu-table.sh", carry=[".gl", ".device"], timeout_s=560)
-# Side by side in the same minutes, each elmo-rs line against the PyTorch peer on CUDA:
-#   1. inference (`bench_embed`, all layers read back to the host), `original` and `small`, batch
+# Side by side in the same minutes, each elmo-rs line against the PyTorch peer on CUDA, in
+# sections (`SECTIONS="inference spirv train where"`, the default, in that order):
+#   inference: `bench_embed` (all layers read back to the host), `original` and `small`, batch
 #      64 / 256 / 1024: elmo-rs wgpu with the fused inference kernels and paired directions
 #      (`wgpu`, WGSL kernels), with the large products through burn's matmul choice instead of
-#      the kernel of their shape (`wgpu-burnmm`, `large_product.rs`), with `--precision
-#      mixed` (`wgpu-mixed`: f16 operands), burn's operations (`wgpu-composed`, the path before
-#      the fused kernels, at batch 64), and the `vulkan` build's `wgpu` and `wgpu-mixed` (SPIR-V
-#      kernels; f16 products on tensor cores where the driver offers cooperative matrices);
-#      the peer is AllenNLP's per-step loop (`xtask/peer/elmo_pytorch.py`) in f32;
-#   2. training (`bench_train`, `wgpu-burnmm` and `wgpu`): the `original` shape at bilm-tf's
-#      per-GPU 128 × 20 with a 50k vocabulary sampled 8192, then the PTB shapes at 256 and 512
-#      rows; the peer (`xtask/peer/bilm_train_pytorch.py`) in f32 and with bf16 autocast (AMP).
+#      the kernel of their shape (`wgpu-burnmm`, `large_product.rs`), with a step's whole
+#      products through that kernel too (`wgpu-stepshaped`), with `--precision mixed`
+#      (`wgpu-mixed`: f16 operands), and burn's operations (`wgpu-composed`); the
+#      peer is AllenNLP's per-step loop (`xtask/peer/elmo_pytorch.py`) in f32;
+#   spirv: the `vulkan` build's `wgpu-mixed` (SPIR-V kernels, f16 products on cooperative
+#      matrices), `original` and `small` at 64 / 256 / 1024, against the same peer;
+#   train: `bench_train` (`wgpu-burnmm`, `wgpu`): the `original` shape at bilm-tf's per-GPU
+#      128 × 20 with a 50k vocabulary sampled 8192, then the PTB shapes at 256 and 512 rows;
+#      the peer (`xtask/peer/bilm_train_pytorch.py`) in f32 and with bf16 autocast (AMP);
+#   where: an `original` batch of 256 split into token encoder and LSTM time (WGSL f32 and
+#      SPIR-V mixed), and its kernels' GPU time ($OUT/kernels-*.txt).
 # Every section checks the time left, so that the call ends within its limit with what it has.
 # Output: $OUT/gpu-table.log (also printed), $OUT/gpu-memory.csv (nvidia-smi every 200 ms).
 set -uo pipefail
@@ -49,25 +53,61 @@ train() {
 timeout 60 /tmp/bench_embed --child original wgpu --batches 1 --batch-size 64 > /dev/null 2>&1
 
 # With `.device/bench_embed_spirv.xz` (built with the `vulkan` feature: SPIR-V kernels on
-# NVIDIA's Vulkan, f16 products on cooperative matrices): its rows after the WGSL ones.
+# NVIDIA's Vulkan, f16 products on cooperative matrices), against the same peer.
 spirv() {
     if [ -f .device/bench_embed_spirv.xz ]; then
         [ -x /tmp/bench_embed_spirv ] || {
             xz -dc .device/bench_embed_spirv.xz > /tmp/bench_embed_spirv
             chmod +x /tmp/bench_embed_spirv
         }
-        within 40 /tmp/bench_embed_spirv --batches 5 "$@"
+        within 40 /tmp/bench_embed_spirv --peer python3 --peer-device cuda \
+            --peer-script xtask/peer/elmo_pytorch.py --batches 5 "$@"
     fi
 }
 
-embed --shapes original --backends wgpu-composed,wgpu-burnmm,wgpu,wgpu-mixed --batch-size 64
-embed --shapes original --backends wgpu-burnmm,wgpu,wgpu-mixed --batch-size 256,1024
-spirv --shapes original --backends wgpu,wgpu-mixed --batch-size 64,1024
-embed --shapes small --backends wgpu --batch-size 64,256,1024
+# Where an inference batch's time goes: the token encoder and the LSTM stacks timed apart
+# (`ELMO_BENCH_BREAKDOWN`), then every kernel's GPU time (cubecl's profiling logger, summed
+# by `kernel_times.py` per batch: 3 calls, the first launches left out).
+breakdown() {
+    local bench="$1" backend="$2" shape="$3" batch="$4"
+    within 30 env ELMO_BENCH_BREAKDOWN=1 "$bench" --child "$shape" "$backend" --batches 5 \
+        --batch-size "$batch"
+}
+profile() {
+    local backend="$1" shape="$2" batch="$3" dir="/tmp/profile-$1-$2-$3"
+    [ $((budget - SECONDS)) -ge 60 ] || { echo "== skipped profile $*" | tee -a "$log"; return; }
+    rm -rf "$dir" && mkdir -p "$dir"
+    printf '[profiling.logger]\nlevel = "full"\nfile = "%s/kernels.log"\nappend = false\n' "$dir" \
+        > "$dir/cubecl.toml"
+    echo "== profile $backend $shape $batch (at ${SECONDS} s)" | tee -a "$log"
+    (cd "$dir" && timeout 60 /tmp/bench_embed --child "$shape" "$backend" --batches 2 \
+        --batch-size "$batch" > /dev/null 2>&1)
+    python3 xtask/device/kernel_times.py "$dir/kernels.log" 3 25 > "$OUT/kernels-$backend-$shape-$batch.txt"
+    head -n 32 "$OUT/kernels-$backend-$shape-$batch.txt" | tee -a "$log"
+}
 
-train --preset original --batch-size 128 --unroll-steps 20 --vocab-size 50000 --negatives 8192
-train --preset examples/configs/ptb-large.json --batch-size 256 --unroll-steps 35 --vocab-size 10002
-train --preset examples/configs/ptb-small.json --batch-size 512 --unroll-steps 35 --vocab-size 10002
+# The sections, in the order of `SECTIONS` (default: all); the targets' rows first.
+section_inference() {
+    embed --shapes original --backends wgpu-composed,wgpu-burnmm,wgpu,wgpu-stepshaped,wgpu-mixed \
+        --batch-size 64,256,1024
+    embed --shapes small --backends wgpu-composed,wgpu-burnmm,wgpu,wgpu-stepshaped --batch-size 64,256,1024
+}
+section_spirv() {
+    spirv --shapes original,small --backends wgpu-mixed --batch-size 64,256,1024
+}
+section_train() {
+    train --preset original --batch-size 128 --unroll-steps 20 --vocab-size 50000 --negatives 8192
+    train --preset examples/configs/ptb-large.json --batch-size 256 --unroll-steps 35 --vocab-size 10002
+    train --preset examples/configs/ptb-small.json --batch-size 512 --unroll-steps 35 --vocab-size 10002
+}
+section_where() {
+    breakdown /tmp/bench_embed wgpu original 256
+    [ -x /tmp/bench_embed_spirv ] && breakdown /tmp/bench_embed_spirv wgpu-mixed original 256
+    profile wgpu original 256
+}
+for section in ${SECTIONS:-inference spirv train where}; do
+    "section_$section"
+done
 
 echo "done after ${SECONDS} s" | tee -a "$log"
 stop_sampler

@@ -22,6 +22,8 @@ PRESETS = {
                   n_highway=1, d_cell=1024, d_proj=128),
     "medium": dict(d_char=16, filters=[[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]],
                    n_highway=1, d_cell=2048, d_proj=256),
+    "original": dict(d_char=16, filters=[[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]],
+                     n_highway=2, d_cell=4096, d_proj=512),
 }
 
 

@@ -30,9 +30,17 @@ pub struct KernelSettings {
     /// With `fused`: the large `f32` products on a CubeCL device through the cubek kernel that
     /// suits their shape ([`crate::product`]). Off: burn's choice.
     pub shaped_matmul: bool,
+    /// With `shaped_matmul`: an inference step's unsplit products (256 rows and more) through
+    /// the kernel of their shape too. Off (the default): burn's choice.
+    pub shaped_step_products: bool,
     /// The precision of the large products of inference on a GPU ([`Precision`]; `F32` by
     /// default, as AllenNLP).
     pub precision: Precision,
+    /// The largest intermediate buffer, in bytes, that the large operations make at once (the
+    /// LSTM's input projection, the char CNN's convolutions, the embedder's read-back): larger
+    /// work runs in pieces. Lowered to the device's own limit ([`Self::rows_per_buffer`]; wgpu
+    /// on Vulkan binds at most 2 GiB − 1 per buffer).
+    pub buffer_bytes: usize,
 }
 
 impl Default for KernelSettings {
@@ -49,7 +57,9 @@ impl KernelSettings {
         paired_directions: true,
         host_recurrence: true,
         shaped_matmul: true,
+        shaped_step_products: false,
         precision: Precision::F32,
+        buffer_bytes: DEFAULT_BUFFER_BYTES,
     };
 
     /// burn's operations only.
@@ -59,7 +69,9 @@ impl KernelSettings {
         paired_directions: false,
         host_recurrence: false,
         shaped_matmul: false,
+        shaped_step_products: false,
         precision: Precision::F32,
+        buffer_bytes: DEFAULT_BUFFER_BYTES,
     };
 
     /// Whether the fused kernels run on `tensor`: `fused` and a `CubeTensor` primitive.
@@ -84,6 +96,31 @@ impl KernelSettings {
     pub fn run_on(&self, device: &Device) -> bool {
         self.fused && cube_device(device)
     }
+
+    /// How many rows of `bytes_per_row` bytes fit in one intermediate buffer on `like`'s device:
+    /// [`Self::buffer_bytes`], lowered to the largest buffer that device allocates; at least 1.
+    pub fn rows_per_buffer<const D: usize>(&self, like: &Tensor<D>, bytes_per_row: usize) -> usize {
+        let limit = self.buffer_bytes.min(device_buffer_limit(like));
+        (limit / bytes_per_row.max(1)).max(1)
+    }
+}
+
+/// [`KernelSettings::buffer_bytes`] by default: 1 GiB.
+pub const DEFAULT_BUFFER_BYTES: usize = 1 << 30;
+
+/// The largest buffer `tensor`'s device allocates (a CubeCL device's page size: wgpu on
+/// Vulkan `min(maxStorageBufferRange, 2 GiB − 1)`); unbounded elsewhere.
+#[cfg(feature = "cubecl")]
+fn device_buffer_limit<const D: usize>(tensor: &Tensor<D>) -> usize {
+    crate::cube_tensor::cube_primitive(tensor).map_or(usize::MAX, |primitive| {
+        usize::try_from(primitive.client.properties().memory.max_page_size).unwrap_or(usize::MAX)
+    })
+}
+
+/// Unbounded: without the `cubecl` feature the buffers are burn's to make.
+#[cfg(not(feature = "cubecl"))]
+fn device_buffer_limit<const D: usize>(_tensor: &Tensor<D>) -> usize {
+    usize::MAX
 }
 
 /// The precision of the large products (char CNN, highways, projections, the LSTM's products):
@@ -160,6 +197,38 @@ mod tests {
             };
             assert!(!apart.paired_for(&y));
             assert_eq!(apart.split_for(&y), cfg!(feature = "cubecl"));
+        }
+    }
+
+    /// Regression: `original` at 1,024 sentences on an H100 (wgpu) asked for a 3.6 GB input
+    /// projection, over Vulkan's 2 GiB binding limit, and panicked.
+    #[test]
+    fn work_is_cut_to_the_buffer_limit() {
+        let cpu = Tensor::<1>::zeros([1], &Device::flex());
+        let small = KernelSettings {
+            buffer_bytes: 1000,
+            ..KernelSettings::default()
+        };
+        assert_eq!(small.rows_per_buffer(&cpu, 300), 3);
+        assert_eq!(small.rows_per_buffer(&cpu, 5000), 1, "at least one row");
+        assert_eq!(
+            KernelSettings::default().rows_per_buffer(&cpu, 1 << 20),
+            1024
+        );
+        let Some(gpu) = elmo_test_support::wgpu_device_or_skip("work_is_cut_to_the_buffer_limit")
+        else {
+            return;
+        };
+        let unbounded = KernelSettings {
+            buffer_bytes: usize::MAX,
+            ..KernelSettings::default()
+        };
+        let rows = unbounded.rows_per_buffer(&Tensor::<1>::zeros([1], &gpu), 1);
+        if cfg!(feature = "cubecl") {
+            assert!(
+                (1 << 20..usize::MAX).contains(&rows),
+                "the device's own limit bounds a buffer: {rows}"
+            );
         }
     }
 

@@ -16,7 +16,7 @@
 
 use burn::tensor::{FloatDType, Tensor};
 
-use crate::contiguous;
+use crate::{KernelSettings, contiguous};
 
 /// The least inner dimension of one slice.
 const MIN_SLICE: usize = 128;
@@ -287,6 +287,27 @@ impl SplitWeight {
         }
     }
 
+    /// [`Self::split_left_partials`], where a whole (unsplit) product runs as
+    /// [`crate::product`] runs a large one when `kernels.shaped_step_products` (inference: the
+    /// kernel of its shape at 256 rows and more).
+    ///
+    /// # Shapes
+    /// As [`Self::split_left_partials`].
+    pub fn split_left_partials_in(&self, lhs: Tensor<3>, kernels: KernelSettings) -> Tensor<3> {
+        match self {
+            Self::Whole(whole) if kernels.shaped_step_products => {
+                let [n_slices, batch, k_slice] = lhs.dims();
+                crate::product(
+                    lhs.reshape([batch, n_slices * k_slice]),
+                    whole.clone(),
+                    kernels,
+                )
+                .unsqueeze_dim(0)
+            }
+            _ => self.split_left_partials(lhs),
+        }
+    }
+
     /// These weights in `half` (a 16-bit float type), for products with `f32` results
     /// ([`crate::Precision::Mixed`]); unchanged with `None`.
     pub fn in_half(self, half: Option<FloatDType>) -> Self {
@@ -375,6 +396,26 @@ mod tests {
                 .left_product(rows)
                 .into_data()
                 .assert_approx_eq::<f32>(&expected, Tolerance::absolute(1e-4));
+        }
+    }
+
+    /// A whole step product through the kernel of its shape (`shaped_step_products`) equals
+    /// burn's, on wgpu where that kernel runs and on a CPU where `product` keeps burn's.
+    #[test]
+    fn a_shaped_step_product_equals_the_plain_one() {
+        for device in flex_and_wgpu("a_shaped_step_product_equals_the_plain_one") {
+            let normal = Distribution::Normal(0.0, 1.0);
+            let state = Tensor::<3>::random([1, 260, 300], normal, &device);
+            let weight = SplitWeight::new(Tensor::<2>::random([300, 270], normal, &device), 1);
+            let expected = weight.split_left_partials(state.clone()).into_data();
+            let shaped = KernelSettings {
+                shaped_step_products: true,
+                ..KernelSettings::ALL
+            };
+            weight
+                .split_left_partials_in(state, shaped)
+                .into_data()
+                .assert_approx_eq::<f32>(&expected, Tolerance::absolute(1e-3));
         }
     }
 

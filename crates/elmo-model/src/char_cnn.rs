@@ -302,6 +302,49 @@ impl CharCnnEncoder {
         let [batch, n_tokens, n_slots] = char_ids.dims();
         debug_assert_eq!(n_slots, MAX_CHARS_PER_TOKEN);
         let flat = char_ids.reshape([batch * n_tokens, n_slots]);
+        // Tokens in pieces whose largest intermediate fits one buffer (the widest
+        // convolution's values before the max: 180 KiB a token at `original`'s 1,024 filters
+        // of width 7 over 50 slots), each piece as the whole batch would run.
+        let n_rows = batch * n_tokens;
+        let piece = (self.kernels)
+            .rows_per_buffer(&self.char_embedding.val(), self.bytes_per_token(extent));
+        let (convolutions, highway, token_embedding) = if n_rows <= piece {
+            self.token_stages(flat, extent)
+        } else {
+            let mut parts = (Vec::new(), Vec::new(), Vec::new());
+            for start in (0..n_rows).step_by(piece) {
+                let len = piece.min(n_rows - start);
+                let (c, h, e) = self.token_stages(flat.clone().narrow(0, start, len), extent);
+                parts.0.push(c);
+                parts.1.push(h);
+                parts.2.push(e);
+            }
+            (
+                Tensor::cat(parts.0, 0),
+                Tensor::cat(parts.1, 0),
+                Tensor::cat(parts.2, 0),
+            )
+        };
+        let n_filters = highway.dims()[1];
+        let d_output = token_embedding.dims()[1];
+        CharCnnOutput {
+            convolutions: convolutions.reshape([batch, n_tokens, n_filters]),
+            highway: highway.reshape([batch, n_tokens, n_filters]),
+            token_embedding: token_embedding.reshape([batch, n_tokens, d_output]),
+        }
+    }
+
+    /// The token encoder's stages over a flat list of tokens.
+    ///
+    /// # Shapes
+    /// - flat: `[N, 50]`
+    /// - output: `[N, n_filters]` (convolutions), `[N, n_filters]` (highway), `[N, d_output]`
+    fn token_stages(
+        &self,
+        flat: Tensor<2, Int>,
+        extent: usize,
+    ) -> (Tensor<2>, Tensor<2>, Tensor<2>) {
+        let n_slots = flat.dims()[1];
         let table = self.char_embedding.val();
         let padding_char = (extent < n_slots).then(|| {
             table
@@ -326,12 +369,22 @@ impl CharCnnEncoder {
             layer.forward_in(x, self.kernels)
         });
         let token_embedding = linear_in(&self.projection, highway.clone(), self.kernels);
-        let n_filters = highway.dims()[1];
-        let d_output = token_embedding.dims()[1];
-        CharCnnOutput {
-            convolutions: convolutions.reshape([batch, n_tokens, n_filters]),
-            highway: highway.reshape([batch, n_tokens, n_filters]),
-            token_embedding: token_embedding.reshape([batch, n_tokens, d_output]),
-        }
+        (convolutions, highway, token_embedding)
+    }
+
+    /// The bytes of the largest intermediate per token in [`Self::token_stages`]: a
+    /// convolution's windows or values before the max over positions (up to `extent`), or a
+    /// highway's `[2 · n_filters]` gates.
+    fn bytes_per_token(&self, extent: usize) -> usize {
+        let d_char = self.char_embedding.dims()[1];
+        let n_filters: usize = self.convolutions.iter().map(|c| c.weight.dims()[1]).sum();
+        let widest = (self.convolutions.iter())
+            .map(|c| {
+                let positions = extent.clamp(1, MAX_CHARS_PER_TOKEN + 1 - c.width);
+                positions * c.weight.dims()[1].max(c.width * d_char)
+            })
+            .max()
+            .unwrap_or(0);
+        4 * widest.max(2 * n_filters).max(MAX_CHARS_PER_TOKEN * d_char)
     }
 }

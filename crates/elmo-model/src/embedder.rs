@@ -181,9 +181,16 @@ impl Embedder {
     }
 
     /// Batches of at most `batch_size` rows that also stop before `rows × (longest + 2)` would
-    /// pass `max_batch_positions` (`order` sorted longest first).
+    /// pass `max_batch_positions`, or the positions whose layers fill one read-back buffer
+    /// (`KernelSettings::rows_per_buffer`) (`order` sorted longest first).
     fn length_batches(&self, order: &[usize], len: impl Fn(usize) -> usize) -> Vec<Vec<usize>> {
-        let (batch_size, max_positions) = (self.config.batch_size, self.config.max_batch_positions);
+        let encoder = &self.bilm.token_encoder;
+        let read_back = (encoder.kernels).rows_per_buffer(
+            &encoder.char_embedding.val(),
+            self.n_layers() * self.d_output() * 4,
+        );
+        let batch_size = self.config.batch_size;
+        let max_positions = self.config.max_batch_positions.min(read_back);
         let mut out = Vec::new();
         let mut start = 0;
         while start < order.len() {
@@ -226,7 +233,8 @@ impl Embedder {
         // One read-back of all layers: [L + 1, B, T + 2, 2P].
         let stacked: Tensor<4> = Tensor::stack(out.layers, 0);
         let host: Vec<f32> = stacked
-            .into_data()
+            .try_into_data()
+            .map_err(|e| ElmoError::TensorData(format!("{e:?}")))?
             .try_into_vec_as::<f32>()
             .map_err(|e| ElmoError::TensorData(format!("{e:?}")))?;
         let per_layer = rows.len() * n_positions * d;

@@ -132,8 +132,12 @@ pub(crate) fn forward_group(
     let reversed = (0..n_groups)
         .filter(|&g| !go_forward[g])
         .fold(0u32, |bits, g| bits | 1 << g);
-    for chunk_start in (0..n_steps).step_by(first.chunk_steps) {
-        let len = first.chunk_steps.min(n_steps - chunk_start);
+    // A chunk's input projection `[len, G·B, 4C]` is one buffer: within the device's limit
+    // (`original` at 1,024 sentences paired: 128 MiB a step).
+    let chunk_steps =
+        (first.chunk_steps).min(kernels.rows_per_buffer(&inputs, rows * 4 * d_cell * 4));
+    for chunk_start in (0..n_steps).step_by(chunk_steps) {
+        let len = chunk_steps.min(n_steps - chunk_start);
         let projected =
             Tensor::cat(
                 (0..n_groups)
@@ -156,7 +160,7 @@ pub(crate) fn forward_group(
                 n_steps,
                 reversed,
             };
-            let recurrent = state_product.split_left_partials(state.clone());
+            let recurrent = state_product.split_left_partials_in(state.clone(), kernels);
             let cell_output = inference_cell(
                 &projected,
                 step - chunk_start,
@@ -167,7 +171,7 @@ pub(crate) fn forward_group(
                 projection_product.layout(),
             );
             inference_hidden(
-                projection_product.split_left_partials(cell_output),
+                projection_product.split_left_partials_in(cell_output, kernels),
                 &buffers,
                 at,
                 first.projection_clip,

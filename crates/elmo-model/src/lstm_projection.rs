@@ -257,8 +257,12 @@ impl LstmWithProjection {
         // AllenNLP (`x·W_x + (h·W_h + b)`), which keeps float32 rounding close.
         let activation = GateActivation::new(d_cell, &device);
         let input_weight = activation.prepare(self.input_weight.val());
+        let chunk_steps = PROJECTION_CHUNK_STEPS.min(
+            self.kernels
+                .rows_per_buffer(&inputs, batch * gates_width * 4),
+        );
         let project = |start: usize| {
-            let len = PROJECTION_CHUNK_STEPS.min(n_steps - start);
+            let len = chunk_steps.min(n_steps - start);
             inputs
                 .clone()
                 .narrow(1, start, len)
@@ -281,7 +285,7 @@ impl LstmWithProjection {
                 outputs.push(Tensor::zeros([batch, self.d_projection()], &device));
                 continue;
             }
-            let wanted = t - t % PROJECTION_CHUNK_STEPS;
+            let wanted = t - t % chunk_steps;
             let (chunk_start, chunk) = match projected.take() {
                 Some((start, chunk)) if start == wanted => (start, chunk),
                 _ => (wanted, project(wanted)),

@@ -7,7 +7,7 @@ mod common;
 
 use burn::tensor::Device;
 use common::*;
-use elmo_model::{Embedder, EmbedderConfig, LayerSelection, SentenceVectors};
+use elmo_model::{Embedder, EmbedderConfig, KernelSettings, LayerSelection, SentenceVectors};
 
 const TOL: f32 = 1e-5;
 
@@ -44,16 +44,28 @@ fn stateless_vectors_match_allennlp_whatever_the_batching() {
             let sentences = tiny_sentences(batch);
             let reference = reference_layers(batch);
             // One call per batch as AllenNLP ran it, and batches of 3 rows under a position cap
-            // that splits them further: the same vectors, in input order.
-            for (batch_size, max_batch_positions) in [(64, 8192), (3, 40)] {
-                let mut embedder = embedder(
-                    &device,
-                    EmbedderConfig {
-                        batch_size,
-                        max_batch_positions,
-                        ..EmbedderConfig::default()
-                    },
-                );
+            // that splits them further; and with buffers too small for the batch (one byte: a
+            // token at a time through the char CNN, one step of input projection at a time, a
+            // sentence per read-back; 4 KiB: pieces of several tokens, the step-by-step LSTM):
+            // the same vectors, in input order.
+            let small_buffers = |buffer_bytes, host_recurrence| KernelSettings {
+                buffer_bytes,
+                host_recurrence,
+                ..KernelSettings::default()
+            };
+            for (batch_size, max_batch_positions, kernels) in [
+                (64, 8192, KernelSettings::default()),
+                (3, 40, KernelSettings::default()),
+                (64, 8192, small_buffers(1, true)),
+                (64, 8192, small_buffers(4096, false)),
+            ] {
+                let mut embedder = EmbedderConfig {
+                    batch_size,
+                    max_batch_positions,
+                    ..EmbedderConfig::default()
+                }
+                .init(tiny_bilm(&device).with_kernels(kernels), &device)
+                .expect("embedder");
                 let d = embedder.d_output();
                 let vectors = embedder.embed(&sentences).expect("embed");
                 assert_eq!(vectors.len(), sentences.len());
@@ -65,7 +77,9 @@ fn stateless_vectors_match_allennlp_whatever_the_batching() {
                         let diff = max_diff(got, &reference_row(&reference, layer, row, n));
                         assert!(
                             diff <= TOL,
-                            "{name}/{batch} batch {batch_size} row {row} layer {layer}: {diff}"
+                            "{name}/{batch} batch {batch_size} buffers {} row {row} layer {layer}: \
+                             {diff}",
+                            kernels.buffer_bytes
                         );
                     }
                 }

@@ -8,7 +8,8 @@ use elmo_model::{KernelSettings, Precision};
 /// A child's backend and kernels from its name: `flex-composed` and `wgpu-composed` (also
 /// `wgpu-unfused`) run burn's operations only; `wgpu-apart` (directions not paired),
 /// `wgpu-whole` (step products not split), `wgpu-burnmm` (burn's matmul choice for the large
-/// products) and `wgpu-mixed` (`Precision::Mixed`) are wgpu with one setting changed; any
+/// products), `wgpu-stepshaped` (an inference step's whole products through the kernel of
+/// their shape too) and `wgpu-mixed` (`Precision::Mixed`) are wgpu with one setting changed; any
 /// other name is a backend with every kernel.
 pub fn backend_and_kernels(name: &str) -> (&str, KernelSettings) {
     let all = KernelSettings::ALL;
@@ -26,6 +27,10 @@ pub fn backend_and_kernels(name: &str) -> (&str, KernelSettings) {
         }),
         "wgpu-burnmm" => wgpu_with(KernelSettings {
             shaped_matmul: false,
+            ..all
+        }),
+        "wgpu-stepshaped" => wgpu_with(KernelSettings {
+            shaped_step_products: true,
             ..all
         }),
         "wgpu-mixed" => wgpu_with(KernelSettings {
@@ -50,12 +55,21 @@ pub fn bench_device(backend: &str) -> Device {
     elmo_test_support::bench::device(backend)
 }
 
-/// The last line of a failed child's stderr that says something (not wgpu's XDG_RUNTIME_DIR
+/// What a failed child said: its panic's message, else the last line of its stderr that says
+/// something (not Rust's backtrace note, not wgpu's XDG_RUNTIME_DIR
 /// notice, which every wgpu process prints on a machine without a desktop session).
 pub fn last_error_line(stderr: &[u8]) -> String {
-    String::from_utf8_lossy(stderr)
-        .lines()
-        .rfind(|l| !l.contains("XDG_RUNTIME_DIR"))
+    let text = String::from_utf8_lossy(stderr);
+    let lines: Vec<&str> = text.lines().collect();
+    // A panic's message is the line after "panicked at", before Rust's backtrace notes.
+    if let Some(i) = lines.iter().rposition(|l| l.contains("panicked at")) {
+        let message = lines.get(i + 1).copied().unwrap_or("");
+        return format!("{} {message}", lines[i].trim());
+    }
+    lines
+        .iter()
+        .rfind(|l| !l.contains("XDG_RUNTIME_DIR") && !l.starts_with("note: "))
+        .copied()
         .unwrap_or("no output")
         .to_string()
 }
