@@ -17,7 +17,9 @@
 //! `--peer-device cpu|cuda` (default cpu), and prints its ratio.
 //! The first line names the CPU (model, cores, SIMD flags), so that every table says where it
 //! was measured.
-//! `ELMO_BENCH_BREAKDOWN=1` also prints the time of the token encoder and of the LSTM stacks.
+//! `ELMO_BENCH_BREAKDOWN=1` also prints the time of the same batches embedded again (their
+//! kernels compiled), of the token encoder and of the LSTM stacks, and of an embedder call's
+//! phases (layers computed, read back, made a `Vec`).
 
 use std::process::Command;
 use std::time::Instant;
@@ -156,6 +158,15 @@ fn child(shape: &str, backend: &str, s: &ChildSettings) {
     }
     let seconds = start.elapsed().as_secs_f64();
     if std::env::var("ELMO_BENCH_BREAKDOWN").is_ok() {
+        // The same batches again: every kernel of their shapes compiled by now.
+        let start = Instant::now();
+        for batch in &data {
+            embedder.embed(batch).expect("embed");
+        }
+        eprintln!(
+            "breakdown: embed {seconds:.3} s, the same batches again {:.3} s",
+            start.elapsed().as_secs_f64()
+        );
         let data: Vec<CharIdBatch> = data
             .iter()
             .map(|b| CharIdBatch::from_sentences(b))
@@ -174,19 +185,52 @@ fn child(shape: &str, backend: &str, s: &ChildSettings) {
     );
 }
 
-/// Time of the token encoder alone and of the LSTM stacks alone (stderr).
+/// Waits until `tensor` is computed: reads one of its values to the host (`into_data` alone may
+/// return before the device has run, its bytes copied at their first access).
+fn wait_for<const D: usize>(tensor: burn::tensor::Tensor<D>) {
+    let one = tensor.flatten::<1>(0, D - 1).narrow(0, 0, 1);
+    one.into_data().try_into_vec::<f32>().expect("a value");
+}
+
+/// Time of the token encoder alone and of the LSTM stacks alone, then of an embedder call's
+/// phases: the biLM's layers computed and stacked as one `[L + 1, B, T, 2P]` tensor
+/// (synchronised by reading one value), read back to the host, and made a `Vec<f32>` (stderr).
 fn breakdown(bilm: &elmo_model::BiLm, data: &[CharIdBatch], device: &Device) {
+    let (mut compute, mut read_back, mut to_vec, mut bytes) = (0.0, 0.0, 0.0, 0usize);
+    for batch in data {
+        let start = Instant::now();
+        let out = bilm
+            .forward_batch_cached(batch, device, None, None)
+            .expect("forward");
+        let stacked = burn::tensor::Tensor::stack::<4>(out.layers, 0);
+        wait_for(stacked.clone());
+        compute += start.elapsed().as_secs_f64();
+        let start = Instant::now();
+        // A device's data may come lazily: the copy to the host happens at the first access.
+        let host = stacked.into_data();
+        read_back += start.elapsed().as_secs_f64();
+        bytes += host.num_elements() * 4;
+        let start = Instant::now();
+        let values = host.try_into_vec::<f32>().expect("f32 values");
+        to_vec += start.elapsed().as_secs_f64();
+        drop(values);
+    }
+    eprintln!(
+        "breakdown: embedder phases: layers computed {compute:.3} s, read back {read_back:.3} s \
+         ({:.0} MB), to a Vec {to_vec:.3} s",
+        bytes as f64 / 1e6
+    );
     let (mut encoder, mut stacks) = (0.0, 0.0);
     for batch in data {
         let with = batch.with_sentence_boundaries();
         let start = Instant::now();
         let embedding = bilm.encode_tokens(&with, device);
-        let _ = embedding.to_data();
+        wait_for(embedding.clone());
         encoder += start.elapsed().as_secs_f64();
         let start = Instant::now();
         let out = bilm.run_stacks(embedding, &with.lengths, None);
-        let _ = out.forward[1].to_data();
-        let _ = out.backward[1].to_data();
+        wait_for(out.forward[1].clone());
+        wait_for(out.backward[1].clone());
         stacks += start.elapsed().as_secs_f64();
     }
     eprintln!("breakdown: token encoder {encoder:.3} s, LSTM stacks {stacks:.3} s");

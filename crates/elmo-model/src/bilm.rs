@@ -296,7 +296,8 @@ impl BiLm {
             let encoded = self.encode_distinct(&tokens, device);
             let host: Vec<f32> = encoded
                 .values
-                .into_data()
+                .try_into_data()
+                .map_err(|e| ElmoError::TensorData(format!("{e:?}")))?
                 .try_into_vec_as::<f32>()
                 .map_err(|e| ElmoError::TensorData(format!("{e:?}")))?;
             for ((&u, token), &row) in missing.iter().zip(&tokens).zip(&encoded.row_of) {

@@ -249,12 +249,16 @@ impl Embedder {
                 &host[start..start + n * d]
             };
             match self.config.layers {
-                LayerSelection::All => SentenceVectors {
-                    values: (0..n_layers)
-                        .flat_map(|l| layer(l).iter().copied())
-                        .collect(),
-                    shape: vec![n_layers, n, d],
-                },
+                LayerSelection::All => {
+                    let mut values = Vec::with_capacity(n_layers * n * d);
+                    for l in 0..n_layers {
+                        values.extend_from_slice(layer(l));
+                    }
+                    SentenceVectors {
+                        values,
+                        shape: vec![n_layers, n, d],
+                    }
+                }
                 LayerSelection::Top => SentenceVectors {
                     values: layer(n_layers - 1).to_vec(),
                     shape: vec![n, d],
