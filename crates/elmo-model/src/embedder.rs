@@ -3,7 +3,7 @@
 //! cache, and all / top / average layers per sentence. The one embedder of `elmo embed`, the
 //! task feature pass (elmo-tasks) and library callers.
 
-use burn::tensor::{Device, Tensor};
+use burn::tensor::{Device, Tensor, TensorData};
 
 use crate::bilm::BiLm;
 use crate::bilm_state::BiLmState;
@@ -52,6 +52,16 @@ impl Default for EmbedderConfig {
             token_cache_bytes: 64 << 20,
         }
     }
+}
+
+/// A batch launched on the device ([`Embedder::launch_batch`]).
+struct LaunchedBatch {
+    /// Each sentence's tokens.
+    lengths: Vec<usize>,
+    /// Positions per row (the longest sentence and its two boundaries).
+    n_positions: usize,
+    /// Its layers `[L + 1, B, T + 2, 2P]`, on their way to the host on a GPU.
+    layers: TensorData,
 }
 
 /// The vectors of one sentence.
@@ -171,9 +181,21 @@ impl Embedder {
             order.sort_by_key(|&i| std::cmp::Reverse(len(i)));
             self.length_batches(&order, len)
         };
+        // One batch in flight: batch k+1 is launched on the device before batch k's layers are
+        // copied to the host and cut, so that on a GPU the host's copying overlaps the next
+        // batch's computation (on a CPU the layers are on the host when launched).
+        let mut in_flight: Option<(Vec<usize>, LaunchedBatch)> = None;
         for batch in batches {
             let rows: Vec<&[S]> = batch.iter().map(|&i| sentences[i].as_ref()).collect();
-            for (&i, vectors) in batch.iter().zip(self.embed_batch(&rows)?) {
+            let launched = self.launch_batch(&rows)?;
+            if let Some((indices, previous)) = in_flight.replace((batch, launched)) {
+                for (&i, vectors) in indices.iter().zip(self.finish_batch(previous)?) {
+                    sink(i, vectors)?;
+                }
+            }
+        }
+        if let Some((indices, last)) = in_flight {
+            for (&i, vectors) in indices.iter().zip(self.finish_batch(last)?) {
                 sink(i, vectors)?;
             }
         }
@@ -221,25 +243,39 @@ impl Embedder {
         }
     }
 
-    /// One biLM call over `rows`, its layers read back once and cut per sentence.
-    fn embed_batch<S: AsRef<str>>(&mut self, rows: &[&[S]]) -> Result<Vec<SentenceVectors>> {
+    /// One biLM call over `rows`, launched: its layers stacked as one tensor whose read-back
+    /// is under way ([`Self::finish_batch`] cuts it per sentence).
+    fn launch_batch<S: AsRef<str>>(&mut self, rows: &[&[S]]) -> Result<LaunchedBatch> {
         let ids = CharIdBatch::from_sentences(rows);
         let state = self.config.stateful.then_some(&mut self.state);
         let out = self
             .bilm
             .forward_batch_cached(&ids, &self.device, state, self.cache.as_mut())?;
-        let n_positions = ids.n_tokens + 2;
-        let (d, n_layers) = (self.d_output(), self.n_layers());
         // One read-back of all layers: [L + 1, B, T + 2, 2P].
         let stacked: Tensor<4> = Tensor::stack(out.layers, 0);
-        let host: Vec<f32> = stacked
+        let layers = stacked
             .try_into_data()
-            .map_err(|e| ElmoError::TensorData(format!("{e:?}")))?
-            .try_into_vec_as::<f32>()
             .map_err(|e| ElmoError::TensorData(format!("{e:?}")))?;
-        let per_layer = rows.len() * n_positions * d;
-        let vectors = rows.iter().enumerate().map(|(row, sentence)| {
-            let n = sentence.len();
+        Ok(LaunchedBatch {
+            lengths: rows.iter().map(|row| row.as_ref().len()).collect(),
+            n_positions: ids.n_tokens + 2,
+            layers,
+        })
+    }
+
+    /// The vectors of a launched batch's sentences, in its row order (waits for its layers).
+    fn finish_batch(&self, batch: LaunchedBatch) -> Result<Vec<SentenceVectors>> {
+        let LaunchedBatch {
+            lengths,
+            n_positions,
+            layers,
+        } = batch;
+        let (d, n_layers) = (self.d_output(), self.n_layers());
+        let host: &[f32] = layers
+            .as_slice::<f32>()
+            .map_err(|e| ElmoError::TensorData(format!("{e:?}")))?;
+        let per_layer = lengths.len() * n_positions * d;
+        let vectors = lengths.iter().enumerate().map(|(row, &n)| {
             if n == 0 {
                 return self.empty();
             }
