@@ -16,8 +16,9 @@
 #   train: `bench_train` (`wgpu-burnmm`, `wgpu`): the `original` shape at bilm-tf's per-GPU
 #      128 × 20 with a 50k vocabulary sampled 8192, then the PTB shapes at 256 and 512 rows;
 #      the peer (`xtask/peer/bilm_train_pytorch.py`) in f32 and with bf16 autocast (AMP);
-#   where: an `original` batch of 256 split into token encoder and LSTM time (WGSL f32 and
-#      SPIR-V mixed), and its kernels' GPU time ($OUT/kernels-*.txt).
+#   where: an `original` batch of 256 split into token encoder and LSTM time, an embedder
+#      call's phases and a second pass (WGSL f32 and SPIR-V mixed), and its kernels' GPU time
+#      ($OUT/kernels-*.txt).
 # Every section checks the time left, so that the call ends within its limit with what it has.
 # Output: $OUT/gpu-table.log (also printed), $OUT/gpu-memory.csv (nvidia-smi every 200 ms).
 set -uo pipefail
@@ -55,11 +56,7 @@ timeout 60 /tmp/bench_embed --child original wgpu --batches 1 --batch-size 64 > 
 # With `.device/bench_embed_spirv.xz` (built with the `vulkan` feature: SPIR-V kernels on
 # NVIDIA's Vulkan, f16 products on cooperative matrices), against the same peer.
 spirv() {
-    if [ -f .device/bench_embed_spirv.xz ]; then
-        [ -x /tmp/bench_embed_spirv ] || {
-            xz -dc .device/bench_embed_spirv.xz > /tmp/bench_embed_spirv
-            chmod +x /tmp/bench_embed_spirv
-        }
+    if [ -x /tmp/bench_embed_spirv ]; then
         within 40 /tmp/bench_embed_spirv --peer python3 --peer-device cuda \
             --peer-script xtask/peer/elmo_pytorch.py --batches 5 "$@"
     fi
@@ -74,16 +71,18 @@ breakdown() {
         --batch-size "$batch"
 }
 profile() {
-    local backend="$1" shape="$2" batch="$3" dir="/tmp/profile-$1-$2-$3"
+    local bench="$1" backend="$2" shape="$3" batch="$4"
+    local name="$(basename "$bench")-$backend-$shape-$batch"
+    local dir="/tmp/profile-$name"
     [ $((budget - SECONDS)) -ge 60 ] || { echo "== skipped profile $*" | tee -a "$log"; return; }
     rm -rf "$dir" && mkdir -p "$dir"
     printf '[profiling.logger]\nlevel = "full"\nfile = "%s/kernels.log"\nappend = false\n' "$dir" \
         > "$dir/cubecl.toml"
-    echo "== profile $backend $shape $batch (at ${SECONDS} s)" | tee -a "$log"
-    (cd "$dir" && timeout 60 /tmp/bench_embed --child "$shape" "$backend" --batches 2 \
+    echo "== profile $name (at ${SECONDS} s)" | tee -a "$log"
+    (cd "$dir" && timeout 60 "$bench" --child "$shape" "$backend" --batches 2 \
         --batch-size "$batch" > /dev/null 2>&1)
-    python3 xtask/device/kernel_times.py "$dir/kernels.log" 3 25 > "$OUT/kernels-$backend-$shape-$batch.txt"
-    head -n 32 "$OUT/kernels-$backend-$shape-$batch.txt" | tee -a "$log"
+    python3 xtask/device/kernel_times.py "$dir/kernels.log" 3 25 > "$OUT/kernels-$name.txt"
+    head -n 32 "$OUT/kernels-$name.txt" | tee -a "$log"
 }
 
 # The sections, in the order of `SECTIONS` (default: all); the targets' rows first.
@@ -103,7 +102,8 @@ section_train() {
 section_where() {
     breakdown /tmp/bench_embed wgpu original 256
     [ -x /tmp/bench_embed_spirv ] && breakdown /tmp/bench_embed_spirv wgpu-mixed original 256
-    profile wgpu original 256
+    profile /tmp/bench_embed wgpu original 256
+    [ -x /tmp/bench_embed_spirv ] && profile /tmp/bench_embed_spirv wgpu-mixed original 256
 }
 for section in ${SECTIONS:-inference spirv train where}; do
     "section_$section"

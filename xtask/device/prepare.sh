@@ -4,8 +4,8 @@
 # loader.
 #   - `.device/bench_train.xz`, `.device/bench_embed.xz`: the benchmark examples in the dev
 #     profile of the README's commands (dependencies optimised as in a release build; no second
-#     build of burn), stripped and compressed, and `.device/bench_embed_spirv.xz` built with the
-#     `vulkan` feature;
+#     build of burn), stripped and compressed, and `.device/bench_{train,embed}_spirv.xz` built
+#     with the `vulkan` feature;
 #   - `.gl/*.deb`: the Vulkan loader and GL libraries (Debian packages, unpacked there).
 # Both folders are ignored by git (.git/info/exclude) and travel with the device tool's `carry`:
 #   run(command="bash xtask/device/gpu-table.sh", carry=[".gl", ".device"], timeout_s=560)
@@ -19,7 +19,7 @@ done
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}"
 mkdir -p .device
 # The default build (WGSL kernels), then the opt-in `vulkan` one (SPIR-V kernels, f16 products
-# on cooperative matrices): `.device/bench_embed_spirv.xz`, a second build of burn the first
+# on cooperative matrices): `.device/bench_*_spirv.xz`, a second build of burn the first
 # time (SPIRV=0 leaves it out).
 builds=("")
 [ "${SPIRV:-1}" = 1 ] && builds+=("vulkan")
@@ -27,7 +27,6 @@ for features in "${builds[@]}"; do
     cargo build -p elmo-cli ${features:+--features "$features"} --example bench_train --example bench_embed
     for bench in bench_train bench_embed; do
         name="$bench${features:+_spirv}"
-        [ "$features" = vulkan ] && [ "$bench" = bench_train ] && continue
         strip -o ".device/$name" "$CARGO_TARGET_DIR/debug/examples/$bench"
         xz -f -6 ".device/$name"
     done

@@ -9,10 +9,9 @@ ldconfig
 if [ -f /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ]; then
     export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 fi
-for bench in bench_train bench_embed; do
-    if [ -f ".device/$bench.xz" ]; then
-        xz -dc ".device/$bench.xz" > "/tmp/$bench" && chmod +x "/tmp/$bench"
-    fi
+for packed in .device/*.xz; do
+    bench="$(basename "$packed" .xz)"
+    [ -f "$packed" ] && xz -dc "$packed" > "/tmp/$bench" && chmod +x "/tmp/$bench"
 done
 export CUBECL_AUTOTUNE_LEVEL="${CUBECL_AUTOTUNE_LEVEL:-minimal}"
 

@@ -26,8 +26,9 @@
 //! `--launch-probe BACKEND` instead times one elementwise operation issued many times in a row
 //! (µs per operation on a 1-element and a `[64, 1200]` tensor, to the device's results): on a
 //! GPU, the cost of one kernel launch that a training step pays ~1,700 times (docs/benchmarks.md).
-//! `--matmul-probe BACKEND` times each of cubek's matmul kernels on the step's product shapes
-//! (`MATMUL` lines: µs, TFLOPS, largest difference from burn's product).
+//! `--matmul-probe BACKEND [f16]` times each of cubek's matmul kernels on the training step's
+//! and `original` inference's product shapes, with `f16` in 16 bits (`MATMUL` lines: µs,
+//! TFLOPS, largest difference from burn's `f32` product).
 //!
 //! Built with the `elmo` binary's features (`cargo xtask bench train`), so no second build of
 //! burn.
@@ -177,14 +178,17 @@ fn launch_probe(backend: &str) {
     }
 }
 
-/// `--matmul-probe`: µs and TFLOPS of each of cubek's matmul kernels
+/// `--matmul-probe BACKEND [f16]`: µs and TFLOPS of each of cubek's matmul kernels
 /// (`elmo_kernels::MatmulKernel`) on the product shapes of a `ptb-large.json`
 /// training step at 256 × 35 (the full softmax's chunk of 419 rows of a 10k vocabulary, the
-/// LSTM's weight gradient over 8,960 rows, one time step's products, the char CNN's highway),
-/// each product repeated after a warm-up, with its largest difference from burn's product.
+/// LSTM's weight gradient over 8,960 rows, one time step's products, the char CNN's highway)
+/// and of `original` inference (a step's state product and projection at 256 and 1,024
+/// sentences, both directions, and the input projection of 27 steps), each product repeated
+/// after a warm-up, with its largest difference from burn's `f32` product; with `f16` the
+/// operands in `f16` (the tensor-core kernels, `--precision mixed`).
 #[cfg(feature = "kernels")]
-fn matmul_probe(backend: &str) {
-    use burn::tensor::{Distribution, Tensor};
+fn matmul_probe(backend: &str, half: bool) {
+    use burn::tensor::{Distribution, FloatDType, Tensor};
     use elmo_kernels::{MatmulKernel, matmul_with};
     let device = bench_device(backend);
     let normal = Distribution::Normal(0.0, 1.0);
@@ -218,24 +222,49 @@ fn matmul_probe(backend: &str) {
             random([8_960, 1_100]),
             random([1_100, 2_200]),
         ),
+        (
+            "original step h·W 256",
+            random([512, 512]),
+            random([512, 16_384]),
+        ),
+        (
+            "original step h·W 1024",
+            random([2_048, 512]),
+            random([512, 16_384]),
+        ),
+        (
+            "original step c·Wp 256",
+            random([512, 4_096]),
+            random([4_096, 512]),
+        ),
+        (
+            "original x·Wx 256",
+            random([13_824, 512]),
+            random([512, 16_384]),
+        ),
     ];
+    let precision = if half { "f16" } else { "f32" };
     for (what, lhs, rhs) in shapes {
         let [m, k] = lhs.dims();
         let n = rhs.dims()[1];
         let expected = lhs.clone().matmul(rhs.clone());
+        let (lhs, rhs) = match half {
+            true => (lhs.cast(FloatDType::F16), rhs.cast(FloatDType::F16)),
+            false => (lhs, rhs),
+        };
         for kernel in MatmulKernel::ALL {
             let run = || matmul_with(lhs.clone(), rhs.clone(), kernel);
             let product = match run() {
                 Ok(product) => product,
                 Err(error) => {
                     println!(
-                        "MATMUL {what} {m}x{k}x{n} kernel={} unavailable: {error}",
+                        "MATMUL {what} {m}x{k}x{n} {precision} kernel={} unavailable: {error}",
                         kernel.name()
                     );
                     continue;
                 }
             };
-            let difference = match (product - expected.clone())
+            let difference = match (product.cast(FloatDType::F32) - expected.clone())
                 .abs()
                 .max()
                 .try_into_scalar::<f32>()
@@ -243,7 +272,7 @@ fn matmul_probe(backend: &str) {
                 Ok(difference) => difference,
                 Err(error) => {
                     println!(
-                        "MATMUL {what} {m}x{k}x{n} kernel={} failed: {error:?}",
+                        "MATMUL {what} {m}x{k}x{n} {precision} kernel={} failed: {error:?}",
                         kernel.name()
                     );
                     break;
@@ -258,7 +287,7 @@ fn matmul_probe(backend: &str) {
             let _ = last.map(|p| p.slice([0..1, 0..1]).into_scalar::<f32>());
             let seconds = start.elapsed().as_secs_f64() / n_runs as f64;
             println!(
-                "MATMUL {what} {m}x{k}x{n} kernel={} us={:.1} tflops={:.2} max_difference={difference:.2e}",
+                "MATMUL {what} {m}x{k}x{n} {precision} kernel={} us={:.1} tflops={:.2} max_difference={difference:.2e}",
                 kernel.name(),
                 1e6 * seconds,
                 2.0 * (m * k * n) as f64 / seconds / 1e12
@@ -297,7 +326,10 @@ fn main() {
     }
     if let Some(i) = args.iter().position(|a| a == "--matmul-probe") {
         #[cfg(feature = "kernels")]
-        matmul_probe(args.get(i + 1).map_or("wgpu", String::as_str));
+        matmul_probe(
+            args.get(i + 1).map_or("wgpu", String::as_str),
+            args.get(i + 2).is_some_and(|a| a == "f16"),
+        );
         #[cfg(not(feature = "kernels"))]
         eprintln!("--matmul-probe {i}: built without the `kernels` feature");
         return;

@@ -1,6 +1,6 @@
 //! Matrix products through one of cubek's matmul kernels named explicitly, on a CubeCL device:
-//! to measure, on a GPU, which kernel suits each of the training step's product shapes
-//! (`bench_train --matmul-probe`).
+//! to measure, on a GPU, which kernel suits each of the training step's and inference step's
+//! product shapes, in `f32` and `f16` (`bench_train --matmul-probe`).
 //!
 //! burn built without its `autotune` feature runs every product with cubek's `Auto` strategy:
 //! the tensor-core (cmma) kernels where the device offers them for the type, which wgpu does
@@ -40,17 +40,31 @@ pub enum MatmulKernel {
     DoubleUnitMin,
     /// `Gemm`: planes cooperating on blocks of the output.
     Gemm,
+    /// Tensor cores (cooperative matrices: f16 / bf16 operands on a device that offers them),
+    /// one stage at a time: cubek's `Auto` first choice.
+    SimpleCyclicCmma,
+    /// Tensor cores, double-buffered stages.
+    DoubleCyclicCmma,
+    /// Tensor cores, double-buffered stages loaded in order.
+    OrderedDoubleCmma,
+    /// Tensor cores, planes specialised in loading or computing.
+    SpecializedCyclicCmma,
 }
 
 impl MatmulKernel {
-    /// Every kernel, burn's first.
-    pub const ALL: [MatmulKernel; 6] = [
+    /// Every kernel, burn's first (the tensor-core ones are unavailable for `f32` and where the
+    /// device offers no cooperative matrices).
+    pub const ALL: [MatmulKernel; 10] = [
         Self::Burn,
         Self::SimpleUnitMax,
         Self::SimpleUnitMin,
         Self::DoubleUnitMax,
         Self::DoubleUnitMin,
         Self::Gemm,
+        Self::SimpleCyclicCmma,
+        Self::DoubleCyclicCmma,
+        Self::OrderedDoubleCmma,
+        Self::SpecializedCyclicCmma,
     ];
 
     /// The kernel's name in reports.
@@ -62,6 +76,10 @@ impl MatmulKernel {
             Self::DoubleUnitMax => "double-unit-max",
             Self::DoubleUnitMin => "double-unit-min",
             Self::Gemm => "gemm",
+            Self::SimpleCyclicCmma => "simple-cyclic-cmma",
+            Self::DoubleCyclicCmma => "double-cyclic-cmma",
+            Self::OrderedDoubleCmma => "ordered-double-cmma",
+            Self::SpecializedCyclicCmma => "specialized-cyclic-cmma",
         }
     }
 
@@ -87,6 +105,10 @@ impl MatmulKernel {
             Self::DoubleUnitMax => double(true),
             Self::DoubleUnitMin => double(false),
             Self::Gemm => MultiLevel::Gemm(BlueprintStrategy::Inferred(GemmStrategy::default())),
+            Self::SimpleCyclicCmma => MultiLevel::SimpleCyclicCmma(Default::default()),
+            Self::DoubleCyclicCmma => MultiLevel::DoubleCyclicCmma(Default::default()),
+            Self::OrderedDoubleCmma => MultiLevel::OrderedDoubleCmma(Default::default()),
+            Self::SpecializedCyclicCmma => MultiLevel::SpecializedCyclicCmma(Default::default()),
         };
         Some(multi_level.into())
     }
@@ -137,8 +159,8 @@ mod tests {
     use elmo_test_support::wgpu_device_or_skip;
 
     /// On wgpu, every kernel that launches gives burn's product (a row-major and a transposed
-    /// right factor, and a batch), and burn's own fallback kernel launches (on lavapipe all
-    /// of them do).
+    /// right factor, and a batch), and burn's own fallback kernel launches (on lavapipe every
+    /// unit kernel does; the tensor-core ones are unavailable for `f32`).
     #[test]
     fn every_kernel_gives_burns_product() {
         if let Some(device) = wgpu_device_or_skip("every_kernel_gives_burns_product") {
