@@ -193,6 +193,8 @@ fn matmul_probe(backend: &str, half: bool) {
     let device = bench_device(backend);
     let normal = Distribution::Normal(0.0, 1.0);
     let random = |shape: [usize; 2]| Tensor::<2>::random(shape, normal, &device);
+    // `[m, k] · [k, n]`, both factors row-major.
+    let plain = |what, m, k, n| (what, random([m, k]), random([k, n]));
     // (what, lhs, rhs): a transposed factor as the training step has it.
     let shapes = [
         (
@@ -200,7 +202,7 @@ fn matmul_probe(backend: &str, half: bool) {
             random([419, 256]),
             random([10_002, 256]).transpose(),
         ),
-        ("softmax dz·W", random([419, 10_002]), random([10_002, 256])),
+        plain("softmax dz·W", 419, 10_002, 256),
         (
             "softmax dzt·h",
             random([419, 10_002]).transpose(),
@@ -211,37 +213,17 @@ fn matmul_probe(backend: &str, half: bool) {
             random([8_960, 1_200]).transpose(),
             random([8_960, 4_800]),
         ),
-        ("lstm step h·W", random([128, 256]), random([256, 4_800])),
+        plain("lstm step h·W", 128, 256, 4_800),
         (
             "lstm step dz·Wt",
             random([128, 4_800]),
             random([256, 4_800]).transpose(),
         ),
-        (
-            "highway x·W",
-            random([8_960, 1_100]),
-            random([1_100, 2_200]),
-        ),
-        (
-            "original step h·W 256",
-            random([512, 512]),
-            random([512, 16_384]),
-        ),
-        (
-            "original step h·W 1024",
-            random([2_048, 512]),
-            random([512, 16_384]),
-        ),
-        (
-            "original step c·Wp 256",
-            random([512, 4_096]),
-            random([4_096, 512]),
-        ),
-        (
-            "original x·Wx 256",
-            random([13_824, 512]),
-            random([512, 16_384]),
-        ),
+        plain("highway x·W", 8_960, 1_100, 2_200),
+        plain("original step h·W 256", 512, 512, 16_384),
+        plain("original step h·W 1024", 2_048, 512, 16_384),
+        plain("original step c·Wp 256", 512, 4_096, 512),
+        plain("original x·Wx 256", 13_824, 512, 16_384),
     ];
     let precision = if half { "f16" } else { "f32" };
     for (what, lhs, rhs) in shapes {
