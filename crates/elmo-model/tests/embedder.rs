@@ -180,6 +180,37 @@ fn stateful_calls_match_allennlps_sequence() {
     }
 }
 
+/// Stateful, several batches in one call (one batch in flight while the next is launched)
+/// give what the same batches give one call at a time: the state passes in input order.
+#[test]
+fn stateful_batches_in_one_call_equal_one_call_each() {
+    for (name, device) in cpu_and_wgpu_devices("stateful_batches_in_one_call") {
+        let config = EmbedderConfig {
+            stateful: true,
+            batch_size: 4,
+            ..EmbedderConfig::default()
+        };
+        let sentences: Vec<Vec<String>> = [tiny_sentences("main"), tiny_sentences("edge")].concat();
+        let together = embedder(&device, config.clone())
+            .embed(&sentences)
+            .expect("embed");
+        let mut apart = embedder(&device, config);
+        let one_by_one: Vec<SentenceVectors> = sentences
+            .chunks(4)
+            .flat_map(|batch| apart.embed(batch).expect("embed"))
+            .collect();
+        assert_eq!(together.len(), one_by_one.len());
+        for (row, (a, b)) in together.iter().zip(&one_by_one).enumerate() {
+            assert_eq!(a.shape, b.shape, "{name} row {row}");
+            assert!(
+                max_diff(&a.values, &b.values) <= 1e-6,
+                "{name} row {row}: {}",
+                max_diff(&a.values, &b.values)
+            );
+        }
+    }
+}
+
 #[test]
 fn a_zero_batch_size_is_an_error() {
     let device = Device::flex();
