@@ -41,9 +41,15 @@ within() {
     timeout "$left" "$@" 2>&1 | grep -v '^error: XDG_RUNTIME_DIR' | tee -a "$log"
 }
 
+# Inference rows: 10 batches of 64 or 256 sentences, 5 of 1,024 (one sample of 5 small
+# batches moved by up to 2x between two calls).
 embed() {
     within 40 /tmp/bench_embed --peer python3 --peer-device cuda \
-        --peer-script xtask/peer/elmo_pytorch.py --batches 5 "$@"
+        --peer-script xtask/peer/elmo_pytorch.py "$@"
+}
+embed_sizes() {
+    "$@" --batch-size 64,256 --batches 10
+    "$@" --batch-size 1024 --batches 5
 }
 train() {
     within 60 /tmp/bench_train --backends wgpu-burnmm,wgpu --peer python3 --peer-device cuda --peer-amp bf16 \
@@ -58,7 +64,7 @@ timeout 60 /tmp/bench_embed --child original wgpu --batches 1 --batch-size 64 > 
 spirv() {
     if [ -x /tmp/bench_embed_spirv ]; then
         within 40 /tmp/bench_embed_spirv --peer python3 --peer-device cuda \
-            --peer-script xtask/peer/elmo_pytorch.py --batches 5 "$@"
+            --peer-script xtask/peer/elmo_pytorch.py "$@"
     fi
 }
 
@@ -87,12 +93,11 @@ profile() {
 
 # The sections, in the order of `SECTIONS` (default: all); the targets' rows first.
 section_inference() {
-    embed --shapes original --backends wgpu-composed,wgpu-burnmm,wgpu,wgpu-stepshaped,wgpu-mixed \
-        --batch-size 64,256,1024
-    embed --shapes small --backends wgpu-composed,wgpu-burnmm,wgpu,wgpu-stepshaped --batch-size 64,256,1024
+    embed_sizes embed --shapes original --backends wgpu-composed,wgpu-burnmm,wgpu,wgpu-stepshaped,wgpu-mixed
+    embed_sizes embed --shapes small --backends wgpu-composed,wgpu-burnmm,wgpu,wgpu-stepshaped
 }
 section_spirv() {
-    spirv --shapes original,small --backends wgpu-mixed --batch-size 64,256,1024
+    embed_sizes spirv --shapes original,small --backends wgpu-mixed
 }
 section_train() {
     train --preset original --batch-size 128 --unroll-steps 20 --vocab-size 50000 --negatives 8192
