@@ -71,23 +71,16 @@ mod tests {
 
     #[test]
     fn large_shapes_take_the_probes_kernel() {
-        assert_eq!(kernel_for_shape(64, 512, 16384), None);
-        assert_eq!(
-            kernel_for_shape(419, 256, 10_002),
-            Some(MatmulKernel::SimpleUnitMin)
-        );
-        assert_eq!(
-            kernel_for_shape(10_002, 419, 256),
-            Some(MatmulKernel::SimpleUnitMin)
-        );
-        assert_eq!(
-            kernel_for_shape(1200, 8960, 4800),
-            Some(MatmulKernel::SimpleUnitMin)
-        );
-        assert_eq!(
-            kernel_for_shape(8960, 1100, 2200),
-            Some(MatmulKernel::SimpleUnitMax)
-        );
+        let cases = [
+            ([64, 512, 16384], None),
+            ([419, 256, 10_002], Some(MatmulKernel::SimpleUnitMin)),
+            ([10_002, 419, 256], Some(MatmulKernel::SimpleUnitMin)),
+            ([1200, 8960, 4800], Some(MatmulKernel::SimpleUnitMin)),
+            ([8960, 1100, 2200], Some(MatmulKernel::SimpleUnitMax)),
+        ];
+        for ([m, k, n], expected) in cases {
+            assert_eq!(kernel_for_shape(m, k, n), expected, "{m} x {k} x {n}");
+        }
     }
 
     /// On wgpu a large product (a strided left factor, as the softmax's `∂zᵀ · h`) through the

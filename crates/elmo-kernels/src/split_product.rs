@@ -266,10 +266,11 @@ impl SplitWeight {
     /// products back to `f32`.
     pub fn split_left_partials(&self, lhs: Tensor<3>) -> Tensor<3> {
         let [n_slices, batch, k_slice] = lhs.dims();
-        let (weight, half) = match self {
-            Self::Whole(whole) => (whole.dtype(), whole.dtype() != lhs.dtype()),
-            Self::Sliced { slices, .. } => (slices.dtype(), slices.dtype() != lhs.dtype()),
+        let weight = match self {
+            Self::Whole(whole) => whole.dtype(),
+            Self::Sliced { slices, .. } => slices.dtype(),
         };
+        let half = weight != lhs.dtype();
         let lhs = match half {
             true => lhs.cast(FloatDType::from(weight)),
             false => lhs,

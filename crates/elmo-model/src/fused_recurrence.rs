@@ -13,6 +13,22 @@ use elmo_kernels::{
 
 use crate::lstm_state::LstmState;
 
+/// Time steps whose input projection is computed in one matmul (bounds memory on long inputs),
+/// in this recurrence and in `LstmWithProjection`'s composed one.
+pub const PROJECTION_CHUNK_STEPS: usize = 32;
+
+/// The time steps of one input projection `[steps, rows, gates]` (`f32`):
+/// [`PROJECTION_CHUNK_STEPS`], fewer where that buffer would pass the limit of `kernels` on
+/// `like`'s device (`original` at 1,024 sentences paired: 128 MiB a step).
+pub(crate) fn projection_chunk_steps(
+    kernels: KernelSettings,
+    like: &Tensor<3>,
+    rows: usize,
+    gates: usize,
+) -> usize {
+    PROJECTION_CHUNK_STEPS.min(kernels.rows_per_buffer(like, rows * gates * 4))
+}
+
 /// What the recurrence reads of one layer (`LstmWithProjection::group_layer`).
 ///
 /// # Shapes
@@ -24,8 +40,6 @@ pub(crate) struct GroupLayer {
     pub projection: Tensor<2>,
     pub cell_clip: Option<f64>,
     pub projection_clip: Option<f64>,
-    /// Time steps whose input projection is one product.
-    pub chunk_steps: usize,
 }
 
 /// What [`forward_group`] returns.
@@ -132,10 +146,8 @@ pub(crate) fn forward_group(
     let reversed = (0..n_groups)
         .filter(|&g| !go_forward[g])
         .fold(0u32, |bits, g| bits | 1 << g);
-    // A chunk's input projection `[len, G·B, 4C]` is one buffer: within the device's limit
-    // (`original` at 1,024 sentences paired: 128 MiB a step).
-    let chunk_steps =
-        (first.chunk_steps).min(kernels.rows_per_buffer(&inputs, rows * 4 * d_cell * 4));
+    // A chunk's input projection `[len, G·B, 4C]` is one buffer.
+    let chunk_steps = projection_chunk_steps(kernels, &inputs, rows, 4 * d_cell);
     for chunk_start in (0..n_steps).step_by(chunk_steps) {
         let len = chunk_steps.min(n_steps - chunk_start);
         let projected =

@@ -18,11 +18,9 @@ use burn::tensor::{Device, Int, Tensor, TensorData};
 
 use elmo_kernels::{GateActivation, HostLstm, HostLstmWeights, KernelSettings};
 
-use crate::fused_recurrence::{GroupLayer, forward_group};
+pub use crate::fused_recurrence::PROJECTION_CHUNK_STEPS;
+use crate::fused_recurrence::{GroupLayer, forward_group, projection_chunk_steps};
 pub use crate::lstm_state::LstmState;
-
-/// Time steps whose input projection is computed in one matmul (bounds memory on long inputs).
-pub const PROJECTION_CHUNK_STEPS: usize = 32;
 
 /// Configuration of a [`LstmWithProjection`].
 #[derive(Debug, Clone)]
@@ -132,7 +130,6 @@ impl LstmWithProjection {
             projection: self.projection.val(),
             cell_clip: self.cell_clip,
             projection_clip: self.projection_clip,
-            chunk_steps: PROJECTION_CHUNK_STEPS,
         }
     }
 
@@ -257,10 +254,7 @@ impl LstmWithProjection {
         // AllenNLP (`x·W_x + (h·W_h + b)`), which keeps float32 rounding close.
         let activation = GateActivation::new(d_cell, &device);
         let input_weight = activation.prepare(self.input_weight.val());
-        let chunk_steps = PROJECTION_CHUNK_STEPS.min(
-            self.kernels
-                .rows_per_buffer(&inputs, batch * gates_width * 4),
-        );
+        let chunk_steps = projection_chunk_steps(self.kernels, &inputs, batch, gates_width);
         let project = |start: usize| {
             let len = chunk_steps.min(n_steps - start);
             inputs
