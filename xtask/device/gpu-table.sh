@@ -3,7 +3,8 @@
 # root), after `bash xtask/device/prepare.sh` here:
 #   run(command="bash xtask/device/gpu-table.sh", carry=[".gl", ".device"], timeout_s=560)
 # Side by side in the same minutes, each elmo-rs line against the PyTorch peer on CUDA, in
-# sections (`SECTIONS="inference spirv train where"`, the default, in that order):
+# sections (`SECTIONS="inference spirv train mixedtrain where"`, the default, in that order;
+# `quality` only when named):
 #   inference: `bench_embed` (all layers read back to the host), `original` and `small`, batch
 #      64 / 256 / 1024: elmo-rs wgpu with the fused inference kernels and paired directions
 #      (`wgpu`, WGSL kernels), with the large products through burn's matmul choice instead of
@@ -16,6 +17,13 @@
 #   train: `bench_train` (`wgpu-burnmm`, `wgpu`): the `original` shape at bilm-tf's per-GPU
 #      128 × 20 with a 50k vocabulary sampled 8192, then the PTB shapes at 256 and 512 rows;
 #      the peer (`xtask/peer/bilm_train_pytorch.py`) in f32 and with bf16 autocast (AMP);
+#   mixedtrain: the `vulkan` build's `bench_train` with `--precision mixed` (`wgpu-mixed`: f16
+#      products forward and backward, loss scaling) at the `original` and `ptb-large` shapes,
+#      against the peer in f32 and with f16 autocast and its GradScaler;
+#   quality: `elmo train --backend vulkan` on PTB (`ptb-small.json` at 128 × 35, Adam, 400
+#      steps or QUALITY_STEPS), `--precision f32` then `mixed`, the same seed: their
+#      validation perplexities side by side
+#      (needs `.device/elmo_spirv.xz` and `.device/ptb/`, which `prepare.sh` packs);
 #   where: an `original` batch of 256 split into token encoder and LSTM time, an embedder
 #      call's phases and a second pass (WGSL f32 and SPIR-V mixed), and its kernels' GPU time
 #      ($OUT/kernels-*.txt).
@@ -68,6 +76,14 @@ spirv() {
     fi
 }
 
+# The `vulkan` build's mixed-precision training against the peer's f16 autocast.
+train_spirv() {
+    if [ -x /tmp/bench_train_spirv ]; then
+        within 60 /tmp/bench_train_spirv --backends wgpu-mixed --peer python3 --peer-device cuda \
+            --peer-amp f16 --peer-script xtask/peer/bilm_train_pytorch.py --steps 8 "$@"
+    fi
+}
+
 # Where an inference batch's time goes: the token encoder and the LSTM stacks timed apart
 # (`ELMO_BENCH_BREAKDOWN`), then every kernel's GPU time (cubecl's profiling logger, summed
 # by `kernel_times.py` per batch: 3 calls, the first launches left out).
@@ -104,13 +120,36 @@ section_train() {
     train --preset examples/configs/ptb-large.json --batch-size 256 --unroll-steps 35 --vocab-size 10002
     train --preset examples/configs/ptb-small.json --batch-size 512 --unroll-steps 35 --vocab-size 10002
 }
+section_mixedtrain() {
+    train_spirv --preset original --batch-size 128 --unroll-steps 20 --vocab-size 50000 --negatives 8192
+    train_spirv --preset examples/configs/ptb-large.json --batch-size 256 --unroll-steps 35 --vocab-size 10002
+}
+section_quality() {
+    if [ ! -x /tmp/elmo_spirv ] || [ ! -f .device/ptb/ptb.train.txt.xz ]; then
+        echo "== skipped quality: no .device/elmo_spirv.xz or .device/ptb/" | tee -a "$log"
+        return
+    fi
+    local data=/tmp/ptb steps="${QUALITY_STEPS:-400}"
+    mkdir -p "$data"
+    for f in train valid; do xz -dc ".device/ptb/ptb.$f.txt.xz" > "$data/ptb.$f.txt"; done
+    /tmp/elmo_spirv vocab --quiet --out "$data/vocab.txt" "$data/ptb.train.txt"
+    for precision in f32 mixed; do
+        within 150 /tmp/elmo_spirv train --quiet --preset examples/configs/ptb-small.json \
+            --batch-size 128 --optimizer adam --lr 0.002 --negatives 2048 \
+            --train "$data/ptb.train.txt" --valid "$data/ptb.valid.txt" --vocab "$data/vocab.txt" \
+            --out "/tmp/ptb-$precision" --steps "$steps" --checkpoint-every $((steps / 2)) \
+            --log-every 50 --seed 1 --backend vulkan --precision "$precision"
+        cp "/tmp/ptb-$precision/metrics.jsonl" "$OUT/quality-$precision.jsonl" 2>/dev/null
+        grep '"valid"' "/tmp/ptb-$precision/metrics.jsonl" | tee -a "$log"
+    done
+}
 section_where() {
     breakdown /tmp/bench_embed wgpu original 256
     [ -x /tmp/bench_embed_spirv ] && breakdown /tmp/bench_embed_spirv wgpu-mixed original 256
     profile /tmp/bench_embed wgpu original 256
     [ -x /tmp/bench_embed_spirv ] && profile /tmp/bench_embed_spirv wgpu-mixed original 256
 }
-for section in ${SECTIONS:-inference spirv train where}; do
+for section in ${SECTIONS:-inference spirv train mixedtrain where}; do
     "section_$section"
 done
 

@@ -4,8 +4,10 @@
 # loader.
 #   - `.device/bench_train.xz`, `.device/bench_embed.xz`: the benchmark examples in the dev
 #     profile of the README's commands (dependencies optimised as in a release build; no second
-#     build of burn), stripped and compressed, and `.device/bench_{train,embed}_spirv.xz` built
-#     with the `vulkan` feature;
+#     build of burn), stripped and compressed, and `.device/bench_{train,embed}_spirv.xz` and
+#     `.device/elmo_spirv.xz` (the `elmo` binary) built with the `vulkan` feature;
+#   - `.device/ptb/`: PTB's train and valid text for gpu-table's `quality` section, copied
+#     (compressed) from `../shared/data/lm/ptb` when it is there (never committed);
 #   - `.gl/*.deb`: the Vulkan loader and GL libraries (Debian packages, unpacked there).
 # Both folders are ignored by git (.git/info/exclude) and travel with the device tool's `carry`:
 #   run(command="bash xtask/device/gpu-table.sh", carry=[".gl", ".device"], timeout_s=560)
@@ -30,7 +32,16 @@ for features in "${builds[@]}"; do
         strip -o ".device/$name" "$CARGO_TARGET_DIR/debug/examples/$bench"
         xz -f -6 ".device/$name"
     done
+    if [ -n "$features" ]; then
+        cargo build -p elmo-cli --features "$features" --bin elmo
+        strip -o .device/elmo_spirv "$CARGO_TARGET_DIR/debug/elmo"
+        xz -f -6 .device/elmo_spirv
+    fi
 done
+if [ -d ../shared/data/lm/ptb ]; then
+    mkdir -p .device/ptb
+    cp ../shared/data/lm/ptb/ptb.train.txt.xz ../shared/data/lm/ptb/ptb.valid.txt.xz .device/ptb/
+fi
 git rev-parse HEAD > .device/commit
 
 if ! ls .gl/libvulkan1_*.deb >/dev/null 2>&1; then

@@ -38,9 +38,11 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Instant;
 
+use elmo_model::Precision;
 use elmo_test_support::bench::{flag_value, peak_rss_mib};
 use elmo_train::batcher::Batcher;
 use elmo_train::language_model::CarriedState;
+use elmo_train::loss_scale::{LossScale, ScaledStep};
 use elmo_train::optimizer::build_optimizer;
 use elmo_train::optimizer_step::{StepSettings, optimizer_step};
 use elmo_train::run::seeded_model;
@@ -100,6 +102,9 @@ fn child(name: &str, s: &Settings) {
     let mut state: Option<CarriedState> = None;
     let mut targets = 0usize;
     let mut losses_per_step = Vec::with_capacity(s.steps + 1);
+    // Mixed precision scales the loss as `elmo train --precision mixed` does.
+    let mut loss_scale = (kernels.precision == Precision::Mixed).then(LossScale::default);
+    let mut skipped = 0usize;
     let mut start = Instant::now();
     for step in 0..=s.steps {
         if step == 1 {
@@ -121,10 +126,18 @@ fn child(name: &str, s: &Settings) {
                 step: step as u64,
                 lr_scale: 1.0,
                 device: &train_device,
+                loss_scale: loss_scale.map(|s| s.scale),
                 profile: s.phases.then_some(&profile),
             },
         );
         model = next;
+        if let Some(loss_scale) = &mut loss_scale {
+            skipped += usize::from(losses.skipped);
+            loss_scale.update(match losses.skipped {
+                true => ScaledStep::Skipped,
+                false => ScaledStep::Applied,
+            });
+        }
         targets += (losses.n_forward + losses.n_backward) as usize;
         losses_per_step.push(format!("{:.6}", losses.loss));
     }
@@ -141,6 +154,12 @@ fn child(name: &str, s: &Settings) {
     }
     // Every step's loss (warm-up first), to compare implementations: one model, seed and data.
     println!("LOSSES {name}: {}", losses_per_step.join(" "));
+    if let Some(loss_scale) = loss_scale {
+        println!(
+            "LOSS_SCALE {name}: {} after {skipped} skipped steps",
+            loss_scale.scale
+        );
+    }
     println!(
         "RESULT backend={name} targets={targets} seconds={seconds:.3} tokens_per_s={:.1} peak_rss_mib={:.0} parameters={}",
         targets as f64 / seconds,

@@ -1,7 +1,9 @@
-//! The one place that picks a burn backend: `--backend flex|ndarray|wgpu|vulkan`.
+//! The one place that picks a burn backend: `--backend flex|ndarray|wgpu|vulkan`, and the
+//! precision of its products (`--precision f32|mixed`).
 
 use burn::tensor::{Device, DeviceKind};
 use clap::ValueEnum;
+use elmo_model::Precision;
 
 /// Compute backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -57,6 +59,11 @@ impl Backend {
         }
     }
 
+    /// Whether it runs on a GPU (or a software Vulkan driver): wgpu or vulkan.
+    pub fn is_gpu(self) -> bool {
+        matches!(self, Backend::Wgpu | Backend::Vulkan)
+    }
+
     /// The backend's name, as `--backend` and the Cargo feature spell it.
     pub fn name(self) -> &'static str {
         match self {
@@ -64,6 +71,38 @@ impl Backend {
             Backend::Ndarray => "ndarray",
             Backend::Wgpu => "wgpu",
             Backend::Vulkan => "vulkan",
+        }
+    }
+}
+
+/// The precision of the large products (`--precision`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PrecisionArg {
+    /// `f32` throughout (AllenNLP's values).
+    F32,
+    /// The products' operands in 16-bit floats; results, LSTM state, weights and optimizer
+    /// state in `f32`; training scales the loss (GPU only).
+    Mixed,
+}
+
+impl PrecisionArg {
+    /// Refuses `mixed` on a CPU backend, where 16-bit products buy nothing.
+    ///
+    /// # Errors
+    /// `mixed` with `--backend flex` or `ndarray`.
+    pub fn check_backend(self, backend: Backend) -> anyhow::Result<()> {
+        if self == Self::Mixed && !backend.is_gpu() {
+            anyhow::bail!("--precision mixed runs on a GPU backend (--backend wgpu or vulkan)");
+        }
+        Ok(())
+    }
+}
+
+impl From<PrecisionArg> for Precision {
+    fn from(arg: PrecisionArg) -> Self {
+        match arg {
+            PrecisionArg::F32 => Self::F32,
+            PrecisionArg::Mixed => Self::Mixed,
         }
     }
 }

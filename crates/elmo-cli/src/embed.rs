@@ -9,10 +9,10 @@ use anyhow::{Context, Result, bail};
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::Tensor;
 use clap::ValueEnum;
-use elmo_model::{BiLm, EmbedderConfig, KernelSettings, LayerSelection, Precision, RunLock};
+use elmo_model::{BiLm, EmbedderConfig, KernelSettings, LayerSelection, RunLock};
 use indicatif::ProgressBar;
 
-use crate::backend::Backend;
+use crate::backend::{Backend, PrecisionArg};
 use crate::hdf5_output::{Hdf5EmbeddingWriter, Opened, OutputFingerprint};
 use crate::input::{Sentence, SentenceReader};
 use crate::model_source::ModelArgs;
@@ -34,24 +34,6 @@ impl From<LayerArg> for LayerSelection {
             LayerArg::All => Self::All,
             LayerArg::Top => Self::Top,
             LayerArg::Average => Self::Average,
-        }
-    }
-}
-
-/// The precision of the large products.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum PrecisionArg {
-    /// `f32` throughout (AllenNLP's values).
-    F32,
-    /// The products' operands in 16-bit floats, results and LSTM state in `f32` (GPU only).
-    Mixed,
-}
-
-impl From<PrecisionArg> for Precision {
-    fn from(arg: PrecisionArg) -> Self {
-        match arg {
-            PrecisionArg::F32 => Self::F32,
-            PrecisionArg::Mixed => Self::Mixed,
         }
     }
 }
@@ -266,10 +248,8 @@ pub fn run(args: &EmbedArgs) -> Result<()> {
     }
     // One writer per output, held until this function returns.
     let _lock = RunLock::acquire(lock_path(&args.output), args.break_stale_lock)?;
-    let on_gpu = matches!(args.backend, Backend::Wgpu | Backend::Vulkan);
-    if args.precision == PrecisionArg::Mixed && !on_gpu {
-        bail!("--precision mixed runs on a GPU backend (--backend wgpu or vulkan)");
-    }
+    let on_gpu = args.backend.is_gpu();
+    args.precision.check_backend(args.backend)?;
     let device = args.backend.device()?;
     let model = args.model.load(&device)?;
     let input = SentenceReader::scan(&args.input)?;

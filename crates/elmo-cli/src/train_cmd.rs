@@ -13,7 +13,7 @@ use elmo_train::trainer::StepReport;
 use elmo_train::{InitFrom, TrainObserver, TrainOptions, TrainedRun, Vocabulary, train};
 use indicatif::ProgressBar;
 
-use crate::backend::Backend;
+use crate::backend::{Backend, PrecisionArg};
 
 /// Optimizers selectable on the command line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -87,6 +87,12 @@ pub struct TrainArgs {
     /// (the same results; for comparisons and as a workaround).
     #[arg(long)]
     pub no_fused_kernels: bool,
+    /// Precision of the large products: `mixed` runs their operands (forward and backward) in
+    /// 16-bit floats (tensor cores through `--backend vulkan`), with `f32` weights, LSTM state,
+    /// softmax statistics and optimizer state and a dynamic loss scale; GPU backends only. A
+    /// run resumes in the precision it started with.
+    #[arg(long, value_enum, default_value_t = PrecisionArg::F32)]
+    pub precision: PrecisionArg,
     /// Remove a lock on --out left by an `elmo` process that is no longer running (another
     /// process writing the run is always refused).
     #[arg(long)]
@@ -420,6 +426,7 @@ impl TrainObserver for Progress {
 
 /// Runs `elmo train`.
 pub fn run(args: &TrainArgs) -> Result<()> {
+    args.precision.check_backend(args.backend)?;
     let init_from = args.init_from()?;
     let config = args.config(init_from.as_ref())?;
     let vocab = Vocabulary::from_file(&args.vocab)?;
@@ -435,9 +442,12 @@ pub fn run(args: &TrainArgs) -> Result<()> {
         seed: args.seed,
         resume: args.resume,
         init_from,
-        kernels: match args.no_fused_kernels {
-            true => KernelSettings::COMPOSED,
-            false => KernelSettings::default(),
+        kernels: KernelSettings {
+            precision: args.precision.into(),
+            ..match args.no_fused_kernels {
+                true => KernelSettings::COMPOSED,
+                false => KernelSettings::default(),
+            }
         },
         break_stale_lock: args.break_stale_lock,
     };

@@ -45,12 +45,7 @@ pub fn product<const D: usize>(
     kernels: KernelSettings,
 ) -> Tensor<D> {
     if let Some(half) = kernels.precision.half_for(&lhs) {
-        // A weight kept in `half` already is not cast again.
-        let rhs = match FloatDType::from(rhs.dtype()) == half {
-            true => rhs,
-            false => rhs.cast(half),
-        };
-        return lhs.cast(half).matmul(rhs).cast(FloatDType::F32);
+        return half_product(lhs, rhs, Some(half));
     }
     #[cfg(feature = "cubecl")]
     if kernels.shaped_matmul && kernels.fused && !lhs.device().is_autodiff() {
@@ -62,6 +57,28 @@ pub fn product<const D: usize>(
         }
     }
     lhs.matmul(rhs)
+}
+
+/// `lhs · rhs` with its operands in `half` (a 16-bit float type; either may be in it already)
+/// and the result cast back to `f32`, under autodiff too (the cast's gradient is cast back, so
+/// the backward products run in `half` as well); burn's `matmul` in `f32` with `None`. For the
+/// products that [`crate::Precision::half_for`] puts in 16 bits.
+///
+/// # Shapes
+/// - lhs: `[.., M, K]`; rhs: `[.., K, N]`; output: `[.., M, N]`
+pub fn half_product<const D: usize>(
+    lhs: Tensor<D>,
+    rhs: Tensor<D>,
+    half: Option<FloatDType>,
+) -> Tensor<D> {
+    let Some(half) = half else {
+        return lhs.matmul(rhs);
+    };
+    let in_half = |x: Tensor<D>| match FloatDType::from(x.dtype()) == half {
+        true => x,
+        false => x.cast(half),
+    };
+    in_half(lhs).matmul(in_half(rhs)).cast(FloatDType::F32)
 }
 
 #[cfg(all(test, feature = "cubecl"))]

@@ -33,8 +33,8 @@ pub struct KernelSettings {
     /// With `shaped_matmul`: an inference step's unsplit products (256 rows and more) through
     /// the kernel of their shape too. Off (the default): burn's choice.
     pub shaped_step_products: bool,
-    /// The precision of the large products of inference on a GPU ([`Precision`]; `F32` by
-    /// default, as AllenNLP).
+    /// The precision of the large products on a GPU, in inference and training ([`Precision`];
+    /// `F32` by default, as AllenNLP).
     pub precision: Precision,
     /// The largest intermediate buffer, in bytes, that the large operations make at once (the
     /// LSTM's input projection, the char CNN's convolutions, the embedder's read-back): larger
@@ -137,19 +137,22 @@ pub enum Precision {
     #[default]
     F32,
     /// The products' operands in `f16` (`bf16` where the device has no `f16` arithmetic),
-    /// results and state in `f32`; on a CubeCL device without autodiff only.
+    /// results, state, weights and optimizer state in `f32`; on a CubeCL device only. In
+    /// training the backward products run in 16 bits too, and the gradients need loss scaling
+    /// (elmo-train's `LossScale`).
     Mixed,
 }
 
 impl Precision {
     /// The 16-bit type that products of `tensor` use: `None` for [`Precision::F32`], off a
-    /// CubeCL device, under autodiff (training keeps `f32` products), or without 16-bit float
-    /// arithmetic. (The tensor at hand says where it lives; no probe tensor is made per product.)
+    /// CubeCL device, or without 16-bit float arithmetic. Under autodiff too: a product's
+    /// casts are differentiable ([`crate::half_product`]). (The tensor at hand says where it
+    /// lives; no probe tensor is made per product.)
     pub fn half_for<const D: usize>(self, tensor: &Tensor<D>) -> Option<FloatDType> {
-        let device = tensor.device();
-        if self == Self::F32 || device.is_autodiff() || !on_cube_device(tensor) {
+        if self == Self::F32 || !on_cube_device(tensor) {
             return None;
         }
+        let device = tensor.device();
         [FloatDType::F16, FloatDType::BF16]
             .into_iter()
             .find(|&dtype| device.supports_dtype(dtype))
@@ -257,11 +260,12 @@ mod tests {
             return;
         };
         assert_eq!(Precision::F32.half_for(&on(&gpu)), None);
+        let half = Precision::Mixed.half_for(&on(&gpu));
+        // Training's products (under autodiff) as inference's.
         assert_eq!(
             Precision::Mixed.half_for(&on(&gpu.clone().autodiff())),
-            None
+            half
         );
-        let half = Precision::Mixed.half_for(&on(&gpu));
         if cfg!(feature = "cubecl") {
             assert!(half.is_some(), "lavapipe computes in f16");
         }

@@ -16,7 +16,7 @@
 
 use burn::tensor::{FloatDType, Tensor};
 
-use crate::{KernelSettings, contiguous};
+use crate::{KernelSettings, contiguous, half_product};
 
 /// The least inner dimension of one slice.
 const MIN_SLICE: usize = 128;
@@ -80,21 +80,31 @@ pub fn slices_over_rows(split: bool, rows: usize, width: usize) -> usize {
 /// with the fused kernels) the rows are split into [`slices_over_rows`] slices: one batched
 /// product of `[S, M, N]` partial products, then their sum.
 ///
+/// With `half` (mixed precision, [`crate::Precision::half_for`]) the factors are multiplied in
+/// that 16-bit type and the partial products summed in `f32`.
+///
 /// # Shapes
 /// - lhs: `[R, M]`; rhs: `[R, N]`; output: `[M, N]`
-pub fn transposed_product(lhs: Tensor<2>, rhs: Tensor<2>, split: bool) -> Tensor<2> {
+pub fn transposed_product(
+    lhs: Tensor<2>,
+    rhs: Tensor<2>,
+    split: bool,
+    half: Option<FloatDType>,
+) -> Tensor<2> {
     let [rows, m] = lhs.dims();
     let n = rhs.dims()[1];
     let n_slices = slices_over_rows(split, rows, m * n);
     if n_slices == 1 {
-        return lhs.transpose().matmul(rhs);
+        return half_product(lhs.transpose(), rhs, half);
     }
     let slice = rows / n_slices;
-    lhs.reshape([n_slices, slice, m])
-        .swap_dims(1, 2)
-        .matmul(rhs.reshape([n_slices, slice, n]))
-        .sum_dim(0)
-        .reshape([m, n])
+    half_product(
+        lhs.reshape([n_slices, slice, m]).swap_dims(1, 2),
+        rhs.reshape([n_slices, slice, n]),
+        half,
+    )
+    .sum_dim(0)
+    .reshape([m, n])
 }
 
 /// The slices of an inner dimension `k`: [`slices_for`] it when `split` (the caller's
@@ -234,13 +244,17 @@ impl SplitWeight {
 
     /// `lhs · W` (each group's rows times its weight). Split, `lhs` is first rearranged into
     /// the split layout (on a GPU, copies: the fused LSTM kernels write their outputs in that
-    /// layout instead, for [`split_left_partials`](Self::split_left_partials)).
+    /// layout instead, for [`split_left_partials`](Self::split_left_partials)). Weights in a
+    /// 16-bit type ([`Self::in_half`]): the product in it, the result in `f32`.
     ///
     /// # Shapes
     /// - lhs: `[G·B, K]`; output: `[G·B, N]`
     pub fn left_product(&self, lhs: Tensor<2>) -> Tensor<2> {
         match self {
-            Self::Whole(whole) => lhs.matmul(whole.clone()),
+            Self::Whole(whole) => {
+                let half = (whole.dtype() != lhs.dtype()).then(|| whole.dtype().into());
+                half_product(lhs, whole.clone(), half)
+            }
             Self::Sliced { .. } => {
                 let SplitLayout { n_groups, n_slices } = self.layout();
                 let partials = self.left_partials(lhs);
@@ -451,9 +465,19 @@ mod tests {
             let expected = lhs.clone().transpose().matmul(rhs.clone()).into_data();
             assert_eq!(slices_over_rows(true, 1_536, 45), 12);
             for split in [false, true] {
-                transposed_product(lhs.clone(), rhs.clone(), split)
+                transposed_product(lhs.clone(), rhs.clone(), split, None)
                     .into_data()
                     .assert_approx_eq::<f32>(&expected, Tolerance::absolute(1e-3));
+                // In f16 (wgpu only; none on a CPU): sums of 1,536 products of ~1, each
+                // factor rounded to 11 bits.
+                let half = crate::Precision::Mixed.half_for(&lhs);
+                if half.is_some() {
+                    let mixed = transposed_product(lhs.clone(), rhs.clone(), split, half);
+                    assert_eq!(mixed.dtype(), burn::tensor::DType::F32);
+                    mixed
+                        .into_data()
+                        .assert_approx_eq::<f32>(&expected, Tolerance::absolute(0.1));
+                }
             }
         }
     }

@@ -7,7 +7,7 @@ use burn::nn::{Initializer, Linear, LinearConfig};
 use burn::tensor::activation::{relu, tanh};
 use burn::tensor::{Device, Distribution, Int, Tensor, TensorData};
 
-use elmo_kernels::{KernelSettings, product, slices_when};
+use elmo_kernels::{KernelSettings, half_product, product, slices_when};
 
 use crate::char_ids::MAX_CHARS_PER_TOKEN;
 use crate::highway::{Highway, HighwayConfig, linear_in};
@@ -216,10 +216,13 @@ fn windows_product(windows: Tensor<2>, weight: Tensor<2>, kernels: KernelSetting
     if n_slices == 1 {
         return product(windows, weight, kernels);
     }
-    windows
-        .reshape([n_slices, n_windows / n_slices, d_window])
-        .matmul(weight.unsqueeze_dim(0))
-        .reshape([n_windows, n_filters])
+    let half = kernels.precision.half_for(&weight);
+    half_product(
+        windows.reshape([n_slices, n_windows / n_slices, d_window]),
+        weight.unsqueeze_dim(0),
+        half,
+    )
+    .reshape([n_windows, n_filters])
 }
 
 /// The id of the padding character after the end of a word (AllenNLP's 260, plus one).

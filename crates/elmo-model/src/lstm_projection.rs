@@ -16,7 +16,7 @@ use burn::module::{Module, Param};
 use burn::nn::Initializer;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 
-use elmo_kernels::{GateActivation, HostLstm, HostLstmWeights, KernelSettings};
+use elmo_kernels::{GateActivation, HostLstm, HostLstmWeights, KernelSettings, half_product};
 
 pub use crate::fused_recurrence::PROJECTION_CHUNK_STEPS;
 use crate::fused_recurrence::{GroupLayer, forward_group, projection_chunk_steps};
@@ -253,22 +253,27 @@ impl LstmWithProjection {
         // chunks bound memory for long sequences). The bias joins the state contribution as in
         // AllenNLP (`x·W_x + (h·W_h + b)`), which keeps float32 rounding close.
         let activation = GateActivation::new(d_cell, &device);
-        let input_weight = activation.prepare(self.input_weight.val());
+        // Mixed precision: the weights cast to 16 bits once, each product's result in `f32`.
+        let half = self.kernels.precision.half_for(&inputs);
+        let in_half = |weight: Tensor<2>| match half {
+            Some(dtype) => weight.cast(dtype),
+            None => weight,
+        };
+        let input_weight = in_half(activation.prepare(self.input_weight.val()));
         let chunk_steps = projection_chunk_steps(self.kernels, &inputs, batch, gates_width);
         let project = |start: usize| {
             let len = chunk_steps.min(n_steps - start);
-            inputs
+            let rows = inputs
                 .clone()
                 .narrow(1, start, len)
-                .reshape([batch * len, d_input])
-                .matmul(input_weight.clone())
-                .reshape([batch, len, gates_width])
+                .reshape([batch * len, d_input]);
+            half_product(rows, input_weight.clone(), half).reshape([batch, len, gates_width])
         };
         // The chunk of projected inputs in use and the step it starts at.
         let mut projected: Option<(usize, Tensor<3>)> = None;
         let bias = activation.prepare(self.bias.val().unsqueeze_dim::<2>(0));
-        let state_weight = activation.prepare(self.state_weight.val());
-        let projection = self.projection.val();
+        let state_weight = in_half(activation.prepare(self.state_weight.val()));
+        let projection = in_half(self.projection.val());
 
         let mut outputs: Vec<Tensor<2>> = Vec::with_capacity(n_steps);
         for step in 0..n_steps {
@@ -298,7 +303,7 @@ impl LstmWithProjection {
                     c.clone().narrow(0, 0, n_active),
                 )
             };
-            let gates = x_t + (h_active.matmul(state_weight.clone()) + bias.clone());
+            let gates = x_t + (half_product(h_active, state_weight.clone(), half) + bias.clone());
             let activated = activation.activate(gates);
             let gate = |k: usize| activated.clone().narrow(1, k * d_cell, d_cell);
             let (input_gate, forget_gate, cell_input, output_gate) =
@@ -307,7 +312,8 @@ impl LstmWithProjection {
             if let Some(clip) = self.cell_clip {
                 memory = memory.clamp(-clip, clip);
             }
-            let mut hidden = (output_gate * memory.clone().tanh()).matmul(projection.clone());
+            let cell_output = output_gate * memory.clone().tanh();
+            let mut hidden = half_product(cell_output, projection.clone(), half);
             if let Some(clip) = self.projection_clip {
                 hidden = hidden.clamp(-clip, clip);
             }

@@ -56,6 +56,9 @@ pub struct TrainerState {
     /// The weight averaging's state (absent in older checkpoints: not started).
     #[serde(default)]
     pub averaging: crate::averaging::AveragingState,
+    /// Mixed precision's dynamic loss scale (absent: an `f32` run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loss_scale: Option<crate::LossScale>,
 }
 
 /// A complete checkpoint on disk.

@@ -15,6 +15,7 @@ use elmo_model::{BiLm, CharIdBatch, LstmState, LstmWithProjection};
 use crate::dropout::{DropoutConfig, StackDropout};
 use crate::lm_batch::{LmBatch, Targets, TokenGrid};
 use crate::softmax::{SampledCandidates, Softmax, SoftmaxConfig};
+use crate::step_profile::StepProfile;
 
 /// Configuration of a [`BiLanguageModel`].
 #[derive(Debug, Clone)]
@@ -155,6 +156,30 @@ pub struct LmStep {
     pub loss: LmLoss,
     /// State to carry to the next batch (stateful mode; not yet detached).
     pub state: Option<CarriedState>,
+}
+
+/// What [`BiLanguageModel::loss_and_gradients`] takes besides the batch, state and softmax.
+#[derive(Debug, Clone, Copy)]
+pub struct GradientOptions<'a> {
+    /// Seed of the dropout masks (`None`: no dropout).
+    pub dropout_seed: Option<u64>,
+    /// The factor the loss is multiplied by before backpropagation, so that every gradient
+    /// comes out multiplied by it (mixed precision's loss scale, [`crate::LossScale`]; 1
+    /// otherwise). The losses reported are not scaled.
+    pub loss_scale: f32,
+    /// Adds each phase's time to it, when given.
+    pub profile: Option<&'a StepProfile>,
+}
+
+impl GradientOptions<'_> {
+    /// Dropout from `dropout_seed`, the loss unscaled, no profile.
+    pub fn seeded(dropout_seed: Option<u64>) -> Self {
+        Self {
+            dropout_seed,
+            loss_scale: 1.0,
+            profile: None,
+        }
+    }
 }
 
 /// The result of [`BiLanguageModel::loss_and_gradients`].

@@ -19,8 +19,8 @@
 
 use burn::tensor::Tensor;
 use elmo_kernels::{
-    CellKernels, CellRecords, GateActivation, KernelSettings, SplitWeight, sum_columns,
-    transposed_product,
+    CellKernels, CellRecords, GateActivation, KernelSettings, SplitWeight, half_product,
+    sum_columns, transposed_product,
 };
 use elmo_model::lstm_projection::{LstmOutput, LstmState, LstmWithProjection};
 
@@ -235,6 +235,8 @@ impl<'a> LstmGroup<'a> {
             })
             .unwrap_or_else(|| layer.zero_state(rows, &device));
         let activation = GateActivation::new(d_cell, &device);
+        // Mixed precision: every product's operands in 16 bits, its result in `f32`.
+        let half = self.kernels.precision.half_for(&inputs);
         let flat_inputs: Vec<Tensor<2>> = (0..n_layers)
             .map(|g| time_major(Self::rows_of(&inputs, g, n_layers)))
             .collect();
@@ -244,7 +246,7 @@ impl<'a> LstmGroup<'a> {
                 .iter()
                 .zip(&weights)
                 .map(|(x, w)| {
-                    (x.clone().matmul(activation.prepare(w.input.clone()))
+                    (half_product(x.clone(), activation.prepare(w.input.clone()), half)
                         + activation.prepare(w.bias.clone()))
                     .reshape([n_steps, batch, 4 * d_cell])
                 })
@@ -266,11 +268,13 @@ impl<'a> LstmGroup<'a> {
                 .map(|w| activation.prepare(w.state.clone()))
                 .collect(),
             split,
-        );
+        )
+        .in_half(half);
         let projection_product = SplitWeight::for_group(
             weights.iter().map(|w| w.projection.clone()).collect(),
             split,
-        );
+        )
+        .in_half(half);
         let mut split_state: Option<Tensor<3>> = None;
         for t in 0..n_steps {
             if fused {
@@ -383,6 +387,7 @@ impl<'a> LstmGroup<'a> {
             };
         }
         let split = kernels == CellKernels::Fused && self.kernels.split_products;
+        let half = self.kernels.precision.half_for(&grad_outputs);
         let transposed = |weight: fn(&PlainWeights) -> &Tensor<2>| {
             SplitWeight::for_group(
                 weights
@@ -391,6 +396,7 @@ impl<'a> LstmGroup<'a> {
                     .collect(),
                 split,
             )
+            .in_half(half)
         };
         let transposed = TransposedWeights {
             state: transposed(|w| &w.state),
@@ -425,25 +431,25 @@ impl<'a> LstmGroup<'a> {
         for (g, (w, inputs)) in weights.iter().zip(inputs).enumerate() {
             let grad_gates = rows_of(&grad_gates, g);
             grad_inputs.push(
-                grad_gates
-                    .clone()
-                    .matmul(w.input.clone().transpose())
+                half_product(grad_gates.clone(), w.input.clone().transpose(), half)
                     .reshape([n_steps, batch, d_input])
                     .swap_dims(0, 1),
             );
             // Products over all T·B rows: split over them where the fused kernels run.
             grad_weights.push(LstmWeightGradients {
-                input_weight: transposed_product(inputs, grad_gates.clone(), split),
+                input_weight: transposed_product(inputs, grad_gates.clone(), split, half),
                 state_weight: transposed_product(
                     rows_of(&hidden_prev, g),
                     grad_gates.clone(),
                     split,
+                    half,
                 ),
                 bias: sum_columns(grad_gates, self.kernels),
                 projection: transposed_product(
                     rows_of(&projection_inputs, g),
                     rows_of(&grad_projected, g),
                     split,
+                    half,
                 ),
             });
         }

@@ -30,6 +30,12 @@ pub enum MetricsRecord {
         tokens: u64,
         /// Training throughput over the window (targets of both directions per second).
         tokens_per_second: f64,
+        /// Mixed precision: the loss scale after the window's last step (absent: `f32`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        loss_scale: Option<f64>,
+        /// Mixed precision: steps of the window skipped for overflowing gradients.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        skipped_steps: u64,
     },
     /// Full-softmax perplexity on the validation data.
     Valid {
@@ -45,6 +51,10 @@ pub enum MetricsRecord {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         averaged_steps: Option<u64>,
     },
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl MetricsRecord {

@@ -182,6 +182,11 @@ pub fn global_norm<M: Module>(module: &M, grads: &GradientsParams, kernels: Kern
         .map_or(0.0, |t| f64::from(t.into_scalar::<f32>()).sqrt())
 }
 
+/// Multiplies every gradient of `module` by `factor`.
+pub fn scale_gradients<M: Module>(module: &M, grads: &mut GradientsParams, factor: f64) {
+    module.visit(&mut Scale { grads, factor });
+}
+
 /// Scales all gradients so that their global norm is at most `max_norm` (unchanged when below);
 /// returns the norm before clipping.
 pub fn clip_global_norm<M: Module>(
@@ -192,10 +197,7 @@ pub fn clip_global_norm<M: Module>(
 ) -> f64 {
     let norm = global_norm(module, grads, kernels);
     if norm > max_norm && norm.is_finite() {
-        module.visit(&mut Scale {
-            grads,
-            factor: max_norm / norm,
-        });
+        scale_gradients(module, grads, max_norm / norm);
     }
     norm
 }

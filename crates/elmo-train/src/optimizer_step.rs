@@ -1,6 +1,7 @@
 //! One optimizer step of the joint biLM loss (bilm-tf `train`'s inner loop): dropout masks and
-//! sampled negatives drawn from (seed, step), the loss and its gradients, global-norm clipping,
-//! the update, and the carried LSTM state moved on with the gradient cut at the boundary.
+//! sampled negatives drawn from (seed, step), the loss and its gradients (scaled in mixed
+//! precision, [`crate::loss_scale`]), global-norm clipping, the update, and the carried LSTM
+//! state moved on with the gradient cut at the boundary.
 
 use burn::optim::ModuleOptimizer;
 use burn::tensor::Device;
@@ -8,9 +9,11 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::config::TrainConfig;
-use crate::language_model::{BiLanguageModel, CarriedState, LmGradients, SoftmaxMode};
+use crate::language_model::{
+    BiLanguageModel, CarriedState, GradientOptions, LmGradients, SoftmaxMode,
+};
 use crate::lm_batch::LmBatch;
-use crate::optimizer::{clip_global_norm, global_norm};
+use crate::optimizer::{global_norm, scale_gradients};
 use crate::seeds::mix_seed;
 use crate::softmax::SampledCandidates;
 use crate::step_losses::StepLosses;
@@ -31,13 +34,19 @@ pub struct StepSettings<'a> {
     pub lr_scale: f64,
     /// The autodiff device.
     pub device: &'a Device,
+    /// Mixed precision's loss scale ([`crate::LossScale::scale`]): the loss's gradient is
+    /// multiplied by it and the gradients divided by it before clipping, and a step whose
+    /// gradients overflow is skipped. `None` (`f32` training): gradients as they come.
+    pub loss_scale: Option<f64>,
     /// Adds each phase's time to it, when given (the device is then synchronised per phase).
     pub profile: Option<&'a StepProfile>,
 }
 
 /// One optimizer step on a batch: the joint loss (dropout masks and sampled negatives drawn from
 /// (seed, step)), gradients, global-norm clipping, the update, and the carried LSTM state moved
-/// on (detached). When the loss is not finite the model and state are returned unchanged.
+/// on (detached). When the loss is not finite the model and state are returned unchanged; when
+/// scaled gradients overflow (`loss_scale`) the update is skipped (`skipped`) and the state
+/// moves on.
 pub fn optimizer_step(
     model: BiLanguageModel,
     optimizer: &mut ModuleOptimizer,
@@ -52,6 +61,7 @@ pub fn optimizer_step(
         step,
         lr_scale,
         device,
+        loss_scale,
         profile,
     } = settings;
     let mark = |phase| {
@@ -77,13 +87,17 @@ pub fn optimizer_step(
             .collect();
         carried.reset_rows(&reset)
     });
+    let scale = loss_scale.unwrap_or(1.0);
     let LmGradients { step: out, grads } = model.loss_and_gradients(
         batch,
         start,
         mode,
-        Some(mix_seed(&[seed, step, 0xD80])),
         device,
-        profile,
+        GradientOptions {
+            dropout_seed: Some(mix_seed(&[seed, step, 0xD80])),
+            loss_scale: scale as f32,
+            profile,
+        },
     );
     let lr = config.optimizer.lr() * config.lr_schedule.factor(step) * lr_scale;
     let mut losses = StepLosses {
@@ -94,6 +108,7 @@ pub fn optimizer_step(
         n_backward: out.loss.n_backward as u64,
         grad_norm: 0.0,
         lr,
+        skipped: false,
     };
     let Some(mut grads) = grads else {
         return (model, losses);
@@ -101,10 +116,22 @@ pub fn optimizer_step(
     losses.forward_nll = f64::from(out.loss.forward_nll.clone().into_scalar::<f32>());
     losses.backward_nll = f64::from(out.loss.backward_nll.clone().into_scalar::<f32>());
     mark("losses to the host");
-    losses.grad_norm = match config.clip_norm {
-        Some(max) => clip_global_norm(&model, &mut grads, max, model.kernels),
-        None => global_norm(&model, &grads, model.kernels),
+    // The norm of the unscaled gradients; one pass multiplies them by 1 / scale and the clip.
+    let norm = global_norm(&model, &grads, model.kernels) / scale;
+    losses.grad_norm = norm;
+    if loss_scale.is_some() && !norm.is_finite() {
+        mark("gradient norm and clipping");
+        losses.skipped = true;
+        *state = out.state.map(CarriedState::detach);
+        return (model, losses);
+    }
+    let clip = match config.clip_norm {
+        Some(max) if norm > max && norm.is_finite() => max / norm,
+        _ => 1.0,
     };
+    if clip / scale != 1.0 {
+        scale_gradients(&model, &mut grads, clip / scale);
+    }
     mark("gradient norm and clipping");
     *state = out.state.map(CarriedState::detach);
     let model = optimizer.step(lr, model, grads);

@@ -1,8 +1,9 @@
-//! `run.json`: what a run was trained on (its files, seed and starting weights), written when the
+//! `run.json`: what a run was trained on (its files, seed, starting weights and precision), written when the
 //! run starts and compared on `--resume` so that a run continues on the data it began with.
 
 use std::path::{Path, PathBuf};
 
+use elmo_kernels::Precision;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, TrainError, io_error};
@@ -19,6 +20,13 @@ pub struct RunInfo {
     pub seed: u64,
     /// The weights the run started from (pretrained files or another run).
     pub init_from: Option<InitFrom>,
+    /// The precision of its products (absent in older runs and in `f32` ones).
+    #[serde(default, skip_serializing_if = "is_f32")]
+    pub precision: Precision,
+}
+
+fn is_f32(precision: &Precision) -> bool {
+    *precision == Precision::F32
 }
 
 impl RunInfo {

@@ -233,7 +233,8 @@ impl Softmax {
         // along it on a GPU (`split_product`).
         let kernels = self.kernels;
         let candidate_product =
-            SplitWeight::for_products(candidate_weight.clone(), kernels.split_for(&weight));
+            SplitWeight::for_products(candidate_weight.clone(), kernels.split_for(&weight))
+                .in_half(kernels.precision.half_for(&weight));
         let candidate_bias = candidate_bias.unsqueeze_dim::<2>(0);
         // The targets' weights, true logits and whether they are outside the candidates.
         let target_ids = ids_tensor(targets, &device);

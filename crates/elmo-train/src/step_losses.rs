@@ -20,6 +20,8 @@ pub struct StepLosses {
     pub grad_norm: f64,
     /// Learning rate used.
     pub lr: f64,
+    /// Mixed precision: the scaled gradients overflowed and the update was skipped.
+    pub skipped: bool,
 }
 
 /// Running sums of the losses since the last metrics line.
@@ -37,8 +39,11 @@ pub struct LossWindow {
     pub backward_nll: f64,
     /// Backward targets.
     pub backward_targets: u64,
-    /// Σ of gradient norms.
+    /// Σ of gradient norms (of the steps not skipped).
     pub grad_norm: f64,
+    /// Steps skipped for overflowing gradients (mixed precision; absent in older checkpoints).
+    #[serde(default)]
+    pub skipped: u64,
 }
 
 impl LossWindow {
@@ -50,6 +55,14 @@ impl LossWindow {
         self.forward_targets += losses.n_forward;
         self.backward_nll += losses.backward_nll;
         self.backward_targets += losses.n_backward;
-        self.grad_norm += losses.grad_norm;
+        match losses.skipped {
+            true => self.skipped += 1,
+            false => self.grad_norm += losses.grad_norm,
+        }
+    }
+
+    /// The mean gradient norm of the steps not skipped (0 without any).
+    pub fn mean_grad_norm(&self) -> f64 {
+        self.grad_norm / (self.steps - self.skipped).max(1) as f64
     }
 }

@@ -14,7 +14,7 @@ use std::time::Instant;
 use burn::module::Module;
 use burn::optim::ModuleOptimizer;
 use burn::tensor::Device;
-use elmo_kernels::KernelSettings;
+use elmo_kernels::{KernelSettings, Precision};
 use elmo_model::RunLock;
 
 use crate::averaging::WeightAverage;
@@ -27,6 +27,7 @@ use crate::error::{Result, TrainError, io_error, record_error};
 use crate::evaluate::{Perplexity, evaluate, perplexity};
 use crate::init_from::{InitFrom, initial_model};
 use crate::language_model::{BiLanguageModel, CarriedState};
+use crate::loss_scale::{LossScale, ScaledStep};
 use crate::metrics::{MetricsLog, MetricsRecord, read_metrics};
 use crate::optimizer::build_optimizer;
 use crate::optimizer_step::{StepSettings, optimizer_step};
@@ -184,6 +185,7 @@ impl Trainer {
             valid: options.valid_file.clone(),
             seed: options.seed,
             init_from: options.init_from.clone(),
+            precision: options.kernels.precision,
         };
         let train_device = device.clone().autodiff();
         // Built before the run directory is written, so that a bad --init-from leaves nothing
@@ -225,6 +227,7 @@ impl Trainer {
             elapsed_seconds: 0.0,
             plateau: Default::default(),
             averaging: Default::default(),
+            loss_scale: None,
         };
         let mut average = None;
         let metrics = match &resume_from {
@@ -262,6 +265,10 @@ impl Trainer {
             }
             None => MetricsLog::create(run.metrics_file())?,
         };
+        // Mixed precision scales the loss from the first step (or from the checkpoint's scale).
+        if options.kernels.precision == Precision::Mixed && progress.loss_scale.is_none() {
+            progress.loss_scale = Some(LossScale::default());
+        }
         let n_parameters = model.n_parameters();
         Ok(Self {
             config: config.clone(),
@@ -349,10 +356,17 @@ impl Trainer {
                 step,
                 lr_scale: self.progress.plateau.factor(&self.config.lr_schedule),
                 device: &self.train_device,
+                loss_scale: self.progress.loss_scale.map(|s| s.scale),
                 profile: None,
             },
         );
         self.model = Some(model);
+        if let Some(loss_scale) = &mut self.progress.loss_scale {
+            loss_scale.update(match out.skipped {
+                true => ScaledStep::Skipped,
+                false => ScaledStep::Applied,
+            });
+        }
         if !out.loss.is_finite() {
             return Err(TrainError::NonFiniteLoss {
                 step: step + 1,
@@ -414,9 +428,11 @@ impl Trainer {
             forward_perplexity: perplexity(w.forward_nll, w.forward_targets),
             backward_perplexity: perplexity(w.backward_nll, w.backward_targets),
             lr: self.last_lr,
-            grad_norm: w.grad_norm / w.steps as f64,
+            grad_norm: w.mean_grad_norm(),
             tokens: self.progress.tokens,
             tokens_per_second: self.window_tokens as f64 / seconds,
+            loss_scale: self.progress.loss_scale.map(|s| s.scale),
+            skipped_steps: w.skipped,
         };
         self.metrics.append(&record)?;
         observer.record(&record);
@@ -575,7 +591,8 @@ fn prepare_run(
         if RunInfo::from_file(&run.run_file())? != *info {
             return Err(run_error(
                 run,
-                "--resume with other data, seed or --init-from than the run's run.json",
+                "--resume with other data, seed, --init-from or --precision than the run's \
+                 run.json",
             ));
         }
         run.remove_partial_checkpoints()?;

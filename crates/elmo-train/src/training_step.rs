@@ -12,15 +12,14 @@ use elmo_model::lstm_stack::both_directions;
 use elmo_model::{LstmState, LstmWithProjection};
 
 use crate::language_model::{
-    BiLanguageModel, CarriedState, LmGradients, LmLoss, LmStep, SoftmaxMode, grid_char_ids,
-    is_finite, positions_tensor, register_if_trained,
+    BiLanguageModel, CarriedState, GradientOptions, LmGradients, LmLoss, LmStep, SoftmaxMode,
+    grid_char_ids, is_finite, positions_tensor, register_if_trained,
 };
 use crate::lm_batch::{LmBatch, Targets};
 use crate::lstm_backward::LstmGroup;
 use crate::optimizer::move_gradients;
 use crate::recorded_stack::{RecordedStack, StackGradients, backward_stack, forward_stack};
 use crate::softmax::SampledCandidates;
-use crate::step_profile::StepProfile;
 
 /// The two directions' recorded LSTM stacks: one record of both (paired, their rows stacked)
 /// or one record each, in direction order.
@@ -65,16 +64,20 @@ impl BiLanguageModel {
     /// (full or sampled) is differentiated by hand too; the token encoder goes through autodiff, receiving both stacks' input gradients in one backward pass.
     /// Sentence batches (rows of different lengths) use autodiff throughout. Both paths give
     /// the same gradients up to float rounding (tested). `grads` is `None` when the loss is not
-    /// finite. `profile`, when given, adds each phase's time to it.
+    /// finite; they are multiplied by `options.loss_scale`.
     pub fn loss_and_gradients(
         &self,
         batch: &LmBatch,
         state: Option<CarriedState>,
         softmax: SoftmaxMode,
-        dropout_seed: Option<u64>,
         device: &Device,
-        profile: Option<&StepProfile>,
+        options: GradientOptions,
     ) -> LmGradients {
+        let GradientOptions {
+            dropout_seed,
+            loss_scale,
+            profile,
+        } = options;
         let mark = |phase| {
             if let Some(profile) = profile {
                 profile.mark(device, phase);
@@ -88,8 +91,10 @@ impl BiLanguageModel {
         } = batch
         else {
             let step = self.loss(batch, state, softmax, dropout_seed, device);
-            let grads = is_finite(&step.loss)
-                .then(|| GradientsParams::from_grads(step.loss.loss.backward(), self));
+            let grads = is_finite(&step.loss).then(|| {
+                let scaled = step.loss.loss.clone().mul_scalar(loss_scale);
+                GradientsParams::from_grads(scaled.backward(), self)
+            });
             return LmGradients { step, grads };
         };
         let n_rows = forward.rows.len();
@@ -139,7 +144,8 @@ impl BiLanguageModel {
             SoftmaxMode::Full => None,
             SoftmaxMode::Sampled(candidates) => Some(candidates),
         };
-        let SoftmaxStep { loss, gradients } = self.softmax_step(tops, targets, candidates);
+        let SoftmaxStep { loss, gradients } =
+            self.softmax_step(tops, targets, candidates, loss_scale);
         mark("softmax");
         let [forward_finals, backward_finals] = recorded.finals();
         let step = LmStep {
@@ -197,12 +203,13 @@ impl BiLanguageModel {
 
     /// The softmax (full, or against `candidates`) over both directions' target rows,
     /// differentiated by hand: each row's NLL is weighted by `1 / (2 · n_direction)`, its share
-    /// of the joint loss.
+    /// of the joint loss, times `loss_scale` (the gradients' factor, not the loss's).
     fn softmax_step(
         &self,
         tops: [&Tensor<3>; 2],
         targets: [&Targets; 2],
         candidates: Option<&SampledCandidates>,
+        loss_scale: f32,
     ) -> SoftmaxStep {
         let [batch, n_steps, d] = tops[0].dims();
         let device = tops[0].device();
@@ -221,7 +228,7 @@ impl BiLanguageModel {
                 );
                 ids.extend_from_slice(targets);
                 scales.extend(std::iter::repeat_n(
-                    0.5 / targets.len() as f32,
+                    loss_scale * 0.5 / targets.len() as f32,
                     targets.len(),
                 ));
             }

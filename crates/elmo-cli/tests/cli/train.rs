@@ -439,3 +439,69 @@ fn a_failed_checkpoint_write_keeps_the_previous_one() {
             .is_file()
     );
 }
+
+/// `elmo train --precision mixed` is refused on a CPU backend before anything is written; on
+/// wgpu (lavapipe in CI) it trains with a loss scale in its metrics and records its precision,
+/// so that `--resume` without the flag is refused.
+#[test]
+fn mixed_precision_training_runs_on_a_gpu_only() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let corpus = d.join("corpus.txt");
+    std::fs::write(&corpus, CORPUS).expect("write corpus");
+    let vocab = d.join("vocab.txt");
+    ok(&[
+        "vocab",
+        "--quiet",
+        "--tokenize",
+        "--out",
+        path(&vocab),
+        path(&corpus),
+    ]);
+    let run = d.join("run");
+    let train = |extra: &[&str]| {
+        let mut args = vec![
+            "train",
+            "--quiet",
+            "--preset",
+            "tiny",
+            "--tokenize",
+            "--train",
+            path(&corpus),
+            "--vocab",
+            path(&vocab),
+            "--out",
+            path(&run),
+            "--steps",
+            "2",
+        ];
+        args.extend_from_slice(extra);
+        elmo(&args)
+    };
+    let refused = train(&["--precision", "mixed"]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && stderr.contains("--precision mixed runs on a GPU"),
+        "{stderr}"
+    );
+    assert!(!run.exists(), "a refused run wrote {}", run.display());
+    if elmo_test_support::wgpu_device_or_skip("mixed_precision_training_runs_on_a_gpu_only")
+        .is_none()
+    {
+        return;
+    }
+    let trained = train(&["--backend", "wgpu", "--precision", "mixed"]);
+    assert!(
+        trained.status.success(),
+        "{}",
+        String::from_utf8_lossy(&trained.stderr)
+    );
+    let metrics = std::fs::read_to_string(run.join("metrics.jsonl")).expect("metrics");
+    assert!(metrics.contains("\"loss_scale\":65536"), "{metrics}");
+    let resumed = train(&["--backend", "wgpu", "--resume"]);
+    let stderr = String::from_utf8_lossy(&resumed.stderr);
+    assert!(
+        !resumed.status.success() && stderr.contains("--precision"),
+        "{stderr}"
+    );
+}
