@@ -247,16 +247,8 @@ fn check_fast_step_with(config: &TrainConfig, device: Device) -> f32 {
                 }
             }
         }
-        let got = fast.grads.expect("finite loss");
-        let mut compare = CompareGradients {
-            expected: &expected,
-            got: &got,
-            errors: Vec::new(),
-        };
-        model.visit(&mut compare);
-        assert_eq!(compare.errors.len(), gradient_map(&model, &expected).len());
-        for (index, error) in compare.errors.iter().enumerate() {
-            let error = error.unwrap_or_else(|| panic!("parameter {index} lacks a gradient"));
+        let errors = gradient_errors(&model, &expected, fast.grads.expect("finite loss"), 1.0);
+        for (index, error) in errors.into_iter().enumerate() {
             assert!(
                 error < 1e-4,
                 "parameter {index}: relative error {error} ({mode:?}, {device:?})"
@@ -920,6 +912,36 @@ fn shipped_ptb_configs_have_their_documented_sizes() {
     );
 }
 
+/// The loss a step reports.
+fn step_loss(step: &elmo_train::language_model::LmGradients) -> f32 {
+    step.step.loss.loss.clone().into_scalar()
+}
+
+/// Per parameter of `model`, [`CompareGradients`]' relative error of `scaled` (a step's
+/// gradients computed with loss scale `scale`, divided by it here) against `expected`; every
+/// parameter of `expected` must have one.
+fn gradient_errors(
+    model: &elmo_train::BiLanguageModel,
+    expected: &GradientsParams,
+    mut scaled: GradientsParams,
+    scale: f64,
+) -> Vec<f32> {
+    elmo_train::optimizer::scale_gradients(model, &mut scaled, 1.0 / scale);
+    let mut compare = CompareGradients {
+        expected,
+        got: &scaled,
+        errors: Vec::new(),
+    };
+    model.visit(&mut compare);
+    assert_eq!(compare.errors.len(), gradient_map(model, expected).len());
+    compare
+        .errors
+        .into_iter()
+        .enumerate()
+        .map(|(index, error)| error.unwrap_or_else(|| panic!("parameter {index} lacks a gradient")))
+        .collect()
+}
+
 /// The loss scale multiplies every gradient and nothing else: with a power of two, exactly (to
 /// float rounding) on both paths (packed batches by hand, sentence batches through autodiff),
 /// and the reported loss is the unscaled one.
@@ -940,22 +962,11 @@ fn a_loss_scale_multiplies_every_gradient() {
             model.loss_and_gradients(&batch, None, SoftmaxMode::Full, &device, options)
         };
         let (plain, scaled) = (step(1.0), step(1024.0));
-        let loss = |g: &elmo_train::language_model::LmGradients| -> f32 {
-            g.step.loss.loss.clone().into_scalar()
-        };
-        assert_eq!(loss(&plain), loss(&scaled), "{mode:?}");
+        assert_eq!(step_loss(&plain), step_loss(&scaled), "{mode:?}");
         let expected = plain.grads.expect("finite loss");
-        let mut got = scaled.grads.expect("finite loss");
-        elmo_train::optimizer::scale_gradients(&model, &mut got, 1.0 / 1024.0);
-        let mut compare = CompareGradients {
-            expected: &expected,
-            got: &got,
-            errors: Vec::new(),
-        };
-        model.visit(&mut compare);
-        assert!(compare.errors.len() > 10);
-        for (index, error) in compare.errors.iter().enumerate() {
-            let error = error.unwrap_or_else(|| panic!("parameter {index} lacks a gradient"));
+        let errors = gradient_errors(&model, &expected, scaled.grads.expect("finite"), 1024.0);
+        assert!(errors.len() > 10);
+        for (index, error) in errors.into_iter().enumerate() {
             assert!(error < 1e-6, "{mode:?} parameter {index}: {error}");
         }
     }
@@ -999,25 +1010,13 @@ fn mixed_precision_gradients_are_within_f16_rounding_on_wgpu() {
             model.loss_and_gradients(&batch, state.clone(), mode, &device, options)
         };
         let (exact, half) = (step(&model, 1.0), step(&mixed, 4096.0));
-        let loss = |g: &elmo_train::language_model::LmGradients| -> f32 {
-            g.step.loss.loss.clone().into_scalar()
-        };
-        let (exact_loss, half_loss) = (loss(&exact), loss(&half));
+        let (exact_loss, half_loss) = (step_loss(&exact), step_loss(&half));
         let loss_error = (exact_loss - half_loss).abs() / exact_loss;
         assert!(loss_error < 1e-4, "{half_loss} vs {exact_loss} ({mode:?})");
         assert!(loss_error > 0.0, "the mixed step ran in f32 ({mode:?})");
         let expected = exact.grads.expect("finite loss");
-        let mut got = half.grads.expect("finite loss");
-        elmo_train::optimizer::scale_gradients(&mixed, &mut got, 1.0 / 4096.0);
-        let mut compare = CompareGradients {
-            expected: &expected,
-            got: &got,
-            errors: Vec::new(),
-        };
-        model.visit(&mut compare);
-        assert_eq!(compare.errors.len(), gradient_map(&model, &expected).len());
-        for (index, error) in compare.errors.iter().enumerate() {
-            let error = error.unwrap_or_else(|| panic!("parameter {index} lacks a gradient"));
+        let errors = gradient_errors(&model, &expected, half.grads.expect("finite"), 4096.0);
+        for (index, error) in errors.into_iter().enumerate() {
             largest_error = largest_error.max(error);
             assert!(error < 0.01, "parameter {index}: {error} ({mode:?})");
         }

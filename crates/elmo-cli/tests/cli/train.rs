@@ -2,7 +2,7 @@
 //! (with `--resume`), `elmo eval`'s output line, `elmo export` and `elmo embed --model` on both a
 //! run directory and its export, `elmo plot`, and clear errors.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::common::{elmo, elmo_with_env, ok, path};
 
@@ -16,13 +16,12 @@ fn top_layer(file: &Path) -> Vec<f32> {
         .expect("f32")
 }
 
-#[test]
-fn vocab_train_resume_eval_export_embed() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let d = dir.path();
-    let corpus = d.join("corpus.txt");
+/// `CORPUS` written to `dir/corpus.txt` and its vocabulary made by `elmo vocab --tokenize`
+/// (`dir/vocab.txt`).
+fn corpus_and_vocab(dir: &Path) -> (PathBuf, PathBuf) {
+    let corpus = dir.join("corpus.txt");
     std::fs::write(&corpus, CORPUS).expect("write corpus");
-    let vocab = d.join("vocab.txt");
+    let vocab = dir.join("vocab.txt");
     ok(&[
         "vocab",
         "--quiet",
@@ -31,6 +30,14 @@ fn vocab_train_resume_eval_export_embed() {
         path(&vocab),
         path(&corpus),
     ]);
+    (corpus, vocab)
+}
+
+#[test]
+fn vocab_train_resume_eval_export_embed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let (corpus, vocab) = corpus_and_vocab(d);
     let tokens = std::fs::read_to_string(&vocab).expect("vocab");
     let tokens: Vec<&str> = tokens.lines().collect();
     assert_eq!(tokens[..4], ["<S>", "</S>", "<UNK>", "."]);
@@ -447,17 +454,7 @@ fn a_failed_checkpoint_write_keeps_the_previous_one() {
 fn mixed_precision_training_runs_on_a_gpu_only() {
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path();
-    let corpus = d.join("corpus.txt");
-    std::fs::write(&corpus, CORPUS).expect("write corpus");
-    let vocab = d.join("vocab.txt");
-    ok(&[
-        "vocab",
-        "--quiet",
-        "--tokenize",
-        "--out",
-        path(&vocab),
-        path(&corpus),
-    ]);
+    let (corpus, vocab) = corpus_and_vocab(d);
     let run = d.join("run");
     let train = |extra: &[&str]| {
         let mut args = vec![
