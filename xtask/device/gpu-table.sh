@@ -140,7 +140,7 @@ section_quality() {
             --out "/tmp/ptb-$precision" --steps "$steps" --checkpoint-every $((steps / 2)) \
             --log-every 50 --seed 1 --backend vulkan --precision "$precision"
         cp "/tmp/ptb-$precision/metrics.jsonl" "$OUT/quality-$precision.jsonl" 2>/dev/null
-        grep '"valid"' "/tmp/ptb-$precision/metrics.jsonl" | tee -a "$log"
+        grep -s '"valid"' "/tmp/ptb-$precision/metrics.jsonl" | tee -a "$log"
     done
 }
 section_where() {

@@ -105,6 +105,14 @@ impl KernelSettings {
     }
 }
 
+/// The largest buffer, in bytes, that `device` allocates at once (a CubeCL device's page size:
+/// wgpu on Vulkan `min(maxStorageBufferRange, 2 GiB − 1)`; less on some drivers, 128 MiB on
+/// Mesa's lavapipe); `usize::MAX` on a CPU device or without the `cubecl` feature. For checking
+/// that work which cannot run in pieces fits before it starts.
+pub fn largest_buffer_bytes(device: &Device) -> usize {
+    device_buffer_limit(&Tensor::<1>::zeros([1], device))
+}
+
 /// [`KernelSettings::buffer_bytes`] by default: 1 GiB.
 pub const DEFAULT_BUFFER_BYTES: usize = 1 << 30;
 
@@ -227,6 +235,8 @@ mod tests {
             ..KernelSettings::default()
         };
         let rows = unbounded.rows_per_buffer(&Tensor::<1>::zeros([1], &gpu), 1);
+        assert_eq!(largest_buffer_bytes(&gpu), rows);
+        assert_eq!(largest_buffer_bytes(&Device::flex()), usize::MAX);
         if cfg!(feature = "cubecl") {
             assert!(
                 (1 << 20..usize::MAX).contains(&rows),

@@ -14,7 +14,7 @@ use std::time::Instant;
 use burn::module::Module;
 use burn::optim::ModuleOptimizer;
 use burn::tensor::Device;
-use elmo_kernels::{KernelSettings, Precision};
+use elmo_kernels::{KernelSettings, Precision, largest_buffer_bytes};
 use elmo_model::RunLock;
 
 use crate::averaging::WeightAverage;
@@ -179,6 +179,7 @@ impl Trainer {
         observer: &mut dyn TrainObserver,
     ) -> Result<Self> {
         check_settings(config, &vocab, options)?;
+        check_buffers(config, vocab.len(), device, options.kernels)?;
         let run = RunDirectory::new(&options.run_dir);
         let info = RunInfo {
             train: options.train_files.clone(),
@@ -555,6 +556,67 @@ fn check_settings(config: &TrainConfig, vocab: &Vocabulary, options: &TrainOptio
     if matches!(config.averaging, Averaging::WhenFlat { .. }) && options.valid_file.is_none() {
         return Err(TrainError::InvalidConfig(
             "averaging from a flat validation perplexity needs a validation file".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// The buffers of a training step that do not run in pieces, against the largest buffer
+/// `device` allocates ([`largest_buffer_bytes`]: 2 GiB − 1 through wgpu on Vulkan, 128 MiB on
+/// lavapipe, unbounded on a CPU): the LSTM's record of every step's gates (`[T, B, 4C]` in
+/// `f32`, both directions' rows together where they run paired) and the softmax's weight. A
+/// batch too large for the device is refused here, before anything is allocated or written,
+/// rather than failing an allocation in the middle of the first step.
+fn check_buffers(
+    config: &TrainConfig,
+    n_vocab: usize,
+    device: &Device,
+    kernels: KernelSettings,
+) -> Result<()> {
+    let limit = largest_buffer_bytes(device) as u128;
+    let lstm = &config.model.lstm;
+    let directions = match kernels.run_on(device) && kernels.paired_directions {
+        true => 2,
+        false => 1,
+    };
+    let steps = (config.batch_size * config.unroll_steps) as u128;
+    let gates = steps * directions * 4 * lstm.dim as u128 * 4;
+    let softmax = n_vocab as u128 * lstm.projection_dim as u128 * 4;
+    let mib = |bytes: u128| bytes.div_ceil(1 << 20);
+    let too_large = |what: &str, bytes: u128, fix: &str| {
+        TrainError::InvalidConfig(format!(
+            "{what} needs a buffer of {} MiB, more than the {} MiB this device allocates at \
+             once: {fix}",
+            mib(bytes),
+            limit >> 20
+        ))
+    };
+    if gates > limit {
+        return Err(too_large(
+            &format!(
+                "the LSTM's record of its gates (batch_size {} × unroll_steps {} × 4 · lstm.dim \
+                 {} in f32{})",
+                config.batch_size,
+                config.unroll_steps,
+                lstm.dim,
+                if directions == 2 {
+                    ", both directions"
+                } else {
+                    ""
+                }
+            ),
+            gates,
+            "lower --batch-size or --unroll-steps",
+        ));
+    }
+    if softmax > limit {
+        return Err(too_large(
+            &format!(
+                "the softmax's weight ({n_vocab} words × lstm.projection_dim {} in f32)",
+                lstm.projection_dim
+            ),
+            softmax,
+            "use a smaller vocabulary",
         ));
     }
     Ok(())

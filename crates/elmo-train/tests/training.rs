@@ -1124,3 +1124,39 @@ fn a_mixed_precision_run_resumes_exactly_on_wgpu() {
     let initial = elmo_train::loss_scale::INITIAL_LOSS_SCALE;
     assert_eq!(scales, vec![Some(initial); 5]);
 }
+
+/// Regression (found running `bench_train` at the `original` shape, 128 × 20, on lavapipe): a
+/// batch whose LSTM gate record exceeds the largest buffer the device allocates failed an
+/// allocation inside the first step and panicked reading the loss. It is refused when the run
+/// opens, naming the settings to lower, with nothing written.
+#[test]
+fn a_batch_too_large_for_the_device_is_refused_before_anything_is_written() {
+    let Some(device) = elmo_test_support::wgpu_device_or_skip(
+        "a_batch_too_large_for_the_device_is_refused_before_anything_is_written",
+    ) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let corpus = write_corpus(dir.path());
+    let vocab = vocab(&corpus);
+    let mut config = tiny_config();
+    let limit = elmo_kernels::largest_buffer_bytes(&device);
+    // Both directions' gates, `4 · dim` f32 values per row and step.
+    let per_row = 2 * config.unroll_steps * 4 * config.model.lstm.dim * 4;
+    config.batch_size = limit / per_row + 1;
+    let run = dir.path().join("run");
+    let err = train(
+        &config,
+        vocab.clone(),
+        &options(&run, &corpus, 2),
+        &device,
+        &mut (),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("gates") && err.contains("--batch-size"),
+        "{err}"
+    );
+    assert!(!run.exists(), "a refused run wrote {}", run.display());
+}
