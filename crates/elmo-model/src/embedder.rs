@@ -184,19 +184,20 @@ impl Embedder {
         // One batch in flight: batch k+1 is launched on the device before batch k's layers are
         // copied to the host and cut, so that on a GPU the host's copying overlaps the next
         // batch's computation (on a CPU the layers are on the host when launched).
+        // After the last batch, `None` launches nothing and finishes the one in flight.
         let mut in_flight: Option<(Vec<usize>, LaunchedBatch)> = None;
-        for batch in batches {
-            let rows: Vec<&[S]> = batch.iter().map(|&i| sentences[i].as_ref()).collect();
-            let launched = self.launch_batch(&rows)?;
-            if let Some((indices, previous)) = in_flight.replace((batch, launched)) {
+        for batch in batches.into_iter().map(Some).chain([None]) {
+            let launched = match batch {
+                Some(batch) => {
+                    let rows: Vec<&[S]> = batch.iter().map(|&i| sentences[i].as_ref()).collect();
+                    Some((batch, self.launch_batch(&rows)?))
+                }
+                None => None,
+            };
+            if let Some((indices, previous)) = std::mem::replace(&mut in_flight, launched) {
                 for (&i, vectors) in indices.iter().zip(self.finish_batch(previous)?) {
                     sink(i, vectors)?;
                 }
-            }
-        }
-        if let Some((indices, last)) = in_flight {
-            for (&i, vectors) in indices.iter().zip(self.finish_batch(last)?) {
-                sink(i, vectors)?;
             }
         }
         Ok(())
