@@ -8,13 +8,15 @@
 #     `.device/elmo_spirv.xz` (the `elmo` binary) built with the `vulkan` feature;
 #   - `.device/ptb/`: PTB's train and valid text for gpu-table's `quality` section, copied
 #     (compressed) from `../shared/data/lm/ptb` when it is there (never committed);
+#   - with AUTOTUNE=1, `.device-autotune/`: the benchmarks built with burn's `autotune` and the
+#     default ones, for `autotune-gpu.sh` (carried instead of `.device`);
 #   - `.gl/*.deb`: the Vulkan loader and GL libraries (Debian packages, unpacked there).
 # Both folders are ignored by git (.git/info/exclude) and travel with the device tool's `carry`:
 #   run(command="bash xtask/device/gpu-table.sh", carry=[".gl", ".device"], timeout_s=560)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-for ignored in /.gl/ /.device/; do
+for ignored in /.gl/ /.device/ /.device-autotune/; do
     grep -qxF "$ignored" .git/info/exclude 2>/dev/null || echo "$ignored" >> .git/info/exclude
 done
 
@@ -38,6 +40,19 @@ for features in "${builds[@]}"; do
         xz -f -6 .device/elmo_spirv
     fi
 done
+# With AUTOTUNE=1: the benchmarks with burn's autotune (a third build of burn) for
+# `autotune-gpu.sh`, in their own folder (beside `.device` they would pass the 64 MiB carry
+# limit), with the default build's beside them.
+if [ "${AUTOTUNE:-0}" = 1 ]; then
+    mkdir -p .device-autotune
+    cargo build -p elmo-cli --features autotune --example bench_train --example bench_embed
+    for bench in bench_train bench_embed; do
+        strip -o ".device-autotune/${bench}_autotune" "$CARGO_TARGET_DIR/debug/examples/$bench"
+        xz -f -6 ".device-autotune/${bench}_autotune"
+        cp ".device/$bench.xz" .device-autotune/
+    done
+    git rev-parse HEAD > .device-autotune/commit
+fi
 if [ -d ../shared/data/lm/ptb ]; then
     mkdir -p .device/ptb
     cp ../shared/data/lm/ptb/ptb.train.txt.xz ../shared/data/lm/ptb/ptb.valid.txt.xz .device/ptb/
@@ -50,4 +65,4 @@ if ! ls .gl/libvulkan1_*.deb >/dev/null 2>&1; then
     apt-get "${apt_options[@]}" update -qq
     (cd .gl && apt-get "${apt_options[@]}" download libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2)
 fi
-du -sh .device .gl
+du -sh .device* .gl

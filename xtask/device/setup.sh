@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sourced by the scripts that run on the lent GPU machine (from the repository root): unpacks
-# the Vulkan loader (`.gl/`) and the benchmark binaries (`.device/`, made by `prepare.sh` here),
+# the Vulkan loader (`.gl/`) and the benchmark binaries (`.device/`, `.device-autotune/`, made by
+# `prepare.sh` here),
 # points Vulkan at NVIDIA's driver, and sets OUT (the device tool's result folder).
 OUT="${OUT:-/tmp/out}"
 mkdir -p "$OUT"
@@ -9,7 +10,7 @@ ldconfig
 if [ -f /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ]; then
     export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 fi
-for packed in .device/*.xz; do
+for packed in .device*/*.xz; do
     bench="$(basename "$packed" .xz)"
     [ -f "$packed" ] && xz -dc "$packed" > "/tmp/$bench" && chmod +x "/tmp/$bench"
 done
@@ -19,7 +20,7 @@ export CUBECL_AUTOTUNE_LEVEL="${CUBECL_AUTOTUNE_LEVEL:-minimal}"
 # GPU's memory and use every 200 ms into $OUT/gpu-memory.csv (stopped by `stop_sampler`).
 gpu_header() {
     {
-        echo "commit $(cat .device/commit 2>/dev/null || echo unknown), $(date -u)"
+        echo "commit $(cat .device*/commit 2>/dev/null | head -n 1 || echo unknown), $(date -u)"
         nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
         python3 -c 'import torch; print("torch", torch.__version__, torch.cuda.get_device_name(0))'
     } 2>&1 | tee "$1"

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# burn's autotune against the kernels chosen in elmo-kernels, on a lent GPU (issue 48 item 2),
+# after `AUTOTUNE=1 bash xtask/device/prepare.sh` here:
+#   run(command="bash xtask/device/autotune-gpu.sh", carry=[".gl", ".device-autotune"], timeout_s=420)
+# The same `original` rows (inference at 256 sentences, training at 128 × 20) from the default
+# build (`wgpu`: each large product through the kernel of its shape, `large_product.rs`;
+# `wgpu-burnmm`: burn's one fixed kernel) against the PyTorch peer on CUDA, then from the
+# `autotune` build (`wgpu-burnmm`: burn's autotuned choice; `wgpu`: ours for the large
+# products, autotuned for the rest) twice: on this fresh machine the first run tunes every
+# shape it meets (its wall time holds the tuning's cost), the second reads the on-disk cache.
+# The autotune runs use cubecl's default level (CUBECL_AUTOTUNE_LEVEL unset). About 6 minutes
+# on an H100 (estimated: not yet run there).
+# Output: $OUT/autotune.log (also printed).
+set -uo pipefail
+source xtask/device/setup.sh
+log="$OUT/autotune.log"
+gpu_header "$log"
+
+# Runs "$@" (at most 150 s) and logs its wall time.
+timed() {
+    local start=$SECONDS
+    echo "== $* (at ${SECONDS} s)" | tee -a "$log"
+    timeout 150 "$@" 2>&1 | grep -v '^error: XDG_RUNTIME_DIR' | tee -a "$log"
+    echo "== wall $((SECONDS - start)) s" | tee -a "$log"
+}
+
+# SHAPE and TRAIN_BATCH change the rows (a dry run on a CPU: SHAPE=tiny TRAIN_BATCH=8).
+shape="${SHAPE:-original}"
+embed_rows=(--shapes "$shape" --batch-size 256 --batches 10)
+train_rows=(--preset "$shape" --batch-size "${TRAIN_BATCH:-128}" --unroll-steps 20
+    --vocab-size 50000 --negatives 8192 --steps 8)
+timed /tmp/bench_embed --backends wgpu,wgpu-burnmm "${embed_rows[@]}" --peer python3 \
+    --peer-device cuda --peer-script xtask/peer/elmo_pytorch.py
+for cache in cold warm; do
+    echo "== autotune, $cache cache" | tee -a "$log"
+    timed env -u CUBECL_AUTOTUNE_LEVEL /tmp/bench_embed_autotune --backends wgpu-burnmm,wgpu \
+        "${embed_rows[@]}"
+done
+timed /tmp/bench_train --backends wgpu,wgpu-burnmm "${train_rows[@]}" --peer python3 \
+    --peer-device cuda --peer-script xtask/peer/bilm_train_pytorch.py
+for cache in cold warm; do
+    echo "== autotune, $cache cache" | tee -a "$log"
+    timed env -u CUBECL_AUTOTUNE_LEVEL /tmp/bench_train_autotune --backends wgpu-burnmm,wgpu \
+        "${train_rows[@]}"
+done
+echo "done after ${SECONDS} s" | tee -a "$log"
+stop_sampler
