@@ -129,7 +129,11 @@ fn child(name: &str, s: &Settings) {
                 loss_scale: loss_scale.map(|s| s.scale),
                 profile: s.phases.then_some(&profile),
             },
-        );
+        )
+        .unwrap_or_else(|error| {
+            let source = std::error::Error::source(&error).map(ToString::to_string);
+            panic!("{error}: {}", source.unwrap_or_default())
+        });
         model = next;
         if let Some(loss_scale) = &mut loss_scale {
             skipped += usize::from(losses.skipped);

@@ -76,6 +76,18 @@ pub enum TrainError {
         /// Description of the last good checkpoint.
         last_checkpoint: String,
     },
+    /// The device failed during a training step (an allocation it refused, a kernel).
+    #[error(
+        "the device failed during step {step}; the run stopped and its last checkpoint is \
+         intact (a smaller --batch-size or --unroll-steps may fit the device)"
+    )]
+    Device {
+        /// The optimizer step that failed (1-based).
+        step: u64,
+        /// burn's error reading the step's loss.
+        #[source]
+        source: burn::tensor::TensorReadError,
+    },
     /// A run directory is missing, incomplete or from another configuration.
     #[error("{path}: {message}")]
     RunDirectory {

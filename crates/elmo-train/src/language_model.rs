@@ -190,8 +190,10 @@ pub struct LmGradients {
     pub grads: Option<GradientsParams>,
 }
 
+/// Whether the loss is finite; false when it cannot be read (a failed device: the caller's own
+/// read of the loss reports it).
 pub(crate) fn is_finite(loss: &LmLoss) -> bool {
-    loss.loss.clone().into_scalar::<f32>().is_finite()
+    (loss.loss.clone().try_into_scalar::<f32>()).is_ok_and(f32::is_finite)
 }
 
 /// Registers `grad` for `param` unless the parameter is frozen (`no_grad`).

@@ -4,11 +4,12 @@
 //! state moved on with the gradient cut at the boundary.
 
 use burn::optim::ModuleOptimizer;
-use burn::tensor::Device;
+use burn::tensor::{Device, Tensor};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::config::TrainConfig;
+use crate::error::{Result, TrainError};
 use crate::language_model::{
     BiLanguageModel, CarriedState, GradientOptions, LmGradients, SoftmaxMode,
 };
@@ -47,13 +48,16 @@ pub struct StepSettings<'a> {
 /// on (detached). When the loss is not finite the model and state are returned unchanged; when
 /// scaled gradients overflow (`loss_scale`) the update is skipped (`skipped`) and the state
 /// moves on.
+///
+/// # Errors
+/// [`TrainError::Device`] when the device failed computing the step (its losses cannot be read).
 pub fn optimizer_step(
     model: BiLanguageModel,
     optimizer: &mut ModuleOptimizer,
     batch: &LmBatch,
     state: &mut Option<CarriedState>,
     settings: StepSettings,
-) -> (BiLanguageModel, StepLosses) {
+) -> Result<(BiLanguageModel, StepLosses)> {
     let StepSettings {
         config,
         n_vocab,
@@ -100,8 +104,16 @@ pub fn optimizer_step(
         },
     );
     let lr = config.optimizer.lr() * config.lr_schedule.factor(step) * lr_scale;
+    let read = |value: &Tensor<1>| {
+        (value.clone().try_into_scalar::<f32>())
+            .map(f64::from)
+            .map_err(|source| TrainError::Device {
+                step: step + 1,
+                source,
+            })
+    };
     let mut losses = StepLosses {
-        loss: f64::from(out.loss.loss.clone().into_scalar::<f32>()),
+        loss: read(&out.loss.loss)?,
         forward_nll: 0.0,
         n_forward: out.loss.n_forward as u64,
         backward_nll: 0.0,
@@ -111,10 +123,10 @@ pub fn optimizer_step(
         skipped: false,
     };
     let Some(mut grads) = grads else {
-        return (model, losses);
+        return Ok((model, losses));
     };
-    losses.forward_nll = f64::from(out.loss.forward_nll.clone().into_scalar::<f32>());
-    losses.backward_nll = f64::from(out.loss.backward_nll.clone().into_scalar::<f32>());
+    losses.forward_nll = read(&out.loss.forward_nll)?;
+    losses.backward_nll = read(&out.loss.backward_nll)?;
     mark("losses to the host");
     // The norm of the unscaled gradients; one pass multiplies them by 1 / scale and the clip.
     let norm = global_norm(&model, &grads, model.kernels) / scale;
@@ -123,7 +135,7 @@ pub fn optimizer_step(
         mark("gradient norm and clipping");
         losses.skipped = true;
         *state = out.state.map(CarriedState::detach);
-        return (model, losses);
+        return Ok((model, losses));
     }
     let clip = match config.clip_norm {
         Some(max) if norm > max && norm.is_finite() => max / norm,
@@ -136,5 +148,5 @@ pub fn optimizer_step(
     *state = out.state.map(CarriedState::detach);
     let model = optimizer.step(lr, model, grads);
     mark("optimizer update");
-    (model, losses)
+    Ok((model, losses))
 }

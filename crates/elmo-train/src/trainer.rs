@@ -335,7 +335,9 @@ impl Trainer {
     }
 
     /// One optimizer step on the next batch, then the weight average moved on. A non-finite loss
-    /// is an error naming the last checkpoint (the model is left as it was).
+    /// is an error naming the last checkpoint (the model is left as it was). After a failed
+    /// device ([`TrainError::Device`]) the trainer holds no model: drop it and resume from the
+    /// run's last checkpoint.
     pub fn step(&mut self, observer: &mut dyn TrainObserver) -> Result<StepLosses> {
         let batch = self.batcher.next_batch()?.ok_or_else(|| {
             TrainError::Corpus("the training stream ended (it should loop forever)".into())
@@ -345,6 +347,7 @@ impl Trainer {
             .model
             .take()
             .expect("the model is only taken during a step");
+        // A failed device leaves no model to go on with: the run stops, its checkpoints intact.
         let (model, out) = optimizer_step(
             model,
             &mut self.optimizer,
@@ -360,7 +363,7 @@ impl Trainer {
                 loss_scale: self.progress.loss_scale.map(|s| s.scale),
                 profile: None,
             },
-        );
+        )?;
         self.model = Some(model);
         if let Some(loss_scale) = &mut self.progress.loss_scale {
             loss_scale.update(match out.skipped {

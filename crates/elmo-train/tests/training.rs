@@ -1056,13 +1056,13 @@ fn an_overflowing_mixed_precision_step_is_skipped() {
             profile: None,
         };
         let (model, losses) =
-            optimizer_step(model, &mut optimizer, &batch, &mut state, settings(1e38));
+            optimizer_step(model, &mut optimizer, &batch, &mut state, settings(1e38)).unwrap();
         assert!(losses.skipped && losses.loss.is_finite(), "{losses:?}");
         assert_eq!(flat(&model), before, "{device:?}");
         assert!(state.is_some(), "the carried state moves on");
         // At a sane scale the same step is applied.
         let (model, losses) =
-            optimizer_step(model, &mut optimizer, &batch, &mut None, settings(1024.0));
+            optimizer_step(model, &mut optimizer, &batch, &mut None, settings(1024.0)).unwrap();
         assert!(
             !losses.skipped && losses.grad_norm.is_finite(),
             "{losses:?}"
@@ -1159,4 +1159,34 @@ fn a_batch_too_large_for_the_device_is_refused_before_anything_is_written() {
         "{err}"
     );
     assert!(!run.exists(), "a refused run wrote {}", run.display());
+    // A step run without that check fails on the device: an error, not a panic.
+    let train_device = device.autodiff();
+    let model = seeded_model(&config, &vocab, 1, &train_device);
+    let mut optimizer = build_optimizer(&config.optimizer, KernelSettings::default());
+    let shape = BatchShape {
+        n_rows: config.batch_size,
+        n_steps: config.unroll_steps,
+        mode: BatchMode::Packed,
+        max_sentence_tokens: 50,
+        n_mixed_shards: 1,
+    };
+    let batch = Batcher::new(vec![corpus], false, Arc::new(vocab.clone()), shape, Some(1))
+        .next_batch()
+        .unwrap()
+        .unwrap();
+    let settings = StepSettings {
+        config: &config,
+        n_vocab: vocab.len(),
+        seed: 3,
+        step: 0,
+        lr_scale: 1.0,
+        device: &train_device,
+        loss_scale: None,
+        profile: None,
+    };
+    let failed = optimizer_step(model, &mut optimizer, &batch, &mut None, settings);
+    let Err(err) = failed else {
+        panic!("a batch over the device's buffers ran")
+    };
+    assert!(err.to_string().contains("device failed"), "{err}");
 }
