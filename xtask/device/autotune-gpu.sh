@@ -39,19 +39,18 @@ shape="${SHAPE:-original}"
 embed_rows=(--shapes "$shape" --batch-size 256 --batches 10)
 train_rows=(--preset "$shape" --batch-size "${TRAIN_BATCH:-128}" --unroll-steps 20
     --vocab-size 50000 --negatives 8192 --steps 8)
-timed /tmp/bench_embed --backends wgpu,wgpu-burnmm "${embed_rows[@]}" --peer python3 \
-    --peer-device cuda --peer-script xtask/peer/elmo_pytorch.py
-for cache in cold warm; do
-    echo "== autotune, $cache cache" | tee -a "$log"
-    timed env -u CUBECL_AUTOTUNE_LEVEL /tmp/bench_embed_autotune --backends wgpu-burnmm,wgpu \
-        "${embed_rows[@]}"
-done
-timed /tmp/bench_train --backends wgpu,wgpu-burnmm "${train_rows[@]}" --peer python3 \
-    --peer-device cuda --peer-script xtask/peer/bilm_train_pytorch.py
-for cache in cold warm; do
-    echo "== autotune, $cache cache" | tee -a "$log"
-    timed env -u CUBECL_AUTOTUNE_LEVEL /tmp/bench_train_autotune --backends wgpu-burnmm,wgpu \
-        "${train_rows[@]}"
-done
+# The default build against the peer, then the autotune build from a cold and a warm cache.
+compare() {
+    local bench="$1" peer_script="$2"
+    shift 2
+    timed "/tmp/$bench" --backends wgpu,wgpu-burnmm "$@" --peer python3 --peer-device cuda \
+        --peer-script "$peer_script"
+    for cache in cold warm; do
+        echo "== autotune, $cache cache" | tee -a "$log"
+        timed env -u CUBECL_AUTOTUNE_LEVEL "/tmp/${bench}_autotune" --backends wgpu-burnmm,wgpu "$@"
+    done
+}
+compare bench_embed xtask/peer/elmo_pytorch.py "${embed_rows[@]}"
+compare bench_train xtask/peer/bilm_train_pytorch.py "${train_rows[@]}"
 echo "done after ${SECONDS} s" | tee -a "$log"
 stop_sampler
