@@ -137,10 +137,7 @@ fn child(name: &str, s: &Settings) {
         model = next;
         if let Some(loss_scale) = &mut loss_scale {
             skipped += usize::from(losses.skipped);
-            loss_scale.update(match losses.skipped {
-                true => ScaledStep::Skipped,
-                false => ScaledStep::Applied,
-            });
+            loss_scale.update(ScaledStep::of(&losses));
         }
         targets += (losses.n_forward + losses.n_backward) as usize;
         losses_per_step.push(format!("{:.6}", losses.loss));

@@ -71,14 +71,21 @@ pub fn half_product<const D: usize>(
     rhs: Tensor<D>,
     half: Option<FloatDType>,
 ) -> Tensor<D> {
-    let Some(half) = half else {
-        return lhs.matmul(rhs);
-    };
-    let in_half = |x: Tensor<D>| match FloatDType::from(x.dtype()) == half {
-        true => x,
-        false => x.cast(half),
-    };
-    in_half(lhs).matmul(in_half(rhs)).cast(FloatDType::F32)
+    match half {
+        Some(_) => to_half(lhs, half)
+            .matmul(to_half(rhs, half))
+            .cast(FloatDType::F32),
+        None => lhs.matmul(rhs),
+    }
+}
+
+/// `tensor` in `half` (a 16-bit float type): a weight cast once for many [`half_product`]s;
+/// unchanged with `None` or when it is in that type already.
+pub fn to_half<const D: usize>(tensor: Tensor<D>, half: Option<FloatDType>) -> Tensor<D> {
+    match half {
+        Some(dtype) if FloatDType::from(tensor.dtype()) != dtype => tensor.cast(dtype),
+        _ => tensor,
+    }
 }
 
 #[cfg(all(test, feature = "cubecl"))]

@@ -16,7 +16,7 @@
 
 use burn::tensor::{FloatDType, Tensor};
 
-use crate::{KernelSettings, contiguous, half_product};
+use crate::{KernelSettings, contiguous, half_product, to_half};
 
 /// The least inner dimension of one slice.
 const MIN_SLICE: usize = 128;
@@ -251,10 +251,7 @@ impl SplitWeight {
     /// - lhs: `[G·B, K]`; output: `[G·B, N]`
     pub fn left_product(&self, lhs: Tensor<2>) -> Tensor<2> {
         match self {
-            Self::Whole(whole) => {
-                let half = (whole.dtype() != lhs.dtype()).then(|| whole.dtype().into());
-                half_product(lhs, whole.clone(), half)
-            }
+            Self::Whole(whole) => half_product(lhs.clone(), whole.clone(), self.half_against(&lhs)),
             Self::Sliced { .. } => {
                 let SplitLayout { n_groups, n_slices } = self.layout();
                 let partials = self.left_partials(lhs);
@@ -280,26 +277,26 @@ impl SplitWeight {
     /// products back to `f32`.
     pub fn split_left_partials(&self, lhs: Tensor<3>) -> Tensor<3> {
         let [n_slices, batch, k_slice] = lhs.dims();
+        let half = self.half_against(&lhs);
+        match self {
+            Self::Whole(whole) => half_product(
+                lhs.reshape([batch, n_slices * k_slice]),
+                whole.clone(),
+                half,
+            )
+            .unsqueeze_dim(0),
+            Self::Sliced { slices, .. } => half_product(lhs, slices.clone(), half),
+        }
+    }
+
+    /// The 16-bit type of these weights ([`Self::in_half`]) when `lhs` is not in it: the type
+    /// of their [`half_product`]s; `None` when they are in `lhs`'s type.
+    fn half_against<const D: usize>(&self, lhs: &Tensor<D>) -> Option<FloatDType> {
         let weight = match self {
             Self::Whole(whole) => whole.dtype(),
             Self::Sliced { slices, .. } => slices.dtype(),
         };
-        let half = weight != lhs.dtype();
-        let lhs = match half {
-            true => lhs.cast(FloatDType::from(weight)),
-            false => lhs,
-        };
-        let partials = match self {
-            Self::Whole(whole) => lhs
-                .reshape([batch, n_slices * k_slice])
-                .matmul(whole.clone())
-                .unsqueeze_dim(0),
-            Self::Sliced { slices, .. } => lhs.matmul(slices.clone()),
-        };
-        match half {
-            true => partials.cast(FloatDType::F32),
-            false => partials,
-        }
+        (weight != lhs.dtype()).then(|| weight.into())
     }
 
     /// [`Self::split_left_partials`], where a whole (unsplit) product runs as
@@ -326,13 +323,10 @@ impl SplitWeight {
     /// These weights in `half` (a 16-bit float type), for products with `f32` results
     /// ([`crate::Precision::Mixed`]); unchanged with `None`.
     pub fn in_half(self, half: Option<FloatDType>) -> Self {
-        let Some(dtype) = half else {
-            return self;
-        };
         match self {
-            Self::Whole(whole) => Self::Whole(whole.cast(dtype)),
+            Self::Whole(whole) => Self::Whole(to_half(whole, half)),
             Self::Sliced { slices, n_groups } => Self::Sliced {
-                slices: slices.cast(dtype),
+                slices: to_half(slices, half),
                 n_groups,
             },
         }

@@ -8,7 +8,7 @@
 use burn::tensor::Tensor;
 use elmo_kernels::{
     GateActivation, InferenceBuffers, InferenceStep, KernelSettings, SplitWeight, inference_cell,
-    inference_hidden, product, slices_for_grid,
+    inference_hidden, product, slices_for_grid, to_half,
 };
 
 use crate::lstm_state::LstmState;
@@ -95,10 +95,6 @@ pub(crate) fn forward_group(
     let activation = GateActivation::new(d_cell, &device);
     // Mixed precision: every product's operands in 16 bits, results and state in `f32`.
     let half = kernels.precision.half_for(&inputs);
-    let in_half = |w: Tensor<2>| match half {
-        Some(dtype) => w.cast(dtype),
-        None => w,
-    };
     // A reversed layer reads its inputs flipped in time: step `s` of every layer is plane `s`.
     let timed: Vec<Tensor<3>> = (0..n_groups)
         .map(|g| {
@@ -107,7 +103,7 @@ pub(crate) fn forward_group(
         })
         .collect();
     let input_weights: Vec<Tensor<2>> = (layers.iter())
-        .map(|l| in_half(activation.prepare(l.input_weight.clone())))
+        .map(|l| to_half(activation.prepare(l.input_weight.clone()), half))
         .collect();
     let biases: Vec<Tensor<2>> = (layers.iter())
         .map(|l| activation.prepare(l.bias.clone().unsqueeze_dim::<2>(0)))

@@ -16,7 +16,9 @@ use burn::module::{Module, Param};
 use burn::nn::Initializer;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 
-use elmo_kernels::{GateActivation, HostLstm, HostLstmWeights, KernelSettings, half_product};
+use elmo_kernels::{
+    GateActivation, HostLstm, HostLstmWeights, KernelSettings, half_product, to_half,
+};
 
 pub use crate::fused_recurrence::PROJECTION_CHUNK_STEPS;
 use crate::fused_recurrence::{GroupLayer, forward_group, projection_chunk_steps};
@@ -255,11 +257,7 @@ impl LstmWithProjection {
         let activation = GateActivation::new(d_cell, &device);
         // Mixed precision: the weights cast to 16 bits once, each product's result in `f32`.
         let half = self.kernels.precision.half_for(&inputs);
-        let in_half = |weight: Tensor<2>| match half {
-            Some(dtype) => weight.cast(dtype),
-            None => weight,
-        };
-        let input_weight = in_half(activation.prepare(self.input_weight.val()));
+        let input_weight = to_half(activation.prepare(self.input_weight.val()), half);
         let chunk_steps = projection_chunk_steps(self.kernels, &inputs, batch, gates_width);
         let project = |start: usize| {
             let len = chunk_steps.min(n_steps - start);
@@ -272,8 +270,8 @@ impl LstmWithProjection {
         // The chunk of projected inputs in use and the step it starts at.
         let mut projected: Option<(usize, Tensor<3>)> = None;
         let bias = activation.prepare(self.bias.val().unsqueeze_dim::<2>(0));
-        let state_weight = in_half(activation.prepare(self.state_weight.val()));
-        let projection = in_half(self.projection.val());
+        let state_weight = to_half(activation.prepare(self.state_weight.val()), half);
+        let projection = to_half(self.projection.val(), half);
 
         let mut outputs: Vec<Tensor<2>> = Vec::with_capacity(n_steps);
         for step in 0..n_steps {

@@ -8,6 +8,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::step_losses::StepLosses;
+
 /// The scale a mixed-precision run starts with: 2^16, as `GradScaler`.
 pub const INITIAL_LOSS_SCALE: f64 = 65_536.0;
 
@@ -47,6 +49,16 @@ pub enum ScaledStep {
     Applied,
     /// The gradients overflowed: no update.
     Skipped,
+}
+
+impl ScaledStep {
+    /// What [`crate::optimizer_step::optimizer_step`] did with a step's gradients.
+    pub fn of(losses: &StepLosses) -> Self {
+        match losses.skipped {
+            true => Self::Skipped,
+            false => Self::Applied,
+        }
+    }
 }
 
 impl LossScale {

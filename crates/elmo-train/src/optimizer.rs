@@ -187,17 +187,27 @@ pub fn scale_gradients<M: Module>(module: &M, grads: &mut GradientsParams, facto
     module.visit(&mut Scale { grads, factor });
 }
 
-/// Scales all gradients so that their global norm is at most `max_norm` (unchanged when below);
-/// returns the norm before clipping.
+/// Divides all gradients by `loss_scale` (mixed precision's, [`crate::LossScale`]; 1
+/// otherwise) and scales them so that their global norm is at most `max_norm` (when given;
+/// unchanged when below), in one pass; returns the norm of the unscaled gradients before
+/// clipping. A non-finite norm (scaled gradients that overflowed) leaves them as they are.
 pub fn clip_global_norm<M: Module>(
     module: &M,
     grads: &mut GradientsParams,
-    max_norm: f64,
+    max_norm: Option<f64>,
+    loss_scale: f64,
     kernels: KernelSettings,
 ) -> f64 {
-    let norm = global_norm(module, grads, kernels);
-    if norm > max_norm && norm.is_finite() {
-        scale_gradients(module, grads, max_norm / norm);
+    let norm = global_norm(module, grads, kernels) / loss_scale;
+    if !norm.is_finite() {
+        return norm;
+    }
+    let clip = match max_norm {
+        Some(max) if norm > max => max / norm,
+        _ => 1.0,
+    };
+    if clip / loss_scale != 1.0 {
+        scale_gradients(module, grads, clip / loss_scale);
     }
     norm
 }
@@ -321,7 +331,13 @@ mod tests {
 
     fn adagrad_matches_tensorflow_on(device: &Device) {
         let (model, mut grads) = two_with_gradients_on(device);
-        let norm = clip_global_norm(&model, &mut grads, 1.0, KernelSettings::default());
+        let norm = clip_global_norm(
+            &model,
+            &mut grads,
+            Some(1.0),
+            1.0,
+            KernelSettings::default(),
+        );
         assert!((norm - (9.0f64 * 2.0 + 4.0).sqrt()).abs() < 1e-5);
         assert!((global_norm(&model, &grads, KernelSettings::default()) - 1.0).abs() < 1e-5);
 

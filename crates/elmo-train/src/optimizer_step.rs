@@ -14,7 +14,7 @@ use crate::language_model::{
     BiLanguageModel, CarriedState, GradientOptions, LmGradients, SoftmaxMode,
 };
 use crate::lm_batch::LmBatch;
-use crate::optimizer::{global_norm, scale_gradients};
+use crate::optimizer::clip_global_norm;
 use crate::seeds::mix_seed;
 use crate::softmax::SampledCandidates;
 use crate::step_losses::StepLosses;
@@ -128,23 +128,13 @@ pub fn optimizer_step(
     losses.forward_nll = read(&out.loss.forward_nll)?;
     losses.backward_nll = read(&out.loss.backward_nll)?;
     mark("losses to the host");
-    // The norm of the unscaled gradients; one pass multiplies them by 1 / scale and the clip.
-    let norm = global_norm(&model, &grads, model.kernels) / scale;
-    losses.grad_norm = norm;
-    if loss_scale.is_some() && !norm.is_finite() {
-        mark("gradient norm and clipping");
+    losses.grad_norm = clip_global_norm(&model, &mut grads, config.clip_norm, scale, model.kernels);
+    mark("gradient norm and clipping");
+    if loss_scale.is_some() && !losses.grad_norm.is_finite() {
         losses.skipped = true;
         *state = out.state.map(CarriedState::detach);
         return Ok((model, losses));
     }
-    let clip = match config.clip_norm {
-        Some(max) if norm > max && norm.is_finite() => max / norm,
-        _ => 1.0,
-    };
-    if clip / scale != 1.0 {
-        scale_gradients(&model, &mut grads, clip / scale);
-    }
-    mark("gradient norm and clipping");
     *state = out.state.map(CarriedState::detach);
     let model = optimizer.step(lr, model, grads);
     mark("optimizer update");

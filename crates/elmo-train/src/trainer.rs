@@ -366,10 +366,7 @@ impl Trainer {
         )?;
         self.model = Some(model);
         if let Some(loss_scale) = &mut self.progress.loss_scale {
-            loss_scale.update(match out.skipped {
-                true => ScaledStep::Skipped,
-                false => ScaledStep::Applied,
-            });
+            loss_scale.update(ScaledStep::of(&out));
         }
         if !out.loss.is_finite() {
             return Err(TrainError::NonFiniteLoss {
