@@ -3,6 +3,9 @@
 //! - `cargo xtask ci`: the module-cycle check, `cargo fmt --check`, `cargo clippy -D warnings`,
 //!   `cargo test --workspace` (the framework-native example `examples/elmo-tagger` runs as one
 //!   of its tests, on flex), then ~1,000 fuzz cases.
+//! - `cargo xtask spirv`: `cargo test --workspace` again with the `elmo` binary's opt-in `vulkan`
+//!   feature, so that every wgpu test (f32 and mixed precision) runs through burn's SPIR-V
+//!   compiler; a second build of burn. CI runs it after `ci`.
 //! - `cargo xtask cycles`: no import cycles among the modules of any workspace crate.
 //! - `cargo xtask fuzz [-- --cases N]`: mutation fuzzing of every reader of user files.
 //! - `cargo xtask bench [embed|train] [-- ARGS]`: the benchmarks (tokens/s, peak RSS), built in the
@@ -54,6 +57,16 @@ fn ci() -> Result<(), String> {
     fuzz(&["--cases".into(), "120".into()])
 }
 
+/// The workspace's tests with `elmo-cli/vulkan`: with burn's `vulkan` feature `wgpu` compiles
+/// its kernels to SPIR-V on a Vulkan adapter (lavapipe in CI), so the wgpu tests (parity with
+/// AllenNLP, the fused kernels, mixed precision, training against autodiff) check that compiler
+/// and `--backend vulkan`.
+fn spirv() -> Result<(), String> {
+    let mut test = cargo();
+    test.args(["test", "--workspace", "--features", "elmo-cli/vulkan"]);
+    run(test)
+}
+
 fn bench(args: &[String]) -> Result<(), String> {
     let (which, rest) = match args.split_first() {
         Some((first, rest)) if !first.starts_with('-') => (first.as_str(), rest),
@@ -102,11 +115,12 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("ci") => ci(),
+        Some("spirv") => spirv(),
         Some("cycles") => module_cycles::check(&workspace_root()),
         Some("bench") => bench(&args[1..]),
         Some("fuzz") => fuzz(&args[1..]),
         _ => Err(
-            "usage: cargo xtask ci | cargo xtask cycles | cargo xtask bench [embed|train] [-- ARGS] | cargo xtask fuzz [-- ARGS]"
+            "usage: cargo xtask ci | cargo xtask spirv | cargo xtask cycles | cargo xtask bench [embed|train] [-- ARGS] | cargo xtask fuzz [-- ARGS]"
                 .into(),
         ),
     };

@@ -1,0 +1,16 @@
+pub mod atomic;
+pub mod base;
+pub mod bitwise;
+pub mod branch;
+pub mod builtin;
+pub mod cmp;
+pub mod convert;
+pub mod general;
+pub mod math;
+pub mod matrix;
+pub mod memory;
+pub mod plane;
+pub mod sync;
+pub mod tensor_indexing;
+pub mod to_spirv_dialect;
+pub mod vector;
