@@ -49,40 +49,39 @@ within() {
     timeout "$left" "$@" 2>&1 | grep -v '^error: XDG_RUNTIME_DIR' | tee -a "$log"
 }
 
-# Inference rows: 10 batches of 64 or 256 sentences, 5 of 1,024 (one sample of 5 small
-# batches moved by up to 2x between two calls).
-embed() {
-    within 40 /tmp/bench_embed --peer python3 --peer-device cuda \
+# Inference rows of bench binary $1 (skipped where that build was not carried) against the
+# peer: 10 batches of 64 or 256 sentences, 5 of 1,024 (one sample of 5 small batches moved by
+# up to 2x between two calls).
+embed_with() {
+    local bench="$1"
+    shift
+    [ -x "$bench" ] || return 0
+    within 40 "$bench" --peer python3 --peer-device cuda \
         --peer-script xtask/peer/elmo_pytorch.py "$@"
 }
 embed_sizes() {
     "$@" --batch-size 64,256 --batches 10
     "$@" --batch-size 1024 --batches 5
 }
-train() {
-    within 60 /tmp/bench_train --backends wgpu-burnmm,wgpu --peer python3 --peer-device cuda --peer-amp bf16 \
+# Training rows of bench binary $1 against the peer (8 timed steps).
+train_with() {
+    local bench="$1"
+    shift
+    [ -x "$bench" ] || return 0
+    within 60 "$bench" --peer python3 --peer-device cuda \
         --peer-script xtask/peer/bilm_train_pytorch.py --steps 8 "$@"
 }
+# The default build (WGSL kernels); its training against the peer in f32 and with bf16 autocast.
+embed() { embed_with /tmp/bench_embed "$@"; }
+train() { train_with /tmp/bench_train --backends wgpu-burnmm,wgpu --peer-amp bf16 "$@"; }
+# The `vulkan` build (`.device/bench_*_spirv.xz`: SPIR-V kernels on NVIDIA's Vulkan, f16
+# products on cooperative matrices) with `--precision mixed`; its training against the peer's
+# f16 autocast.
+spirv() { embed_with /tmp/bench_embed_spirv "$@"; }
+train_spirv() { train_with /tmp/bench_train_spirv --backends wgpu-mixed --peer-amp f16 "$@"; }
 
 # A process's first minutes on the GPU are slow (docs/benchmarks.md): one untimed run first.
 timeout 60 /tmp/bench_embed --child original wgpu --batches 1 --batch-size 64 > /dev/null 2>&1
-
-# With `.device/bench_embed_spirv.xz` (built with the `vulkan` feature: SPIR-V kernels on
-# NVIDIA's Vulkan, f16 products on cooperative matrices), against the same peer.
-spirv() {
-    if [ -x /tmp/bench_embed_spirv ]; then
-        within 40 /tmp/bench_embed_spirv --peer python3 --peer-device cuda \
-            --peer-script xtask/peer/elmo_pytorch.py "$@"
-    fi
-}
-
-# The `vulkan` build's mixed-precision training against the peer's f16 autocast.
-train_spirv() {
-    if [ -x /tmp/bench_train_spirv ]; then
-        within 60 /tmp/bench_train_spirv --backends wgpu-mixed --peer python3 --peer-device cuda \
-            --peer-amp f16 --peer-script xtask/peer/bilm_train_pytorch.py --steps 8 "$@"
-    fi
-}
 
 # Where an inference batch's time goes: the token encoder and the LSTM stacks timed apart
 # (`ELMO_BENCH_BREAKDOWN`), then every kernel's GPU time (cubecl's profiling logger, summed

@@ -209,7 +209,7 @@ fn launch_probe(backend: &str) {
 #[cfg(feature = "kernels")]
 fn matmul_probe(backend: &str, half: bool) {
     use burn::tensor::{Distribution, FloatDType, Tensor};
-    use elmo_kernels::{MatmulKernel, matmul_with};
+    use elmo_kernels::{MatmulKernel, matmul_with, to_half};
     let device = bench_device(backend);
     let normal = Distribution::Normal(0.0, 1.0);
     let random = |shape: [usize; 2]| Tensor::<2>::random(shape, normal, &device);
@@ -246,14 +246,12 @@ fn matmul_probe(backend: &str, half: bool) {
         plain("original x·Wx 256", 13_824, 512, 16_384),
     ];
     let precision = if half { "f16" } else { "f32" };
+    let half_type = half.then_some(FloatDType::F16);
     for (what, lhs, rhs) in shapes {
         let [m, k] = lhs.dims();
         let n = rhs.dims()[1];
         let expected = lhs.clone().matmul(rhs.clone());
-        let (lhs, rhs) = match half {
-            true => (lhs.cast(FloatDType::F16), rhs.cast(FloatDType::F16)),
-            false => (lhs, rhs),
-        };
+        let (lhs, rhs) = (to_half(lhs, half_type), to_half(rhs, half_type));
         for kernel in MatmulKernel::ALL {
             let run = || matmul_with(lhs.clone(), rhs.clone(), kernel);
             let product = match run() {
