@@ -24,7 +24,8 @@
 #      steps or QUALITY_STEPS), `--precision f32` then `mixed`, the same seed: their
 #      validation perplexities side by side
 #      (needs `.device/elmo_spirv.xz` and `.device/ptb/`, which `prepare.sh` packs);
-#   where: an `original` batch of 256 split into token encoder and LSTM time, an embedder
+#   where: `original` with `elmo embed`'s GPU defaults (1,024 sentences, the token cache), a
+#      batch of 256 split into token encoder and LSTM time, an embedder
 #      call's phases and a second pass (WGSL f32 and SPIR-V mixed), and its kernels' GPU time
 #      ($OUT/kernels-*.txt).
 # Every section checks the time left, so that the call ends within its limit with what it has.
@@ -143,6 +144,9 @@ section_quality() {
     done
 }
 section_where() {
+    # `elmo embed`'s defaults on a GPU: 1,024 sentences a call and the 64 MiB token cache (on a
+    # GPU its look-ups read the new words' vectors back before the LSTMs run).
+    embed --shapes original --backends wgpu --batch-size 1024 --batches 5 --token-cache-mib 64
     breakdown /tmp/bench_embed wgpu original 256
     [ -x /tmp/bench_embed_spirv ] && breakdown /tmp/bench_embed_spirv wgpu-mixed original 256
     profile /tmp/bench_embed wgpu original 256
