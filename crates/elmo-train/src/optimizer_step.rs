@@ -130,12 +130,12 @@ pub fn optimizer_step(
     mark("losses to the host");
     losses.grad_norm = clip_global_norm(&model, &mut grads, config.clip_norm, scale, model.kernels);
     mark("gradient norm and clipping");
+    // The state moves on whether or not the update is applied.
+    *state = out.state.map(CarriedState::detach);
     if loss_scale.is_some() && !losses.grad_norm.is_finite() {
         losses.skipped = true;
-        *state = out.state.map(CarriedState::detach);
         return Ok((model, losses));
     }
-    *state = out.state.map(CarriedState::detach);
     let model = optimizer.step(lr, model, grads);
     mark("optimizer update");
     Ok((model, losses))
