@@ -24,10 +24,18 @@
 #      steps or QUALITY_STEPS), `--precision f32` then `mixed`, the same seed: their
 #      validation perplexities side by side
 #      (needs `.device/elmo_spirv.xz` and `.device/ptb/`, which `prepare.sh` packs);
+#   cuda, cudatrain, cudaprobe (run where `.device-cuda/` was carried instead of `.device/`,
+#      `CUDA=1 prepare.sh`): the `cuda` build's inference rows (`wgpu` of that build, WGSL as
+#      in the default build; `cuda` with every kernel, `cuda-burnmm` with burn's matmul
+#      choice for the large products, `cuda-mixed` with f16 operands), its training rows
+#      (`original` 128 × 20 and `ptb-large` 256 × 35) against the peer in f32 and with bf16
+#      autocast, and `--matmul-probe cuda` in f32 and f16 (each cubek kernel per shape);
 #   where: `original` with `elmo embed`'s GPU defaults (1,024 sentences, the token cache), a
 #      batch of 256 split into token encoder and LSTM time, an embedder
 #      call's phases and a second pass (WGSL f32 and SPIR-V mixed), and its kernels' GPU time
 #      ($OUT/kernels-*.txt).
+# With `.device-cuda/` only: run(command="SECTIONS='cuda cudatrain cudaprobe' bash
+# xtask/device/gpu-table.sh", carry=[".gl", ".device-cuda"], timeout_s=560).
 # Every section checks the time left, so that the call ends within its limit with what it has.
 # Output: $OUT/gpu-table.log (also printed), $OUT/gpu-memory.csv (nvidia-smi every 200 ms).
 set -uo pipefail
@@ -81,8 +89,19 @@ train() { train_with /tmp/bench_train --backends wgpu-burnmm,wgpu --peer-amp bf1
 spirv() { embed_with /tmp/bench_embed_spirv "$@"; }
 train_spirv() { train_with /tmp/bench_train_spirv --backends wgpu-mixed --peer-amp f16 "$@"; }
 
+# The `cuda` build (`.device-cuda/bench_*_cuda.xz`: CubeCL's CUDA runtime, kernels compiled by
+# NVRTC; its `wgpu` is the default build's WGSL path); its training against the peer's bf16
+# autocast.
+cuda() { embed_with /tmp/bench_embed_cuda "$@"; }
+train_cuda() {
+    train_with /tmp/bench_train_cuda --backends cuda-burnmm,cuda,cuda-mixed --peer-amp bf16 "$@"
+}
+
 # A process's first minutes on the GPU are slow (docs/benchmarks.md): one untimed run first.
-timeout 60 /tmp/bench_embed --child original wgpu --batches 1 --batch-size 64 > /dev/null 2>&1
+for bench in /tmp/bench_embed /tmp/bench_embed_cuda; do
+    [ -x "$bench" ] && timeout 60 "$bench" --child original wgpu --batches 1 --batch-size 64 \
+        > /dev/null 2>&1 && break
+done
 
 # Where an inference batch's time goes: the token encoder and the LSTM stacks timed apart
 # (`ELMO_BENCH_BREAKDOWN`), then every kernel's GPU time (cubecl's profiling logger, summed
@@ -123,6 +142,18 @@ section_train() {
 section_mixedtrain() {
     train_spirv --preset original --batch-size 128 --unroll-steps 20 --vocab-size 50000 --negatives 8192
     train_spirv --preset examples/configs/ptb-large.json --batch-size 256 --unroll-steps 35 --vocab-size 10002
+}
+section_cuda() {
+    embed_sizes cuda --shapes original,small --backends wgpu,cuda-burnmm,cuda,cuda-mixed
+}
+section_cudatrain() {
+    train_cuda --preset original --batch-size 128 --unroll-steps 20 --vocab-size 50000 --negatives 8192
+    train_cuda --preset examples/configs/ptb-large.json --batch-size 256 --unroll-steps 35 --vocab-size 10002
+}
+section_cudaprobe() {
+    [ -x /tmp/bench_train_cuda ] || return 0
+    within 60 /tmp/bench_train_cuda --matmul-probe cuda
+    within 60 /tmp/bench_train_cuda --matmul-probe cuda f16
 }
 section_quality() {
     if [ ! -x /tmp/elmo_spirv ] || [ ! -f .device/ptb/ptb.train.txt.xz ]; then

@@ -10,13 +10,17 @@
 #     (compressed) from `../shared/data/lm/ptb` when it is there (never committed);
 #   - with AUTOTUNE=1, `.device-autotune/`: the benchmarks built with burn's `autotune` and the
 #     default ones, for `autotune-gpu.sh` (carried instead of `.device`);
+#   - with CUDA=1, `.device-cuda/`: the benchmarks built with the `cuda` feature (CubeCL's CUDA
+#     runtime beside wgpu's WGSL one, another build of burn) and the CCCL headers that NVRTC
+#     needs beside the CUDA headers of the machine's PyTorch wheels (`nvidia-cuda-cccl` from
+#     PyPI), for `cuda-gpu.sh` (carried instead of `.device`);
 #   - `.gl/*.deb`: the Vulkan loader and GL libraries (Debian packages, unpacked there).
 # Both folders are ignored by git (.git/info/exclude) and travel with the device tool's `carry`:
 #   run(command="bash xtask/device/gpu-table.sh", carry=[".gl", ".device"], timeout_s=560)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-for ignored in /.gl/ /.device/ /.device-autotune/; do
+for ignored in /.gl/ /.device/ /.device-autotune/ /.device-cuda/; do
     grep -qxF "$ignored" .git/info/exclude 2>/dev/null || echo "$ignored" >> .git/info/exclude
 done
 
@@ -52,6 +56,25 @@ if [ "${AUTOTUNE:-0}" = 1 ]; then
         cp ".device/$bench.xz" .device-autotune/
     done
     git rev-parse HEAD > .device-autotune/commit
+fi
+# With CUDA=1: the benchmarks with the `cuda` feature (their wgpu rows run the same WGSL
+# kernels as the default build's), and CCCL's `cuda/` and `nv/` headers (`cuda/barrier` for
+# the kernels that use barriers) in the version of CUDA 13.0, the lent H100's driver.
+if [ "${CUDA:-0}" = 1 ]; then
+    mkdir -p .device-cuda
+    cargo build -p elmo-cli --features cuda --example bench_train --example bench_embed
+    for bench in bench_train bench_embed; do
+        strip -o ".device-cuda/${bench}_cuda" "$CARGO_TARGET_DIR/debug/examples/$bench"
+        xz -f -6 ".device-cuda/${bench}_cuda"
+    done
+    wheel_dir="$(mktemp -d)"
+    python3 -m pip download --quiet --no-deps "nvidia-cuda-cccl==${CCCL_VERSION:-13.0.85}" \
+        -d "$wheel_dir"
+    (cd "$wheel_dir" && unzip -q ./*.whl 'nvidia/*/include/cccl/cuda/*' 'nvidia/*/include/cccl/nv/*' \
+        && tar -cJf cccl.tar.xz -C nvidia/*/include cccl)
+    mv "$wheel_dir/cccl.tar.xz" .device-cuda/
+    rm -rf "$wheel_dir"
+    git rev-parse HEAD > .device-cuda/commit
 fi
 if [ -d ../shared/data/lm/ptb ]; then
     mkdir -p .device/ptb

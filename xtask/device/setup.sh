@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Sourced by the scripts that run on the lent GPU machine (from the repository root): unpacks
-# the Vulkan loader (`.gl/`) and the benchmark binaries (`.device/`, `.device-autotune/`, made by
-# `prepare.sh` here),
-# points Vulkan at NVIDIA's driver, and sets OUT (the device tool's result folder).
+# the Vulkan loader (`.gl/`) and the benchmark binaries (`.device/`, `.device-autotune/`,
+# `.device-cuda/`, made by `prepare.sh` here), points Vulkan at NVIDIA's driver and the `cuda`
+# build at NVRTC and the CUDA headers, and sets OUT (the device tool's result folder).
 OUT="${OUT:-/tmp/out}"
 mkdir -p "$OUT"
 for f in .gl/*.deb; do dpkg -x "$f" /; done
@@ -15,6 +15,25 @@ for packed in .device*/*.xz; do
     [ -f "$packed" ] && xz -dc "$packed" > "/tmp/$bench" && chmod +x "/tmp/$bench"
 done
 export CUBECL_AUTOTUNE_LEVEL="${CUBECL_AUTOTUNE_LEVEL:-minimal}"
+
+# The `cuda` build compiles its kernels with NVRTC at run time: NVRTC and the CUDA headers of
+# the `nvidia-*` wheels that the machine's CUDA build of PyTorch installed (`CUDA_PATH` names
+# the folder holding `include/`; cudarc finds `libnvrtc.so.*` through LD_LIBRARY_PATH), and
+# CCCL's headers (`.device-cuda/cccl.tar.xz`) in `include/cccl`, where cubecl-cuda looks.
+if [ -f .device-cuda/cccl.tar.xz ]; then
+    nvrtc="$(python3 -c 'import nvidia, glob; print(*[f for p in nvidia.__path__
+        for f in glob.glob(p + "/**/libnvrtc.so.*", recursive=True)][:1])' 2>/dev/null)"
+    if [ -n "$nvrtc" ]; then
+        wheel_cuda="$(dirname "$(dirname "$nvrtc")")"
+        mkdir -p /tmp/cuda/include
+        cp -rs "$wheel_cuda/include/." /tmp/cuda/include/
+        export CUDA_PATH=/tmp/cuda
+        export LD_LIBRARY_PATH="$(dirname "$nvrtc")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    fi
+    mkdir -p "${CUDA_PATH:-/usr/local/cuda}/include"
+    tar -xJf .device-cuda/cccl.tar.xz -C "${CUDA_PATH:-/usr/local/cuda}/include"
+    echo "cuda: NVRTC ${nvrtc:-from the system}, headers in ${CUDA_PATH:-/usr/local/cuda}/include"
+fi
 
 # Writes the header of a device log ($1): the commit, the GPU and driver, torch; then samples the
 # GPU's memory and use every 200 ms into $OUT/gpu-memory.csv (stopped by `stop_sampler`).

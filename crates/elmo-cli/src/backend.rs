@@ -1,7 +1,7 @@
-//! The one place that picks a burn backend: `--backend flex|ndarray|wgpu|vulkan`, and the
+//! The one place that picks a burn backend: `--backend flex|ndarray|wgpu|vulkan|cuda`, and the
 //! precision of its products (`--precision f32|mixed`).
 
-use burn::tensor::{Device, DeviceKind};
+use burn::tensor::{Device, DeviceKind, Tensor};
 use clap::ValueEnum;
 use elmo_model::Precision;
 
@@ -16,6 +16,8 @@ pub enum Backend {
     Wgpu,
     /// A GPU through wgpu pinned to Vulkan, kernels compiled to SPIR-V.
     Vulkan,
+    /// An NVIDIA GPU through CUDA (kernels compiled by NVRTC at run time).
+    Cuda,
 }
 
 impl Backend {
@@ -32,12 +34,24 @@ impl Backend {
         unsafe { std::env::set_var("BURN_DEVICE", name) };
     }
 
-    /// The burn device of this backend (for flex, with the matmul tuned for ELMo's shapes).
+    /// The burn device of this backend (for flex, with the matmul tuned for ELMo's shapes); a
+    /// GPU backend's has run one small operation.
     ///
     /// # Errors
-    /// When this build of `elmo` leaves the backend's feature out.
-    #[allow(deprecated)]
+    /// When this build of `elmo` leaves the backend's feature out, or a GPU backend cannot start
+    /// (no driver, library or device: what the runtime said).
     pub fn device(self) -> anyhow::Result<Device> {
+        let device = self.unprobed_device()?;
+        if self.is_gpu() {
+            probe(&device).map_err(|reason| {
+                anyhow::anyhow!("--backend {} could not start: {reason}", self.name())
+            })?;
+        }
+        Ok(device)
+    }
+
+    #[allow(deprecated)]
+    fn unprobed_device(self) -> anyhow::Result<Device> {
         match self {
             #[cfg(feature = "flex")]
             Backend::Flex => {
@@ -50,6 +64,8 @@ impl Backend {
             Backend::Wgpu => Ok(Device::wgpu(DeviceKind::DefaultDevice)),
             #[cfg(feature = "vulkan")]
             Backend::Vulkan => Ok(Device::vulkan(DeviceKind::DefaultDevice)),
+            #[cfg(feature = "cuda")]
+            Backend::Cuda => Ok(Device::cuda(0)),
             #[allow(unreachable_patterns)]
             other => anyhow::bail!(
                 "this build of elmo has no {} backend (build it with `--features {}`)",
@@ -59,9 +75,9 @@ impl Backend {
         }
     }
 
-    /// Whether it runs on a GPU (or a software Vulkan driver): wgpu or vulkan.
+    /// Whether it runs on a GPU (or a software Vulkan driver): wgpu, vulkan or cuda.
     pub fn is_gpu(self) -> bool {
-        matches!(self, Backend::Wgpu | Backend::Vulkan)
+        matches!(self, Backend::Wgpu | Backend::Vulkan | Backend::Cuda)
     }
 
     /// The backend's name, as `--backend` and the Cargo feature spell it.
@@ -71,7 +87,40 @@ impl Backend {
             Backend::Ndarray => "ndarray",
             Backend::Wgpu => "wgpu",
             Backend::Vulkan => "vulkan",
+            Backend::Cuda => "cuda",
         }
+    }
+}
+
+/// Runs one small operation on `device`. A runtime that cannot start panics (cudarc without
+/// `libcuda.so`, wgpu without an adapter), often on a thread of its own: the first panic's
+/// message is the error, and the default hook's report of it is held back.
+fn probe(device: &Device) -> Result<(), String> {
+    use std::sync::{Arc, Mutex};
+    let first = Arc::new(Mutex::new(None::<String>));
+    let record = Arc::clone(&first);
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let mut first = record.lock().unwrap_or_else(|e| e.into_inner());
+        if first.is_none() {
+            let payload = info.payload();
+            let message = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic without a message".into());
+            *first = Some(message);
+        }
+    }));
+    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        Tensor::<1>::ones([1], device).sum().into_scalar::<f32>()
+    }));
+    std::panic::set_hook(hook);
+    let message = first.lock().unwrap_or_else(|e| e.into_inner()).take();
+    match (ran, message) {
+        (Ok(1.0), _) => Ok(()),
+        (Ok(other), _) => Err(format!("1 summed to {other}")),
+        (Err(_), message) => Err(message.unwrap_or_else(|| "it panicked".into())),
     }
 }
 
@@ -92,7 +141,9 @@ impl PrecisionArg {
     /// `mixed` with `--backend flex` or `ndarray`.
     pub fn check_backend(self, backend: Backend) -> anyhow::Result<()> {
         if self == Self::Mixed && !backend.is_gpu() {
-            anyhow::bail!("--precision mixed runs on a GPU backend (--backend wgpu or vulkan)");
+            anyhow::bail!(
+                "--precision mixed runs on a GPU backend (--backend wgpu, vulkan or cuda)"
+            );
         }
         Ok(())
     }

@@ -154,6 +154,7 @@ pub fn matmul_with<const D: usize>(
 #[cfg(all(test, feature = "cubecl"))]
 mod tests {
     use super::*;
+    use crate::to_half;
     use burn::tensor::{Distribution, Tolerance};
 
     use elmo_test_support::wgpu_device_or_skip;
@@ -187,6 +188,58 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// With `f16` operands (`--precision mixed`'s products), every kernel that launches gives
+    /// burn's `f32` product within f16's rounding: the unit kernels everywhere, the tensor-core
+    /// (cooperative-matrix) kernels on a device that offers them for f16 (SPIR-V on NVIDIA,
+    /// Mesa's lavapipe from 24.1). Sums of 300 products of N(0, 1) values in f16 operands with
+    /// f32 accumulation stay within 0.1 of f32's (values ~17).
+    #[test]
+    fn every_kernel_gives_burns_product_in_f16() {
+        use burn::tensor::FloatDType;
+        if let Some(device) = wgpu_device_or_skip("every_kernel_gives_burns_product_in_f16") {
+            let normal = Distribution::Normal(0.0, 1.0);
+            // Multiples of 16 and not: the tensor-core tiles and their edges.
+            let lhs = Tensor::<3>::random([2, 64, 320], normal, &device);
+            let rhs = Tensor::<3>::random([2, 320, 48], normal, &device);
+            let odd_lhs = Tensor::<3>::random([2, 37, 300], normal, &device);
+            let odd_rhs = Tensor::<3>::random([2, 45, 300], normal, &device).swap_dims(1, 2);
+            let half = Some(FloatDType::F16);
+            let mut launched = Vec::new();
+            for (lhs, rhs) in [(lhs, rhs), (odd_lhs, odd_rhs)] {
+                let expected = lhs.clone().matmul(rhs.clone());
+                let (lhs, rhs) = (to_half(lhs, half), to_half(rhs, half));
+                for kernel in MatmulKernel::ALL {
+                    match matmul_with(lhs.clone(), rhs.clone(), kernel) {
+                        Ok(product) => {
+                            let difference = (product.cast(FloatDType::F32) - expected.clone())
+                                .abs()
+                                .max()
+                                .into_scalar::<f32>();
+                            assert!(
+                                difference < 0.1,
+                                "{} in f16 on {device:?}: {difference} from f32",
+                                kernel.name()
+                            );
+                            launched.push(kernel.name());
+                        }
+                        Err(error) => {
+                            assert!(
+                                kernel != MatmulKernel::SimpleUnitMax,
+                                "{} did not launch in f16 on {device:?}: {error}",
+                                kernel.name()
+                            );
+                            eprintln!(
+                                "{} does not launch in f16 on {device:?}: {error}",
+                                kernel.name()
+                            );
+                        }
+                    }
+                }
+            }
+            eprintln!("launched in f16: {launched:?}");
         }
     }
 }

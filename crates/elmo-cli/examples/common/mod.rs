@@ -5,44 +5,46 @@
 use burn::tensor::Device;
 use elmo_model::{KernelSettings, Precision};
 
-/// A child's backend and kernels from its name: `flex-composed` and `wgpu-composed` (also
-/// `wgpu-unfused`) run burn's operations only; `wgpu-apart` (directions not paired),
-/// `wgpu-whole` (step products not split), `wgpu-burnmm` (burn's matmul choice for the large
-/// products), `wgpu-stepshaped` (an inference step's whole products through the kernel of
-/// their shape too) and `wgpu-mixed` (`Precision::Mixed`) are wgpu with one setting changed; any
-/// other name is a backend with every kernel.
+/// A child's backend and kernels from its name, `BACKEND[-VARIANT]`: `flex-composed` and
+/// `wgpu-composed` (also `-unfused`) run burn's operations only; `-apart` (directions not
+/// paired), `-whole` (step products not split), `-burnmm` (burn's matmul choice for the large
+/// products), `-stepshaped` (an inference step's whole products through the kernel of their
+/// shape too) and `-mixed` (`Precision::Mixed`) are the GPU backend (`wgpu`, `cuda`) with one
+/// setting changed; a name without a variant is a backend with every kernel.
 pub fn backend_and_kernels(name: &str) -> (&str, KernelSettings) {
     let all = KernelSettings::ALL;
-    let wgpu_with = |kernels| ("wgpu", kernels);
-    match name {
-        "flex-composed" => ("flex", KernelSettings::COMPOSED),
-        "wgpu-composed" | "wgpu-unfused" => wgpu_with(KernelSettings::COMPOSED),
-        "wgpu-apart" => wgpu_with(KernelSettings {
+    let Some((backend, variant)) = name.split_once('-') else {
+        return (name, all);
+    };
+    let kernels = match variant {
+        "composed" | "unfused" => KernelSettings::COMPOSED,
+        "apart" => KernelSettings {
             paired_directions: false,
             ..all
-        }),
-        "wgpu-whole" => wgpu_with(KernelSettings {
+        },
+        "whole" => KernelSettings {
             split_products: false,
             ..all
-        }),
-        "wgpu-burnmm" => wgpu_with(KernelSettings {
+        },
+        "burnmm" => KernelSettings {
             shaped_matmul: false,
             ..all
-        }),
-        "wgpu-stepshaped" => wgpu_with(KernelSettings {
+        },
+        "stepshaped" => KernelSettings {
             shaped_step_products: true,
             ..all
-        }),
-        "wgpu-mixed" => wgpu_with(KernelSettings {
+        },
+        "mixed" => KernelSettings {
             precision: Precision::Mixed,
             ..all
-        }),
-        other => (other, all),
-    }
+        },
+        other => panic!("unknown backend variant {other} in {name}"),
+    };
+    (backend, kernels)
 }
 
 /// The device of `backend`, with the CLI's matmul setting on flex (`vulkan`: wgpu pinned to
-/// Vulkan, SPIR-V kernels, in a build with the `vulkan` feature).
+/// Vulkan, SPIR-V kernels, in a build with the `vulkan` feature; `cuda` in one with `cuda`).
 pub fn bench_device(backend: &str) -> Device {
     #[cfg(feature = "flex")]
     if backend == "flex" {
@@ -51,6 +53,10 @@ pub fn bench_device(backend: &str) -> Device {
     #[cfg(feature = "vulkan")]
     if backend == "vulkan" {
         return Device::vulkan(burn::tensor::DeviceKind::DefaultDevice);
+    }
+    #[cfg(feature = "cuda")]
+    if backend == "cuda" {
+        return Device::cuda(0);
     }
     elmo_test_support::bench::device(backend)
 }

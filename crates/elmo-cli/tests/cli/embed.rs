@@ -576,10 +576,19 @@ fn mixed_precision_runs_on_a_gpu_within_its_tolerance() {
         !refused.status.success() && stderr.contains("--precision mixed runs on a GPU"),
         "{stderr}"
     );
-    if !cfg!(feature = "vulkan") {
-        let (_, refused) = run("vulkan", &["--backend", "vulkan"]);
-        let stderr = String::from_utf8_lossy(&refused.stderr);
-        assert!(stderr.contains("--features vulkan"), "{stderr}");
+    // A backend this build leaves out is refused with the feature that brings it.
+    for (backend, built) in [
+        ("vulkan", cfg!(feature = "vulkan")),
+        ("cuda", cfg!(feature = "cuda")),
+    ] {
+        if !built {
+            let (_, refused) = run(backend, &["--backend", backend]);
+            let stderr = String::from_utf8_lossy(&refused.stderr);
+            assert!(
+                !refused.status.success() && stderr.contains(&format!("--features {backend}")),
+                "{stderr}"
+            );
+        }
     }
     if elmo_test_support::wgpu_device_or_skip("mixed_precision_runs_on_a_gpu").is_none() {
         return;
