@@ -25,48 +25,40 @@ for ignored in /.gl/ /.device/ /.device-autotune/ /.device-cuda/; do
 done
 
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}"
-mkdir -p .device
-# The default build (WGSL kernels), then the opt-in `vulkan` one (SPIR-V kernels, f16 products
-# on cooperative matrices): `.device/bench_*_spirv.xz`, a second build of burn the first
-# time (SPIRV=0 leaves it out).
-builds=("")
-[ "${SPIRV:-1}" = 1 ] && builds+=("vulkan")
-for features in "${builds[@]}"; do
+# Builds the benchmarks with features $1 (none: the default build) and packs them stripped and
+# compressed as $2/bench_{train,embed}$3.xz.
+pack_benches() {
+    local features="$1" folder="$2" suffix="$3"
+    mkdir -p "$folder"
     cargo build -p elmo-cli ${features:+--features "$features"} --example bench_train --example bench_embed
     for bench in bench_train bench_embed; do
-        name="$bench${features:+_spirv}"
-        strip -o ".device/$name" "$CARGO_TARGET_DIR/debug/examples/$bench"
-        xz -f -6 ".device/$name"
+        strip -o "$folder/$bench$suffix" "$CARGO_TARGET_DIR/debug/examples/$bench"
+        xz -f -6 "$folder/$bench$suffix"
     done
-    if [ -n "$features" ]; then
-        cargo build -p elmo-cli --features "$features" --bin elmo
-        strip -o .device/elmo_spirv "$CARGO_TARGET_DIR/debug/elmo"
-        xz -f -6 .device/elmo_spirv
-    fi
-done
+}
+# The default build (WGSL kernels), then the opt-in `vulkan` one (SPIR-V kernels, f16 products
+# on cooperative matrices): `.device/bench_*_spirv.xz` and the `elmo` binary, a second build
+# of burn the first time (SPIRV=0 leaves it out).
+pack_benches "" .device ""
+if [ "${SPIRV:-1}" = 1 ]; then
+    pack_benches vulkan .device _spirv
+    cargo build -p elmo-cli --features vulkan --bin elmo
+    strip -o .device/elmo_spirv "$CARGO_TARGET_DIR/debug/elmo"
+    xz -f -6 .device/elmo_spirv
+fi
 # With AUTOTUNE=1: the benchmarks with burn's autotune (a third build of burn) for
 # `autotune-gpu.sh`, in their own folder (beside `.device` they would pass the 64 MiB carry
 # limit), with the default build's beside them.
 if [ "${AUTOTUNE:-0}" = 1 ]; then
-    mkdir -p .device-autotune
-    cargo build -p elmo-cli --features autotune --example bench_train --example bench_embed
-    for bench in bench_train bench_embed; do
-        strip -o ".device-autotune/${bench}_autotune" "$CARGO_TARGET_DIR/debug/examples/$bench"
-        xz -f -6 ".device-autotune/${bench}_autotune"
-        cp ".device/$bench.xz" .device-autotune/
-    done
+    pack_benches autotune .device-autotune _autotune
+    cp .device/bench_train.xz .device/bench_embed.xz .device-autotune/
     git rev-parse HEAD > .device-autotune/commit
 fi
 # With CUDA=1: the benchmarks with the `cuda` feature (their wgpu rows run the same WGSL
 # kernels as the default build's), and CCCL's `cuda/` and `nv/` headers (`cuda/barrier` for
 # the kernels that use barriers) in the version of CUDA 13.0, the lent H100's driver.
 if [ "${CUDA:-0}" = 1 ]; then
-    mkdir -p .device-cuda
-    cargo build -p elmo-cli --features cuda --example bench_train --example bench_embed
-    for bench in bench_train bench_embed; do
-        strip -o ".device-cuda/${bench}_cuda" "$CARGO_TARGET_DIR/debug/examples/$bench"
-        xz -f -6 ".device-cuda/${bench}_cuda"
-    done
+    pack_benches cuda .device-cuda _cuda
     wheel_dir="$(mktemp -d)"
     python3 -m pip download --quiet --no-deps "nvidia-cuda-cccl==${CCCL_VERSION:-13.0.85}" \
         -d "$wheel_dir"

@@ -31,7 +31,7 @@ use elmo_model::{BiLmConfig, CharIdBatch, EmbedderConfig};
 use elmo_test_support::bench::{flag_value, peak_rss_mib};
 
 mod common;
-use common::{backend_and_kernels, bench_device, last_error_line};
+use common::{backend_and_kernels, bench_device, child_error};
 
 /// The CPU this runs on: model name, logical cores and the SIMD extensions that matter to the
 /// matmul kernels (from `/proc/cpuinfo`; "unknown" elsewhere).
@@ -324,7 +324,7 @@ fn main() {
                     println!(
                         "| {shape} | {batch_size} | PyTorch peer | failed ({}): {} | | | |",
                         output.status,
-                        last_error_line(&output.stderr)
+                        child_error(&output.stderr)
                     );
                     None
                 }
@@ -366,7 +366,7 @@ fn main() {
                 None => println!(
                     "| {shape} | {batch_size} | {backend} | failed ({}): {} | | | |",
                     output.status,
-                    last_error_line(&output.stderr)
+                    child_error(&output.stderr)
                 ),
             }
         }

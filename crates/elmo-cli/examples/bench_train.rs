@@ -50,7 +50,7 @@ use elmo_train::{StepProfile, TrainConfig, Vocabulary};
 use rand::{Rng, SeedableRng};
 
 mod common;
-use common::{backend_and_kernels, bench_device, last_error_line};
+use common::{backend_and_kernels, bench_device, child_error};
 
 /// A Zipfian corpus over `w0 … w{V-4}` (sentences of 10-30 words).
 fn write_corpus(path: &std::path::Path, n_vocab: usize, n_sentences: usize) {
@@ -441,7 +441,7 @@ fn main() {
                 None => eprintln!(
                     "{name} failed ({}): {}",
                     output.status,
-                    last_error_line(&output.stderr)
+                    child_error(&output.stderr)
                 ),
             }
         }

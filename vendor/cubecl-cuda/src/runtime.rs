@@ -248,8 +248,9 @@ impl DeviceService for CudaServer {
         }
 
         if arch_version >= 80 {
-            device_props
-                .register_type_usage(ElemType::Float(FloatKind::TF32), TypeUsage::Conversion);
+            // elmo-rs: TF32 is not advertised, so that cubek's matmuls keep `f32` operands in
+            // `f32` (PyTorch's default, `allow_tf32 = False`) instead of rounding them to TF32
+            // for the tensor cores (README.elmo-rs.md).
             device_props.features.copy_async = true;
         }
 

@@ -61,14 +61,15 @@ pub fn bench_device(backend: &str) -> Device {
     elmo_test_support::bench::device(backend)
 }
 
-/// What a failed child said: its panic's message, else the last line of its stderr that says
-/// something (not Rust's backtrace note, not wgpu's XDG_RUNTIME_DIR
-/// notice, which every wgpu process prints on a machine without a desktop session).
-pub fn last_error_line(stderr: &[u8]) -> String {
+/// What a failed child said: its first panic's message (the cause: a runtime thread's panic
+/// is followed by the main thread's on the closed channel), else the last line of its stderr
+/// that says something (not Rust's backtrace note, not wgpu's XDG_RUNTIME_DIR notice, which
+/// every wgpu process prints on a machine without a desktop session).
+pub fn child_error(stderr: &[u8]) -> String {
     let text = String::from_utf8_lossy(stderr);
     let lines: Vec<&str> = text.lines().collect();
     // A panic's message is the line after "panicked at", before Rust's backtrace notes.
-    if let Some(i) = lines.iter().rposition(|l| l.contains("panicked at")) {
+    if let Some(i) = lines.iter().position(|l| l.contains("panicked at")) {
         let message = lines.get(i + 1).copied().unwrap_or("");
         return format!("{} {message}", lines[i].trim());
     }
