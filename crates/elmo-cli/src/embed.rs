@@ -65,8 +65,8 @@ pub struct EmbedArgs {
     #[arg(long, value_enum, default_value_t = Backend::Flex)]
     pub backend: Backend,
     /// Precision of the large products: `mixed` runs their operands in 16-bit floats (tensor
-    /// cores with `--backend vulkan` where the driver offers them), vectors within ~1e-2 of
-    /// `f32`'s (docs/benchmarks.md); GPU backends only.
+    /// cores with `--backend vulkan` or `cuda` where the GPU offers them), vectors within ~1e-2
+    /// of `f32`'s (docs/benchmarks.md); GPU backends only.
     #[arg(long, value_enum, default_value_t = PrecisionArg::F32)]
     pub precision: PrecisionArg,
     /// Refuse lines with more tokens than this (a line's output is held in memory while written).

@@ -88,9 +88,9 @@ pub struct TrainArgs {
     #[arg(long)]
     pub no_fused_kernels: bool,
     /// Precision of the large products: `mixed` runs their operands (forward and backward) in
-    /// 16-bit floats (tensor cores through `--backend vulkan`), with `f32` weights, LSTM state,
-    /// softmax statistics and optimizer state and a dynamic loss scale; GPU backends only. A
-    /// run resumes in the precision it started with.
+    /// 16-bit floats (tensor cores through `--backend vulkan` or `cuda`), with `f32` weights,
+    /// LSTM state, softmax statistics and optimizer state and a dynamic loss scale; GPU
+    /// backends only. A run resumes in the precision it started with.
     #[arg(long, value_enum, default_value_t = PrecisionArg::F32)]
     pub precision: PrecisionArg,
     /// Remove a lock on --out left by an `elmo` process that is no longer running (another

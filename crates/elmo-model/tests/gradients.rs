@@ -10,6 +10,7 @@ use burn::tensor::{Device, Distribution, Tensor};
 use common::*;
 use elmo_model::char_cnn::CharConvolution;
 use elmo_model::{ElmoConfig, LstmWithProjectionConfig};
+use elmo_test_support::autodiff_one_at_a_time;
 
 /// Records, for every float parameter, whether it received a non-zero gradient.
 struct GradientReport<'a> {
@@ -77,6 +78,7 @@ fn elmo_gradients(bilm_requires_grad: bool) -> (elmo_model::Elmo, Gradients) {
 
 #[test]
 fn frozen_bilm_gets_no_gradient_and_the_mix_does() {
+    let _one = autodiff_one_at_a_time();
     let (elmo, grads) = elmo_gradients(false);
     let (bilm_with, bilm_without) = report(&elmo.bilm, &grads);
     assert!(
@@ -94,6 +96,7 @@ fn frozen_bilm_gets_no_gradient_and_the_mix_does() {
 
 #[test]
 fn trainable_bilm_every_parameter_gets_gradient() {
+    let _one = autodiff_one_at_a_time();
     let (elmo, grads) = elmo_gradients(true);
     let (with, without) = report(&elmo, &grads);
     assert!(
@@ -116,6 +119,7 @@ fn lstm_loss(
 
 #[test]
 fn lstm_gradients_match_finite_differences() {
+    let _one = autodiff_one_at_a_time();
     let device = Device::flex().autodiff();
     let plain = Device::flex();
     for go_forward in [true, false] {
@@ -184,6 +188,7 @@ fn convolution_loss(
 /// of one slot and of three, over all positions and over the first ones plus the padding window.
 #[test]
 fn char_convolution_gradients_match_finite_differences() {
+    let _one = autodiff_one_at_a_time();
     let device = Device::flex().autodiff();
     let plain = Device::flex();
     let (n_tokens, n_slots, d_char, n_filters) = (2, 9, 4, 5);
@@ -296,6 +301,7 @@ fn char_convolution_gradients_match_finite_differences() {
 /// width 3 (3 slices).
 #[test]
 fn char_convolution_on_wgpu_equals_flex() {
+    let _one = autodiff_one_at_a_time();
     let Some(wgpu) = elmo_test_support::wgpu_device_or_skip("char_convolution_on_wgpu_equals_flex")
     else {
         return;

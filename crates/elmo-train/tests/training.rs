@@ -60,6 +60,7 @@ fn options(run_dir: &Path, corpus: &Path, steps: u64) -> TrainOptions {
     }
 }
 
+use elmo_test_support::autodiff_one_at_a_time;
 use elmo_test_support::nonzero_gradients as gradient_map;
 
 fn first_batch(corpus: &Path, vocab: &Vocabulary, mode: BatchMode) -> LmBatch {
@@ -84,6 +85,7 @@ fn first_batch(corpus: &Path, vocab: &Vocabulary, mode: BatchMode) -> LmBatch {
 
 #[test]
 fn tied_softmax_and_encoder_get_gradient_from_both_directions() {
+    let _one = autodiff_one_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let corpus = write_corpus(dir.path());
     let vocab = vocab(&corpus);
@@ -164,6 +166,7 @@ impl ModuleVisitor for CompareGradients<'_> {
 /// different order).
 #[test]
 fn fast_training_step_equals_autodiff() {
+    let _one = autodiff_one_at_a_time();
     check_fast_step(Device::flex());
 }
 
@@ -171,6 +174,7 @@ fn fast_training_step_equals_autodiff() {
 /// directions paired: fused kernels and products over both stacks' rows).
 #[test]
 fn fast_training_step_equals_autodiff_on_wgpu() {
+    let _one = autodiff_one_at_a_time();
     if let Some(device) =
         elmo_test_support::wgpu_device_or_skip("fast_training_step_equals_autodiff_on_wgpu")
     {
@@ -263,6 +267,7 @@ fn check_fast_step_with(config: &TrainConfig, device: Device) -> f32 {
 /// batch modes. A leak would make the training perplexity of that direction a lie.
 #[test]
 fn each_lm_reads_only_the_tokens_before_its_target() {
+    let _one = autodiff_one_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let corpus = write_corpus(dir.path());
     let vocab = vocab(&corpus);
@@ -363,6 +368,7 @@ fn each_lm_reads_only_the_tokens_before_its_target() {
 /// softmax.
 #[test]
 fn frozen_parts_get_no_gradient() {
+    let _one = autodiff_one_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let corpus = write_corpus(dir.path());
     let vocab = vocab(&corpus);
@@ -423,6 +429,7 @@ fn train_losses(run: &Path) -> Vec<MetricsRecord> {
 
 #[test]
 fn tiny_model_overfits_a_few_sentences() {
+    let _one = autodiff_one_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     // One sentence, twice: nothing is uncertain, so the loss can approach zero.
     let corpus = dir.path().join("overfit.txt");
@@ -459,6 +466,7 @@ fn tiny_model_overfits_a_few_sentences() {
 
 #[test]
 fn resume_reproduces_an_uninterrupted_run() {
+    let _one = autodiff_one_at_a_time();
     #[allow(deprecated)]
     let ndarray = Device::ndarray();
     // Packed batches on both CPU backends, and contiguous batches (their epochs roll over
@@ -544,6 +552,7 @@ fn resume_reproduces_an_uninterrupted_run() {
 
 #[test]
 fn non_finite_loss_stops_with_the_last_checkpoint_intact() {
+    let _one = autodiff_one_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let corpus = write_corpus(dir.path());
     let vocab = vocab(&corpus);
@@ -567,6 +576,7 @@ fn non_finite_loss_stops_with_the_last_checkpoint_intact() {
 /// reported to the observer and the run goes on to its last step.
 #[test]
 fn a_plot_that_cannot_be_drawn_does_not_stop_the_run() {
+    let _one = autodiff_one_at_a_time();
     struct Warnings(Vec<String>);
     impl elmo_train::TrainObserver for Warnings {
         fn warning(&mut self, message: &str) {
@@ -602,6 +612,7 @@ fn a_plot_that_cannot_be_drawn_does_not_stop_the_run() {
 /// the run is touched.
 #[test]
 fn a_second_writer_of_a_run_is_refused() {
+    let _one = autodiff_one_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let corpus = write_corpus(dir.path());
     let run_dir = dir.path().join("run");
@@ -641,6 +652,7 @@ fn a_second_writer_of_a_run_is_refused() {
 
 #[test]
 fn sampled_softmax_trains_and_export_round_trips() {
+    let _one = autodiff_one_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let corpus = write_corpus(dir.path());
     let vocab = vocab(&corpus);
@@ -686,6 +698,7 @@ fn max_diff<const D: usize>(a: Tensor<D>, b: Tensor<D>) -> f32 {
 
 #[test]
 fn a_new_run_can_start_from_another_runs_weights() {
+    let _one = autodiff_one_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let corpus = write_corpus(dir.path());
     let vocab = vocab(&corpus);
@@ -786,6 +799,7 @@ fn flat(model: &elmo_train::BiLanguageModel) -> Vec<Vec<f32>> {
 /// rounds differently); switched on by a resume, carried across another resume exactly.
 #[test]
 fn weight_averaging_is_the_mean_of_the_steps_weights_and_resumes_exactly() {
+    let _one = autodiff_one_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let corpus = write_corpus(dir.path());
     let vocab = vocab(&corpus);
@@ -889,6 +903,7 @@ fn weight_averaging_is_the_mean_of_the_steps_weights_and_resumes_exactly() {
 /// gives them (PTB's vocabulary: 10,002 entries).
 #[test]
 fn shipped_ptb_configs_have_their_documented_sizes() {
+    let _one = autodiff_one_at_a_time();
     let dir = elmo_test_support::repository_root().join("examples/configs");
     let vocab = Vocabulary::from_tokens((0..9_999).map(|k| format!("w{k}")));
     assert_eq!(vocab.len(), 10_002);
@@ -947,6 +962,7 @@ fn gradient_errors(
 /// and the reported loss is the unscaled one.
 #[test]
 fn a_loss_scale_multiplies_every_gradient() {
+    let _one = autodiff_one_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let corpus = write_corpus(dir.path());
     let vocab = vocab(&corpus);
@@ -979,6 +995,7 @@ fn a_loss_scale_multiplies_every_gradient() {
 /// state, full and sampled softmax, and the products really in 16 bits (not silently `f32`).
 #[test]
 fn mixed_precision_gradients_are_within_f16_rounding_on_wgpu() {
+    let _one = autodiff_one_at_a_time();
     let Some(device) = elmo_test_support::wgpu_device_or_skip(
         "mixed_precision_gradients_are_within_f16_rounding_on_wgpu",
     ) else {
@@ -1029,6 +1046,7 @@ fn mixed_precision_gradients_are_within_f16_rounding_on_wgpu() {
 /// the 16-bit products overflow first).
 #[test]
 fn an_overflowing_mixed_precision_step_is_skipped() {
+    let _one = autodiff_one_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let corpus = write_corpus(dir.path());
     let vocab = vocab(&corpus);
@@ -1075,6 +1093,7 @@ fn an_overflowing_mixed_precision_step_is_skipped() {
 /// metrics carry the loss scale, and resuming it in `f32` is refused.
 #[test]
 fn a_mixed_precision_run_resumes_exactly_on_wgpu() {
+    let _one = autodiff_one_at_a_time();
     let Some(device) =
         elmo_test_support::wgpu_device_or_skip("a_mixed_precision_run_resumes_exactly_on_wgpu")
     else {
@@ -1131,6 +1150,7 @@ fn a_mixed_precision_run_resumes_exactly_on_wgpu() {
 /// opens, naming the settings to lower, with nothing written.
 #[test]
 fn a_batch_too_large_for_the_device_is_refused_before_anything_is_written() {
+    let _one = autodiff_one_at_a_time();
     let Some(device) = elmo_test_support::wgpu_device_or_skip(
         "a_batch_too_large_for_the_device_is_refused_before_anything_is_written",
     ) else {
