@@ -155,7 +155,7 @@ mod tests {
 
     #[test]
     fn the_mean_of_three_weight_sets() {
-        let device = Device::default();
+        let device = Device::flex();
         let mut average = WeightAverage::start(&linear(&device, 1.0));
         average.add(&linear(&device, 2.0));
         average.add(&linear(&device, 6.0));
