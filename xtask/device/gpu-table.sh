@@ -144,6 +144,10 @@ section_mixedtrain() {
     train_spirv --preset examples/configs/ptb-large.json --batch-size 256 --unroll-steps 35 --vocab-size 10002
 }
 section_cuda() {
+    [ -x /tmp/bench_embed_cuda ] || return 0
+    # One child first with its whole stderr in the log: where NVRTC or the driver refuses,
+    # the table would keep only the first line of the panic.
+    within 60 /tmp/bench_embed_cuda --child small cuda-mixed --batches 1 --batch-size 8
     embed_sizes cuda --shapes original,small --backends wgpu,cuda-burnmm,cuda,cuda-mixed
 }
 section_cudatrain() {
