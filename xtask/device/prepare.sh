@@ -13,7 +13,7 @@
 #   - with CUDA=1, `.device-cuda/`: the benchmarks built with the `cuda` feature (CubeCL's CUDA
 #     runtime beside wgpu's WGSL one, another build of burn) and the CCCL headers that NVRTC
 #     needs beside the CUDA headers of the machine's PyTorch wheels (`nvidia-cuda-cccl` from
-#     PyPI), for `cuda-gpu.sh` (carried instead of `.device`);
+#     PyPI), for `gpu-table.sh`'s `cuda` sections (carried instead of `.device`);
 #   - `.gl/*.deb`: the Vulkan loader and GL libraries (Debian packages, unpacked there).
 # Both folders are ignored by git (.git/info/exclude) and travel with the device tool's `carry`:
 #   run(command="bash xtask/device/gpu-table.sh", carry=[".gl", ".device"], timeout_s=560)

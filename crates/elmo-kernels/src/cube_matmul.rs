@@ -155,9 +155,54 @@ pub fn matmul_with<const D: usize>(
 mod tests {
     use super::*;
     use crate::to_half;
-    use burn::tensor::{Distribution, Tolerance};
+    use burn::tensor::{Device, Distribution, FloatDType};
 
     use elmo_test_support::wgpu_device_or_skip;
+
+    /// Every kernel on each `(lhs, rhs)` with its operands in `half` (`None`: `f32`): the ones
+    /// that launch give burn's `f32` product to less than `tolerance`, and burn's own kernel and
+    /// its fallback (`SimpleUnitMax`) launch. Returns the names of the kernels that launched.
+    fn check_every_kernel(
+        device: &Device,
+        pairs: [(Tensor<3>, Tensor<3>); 2],
+        half: Option<FloatDType>,
+        tolerance: f32,
+    ) -> Vec<&'static str> {
+        let precision = if half.is_some() { "f16" } else { "f32" };
+        let mut launched = Vec::new();
+        for (lhs, rhs) in pairs {
+            let expected = lhs.clone().matmul(rhs.clone());
+            let (lhs, rhs) = (to_half(lhs, half), to_half(rhs, half));
+            for kernel in MatmulKernel::ALL {
+                match matmul_with(lhs.clone(), rhs.clone(), kernel) {
+                    Ok(product) => {
+                        let difference = (product.cast(FloatDType::F32) - expected.clone())
+                            .abs()
+                            .max()
+                            .into_scalar::<f32>();
+                        assert!(
+                            difference < tolerance,
+                            "{} in {precision} on {device:?}: {difference} from f32",
+                            kernel.name()
+                        );
+                        launched.push(kernel.name());
+                    }
+                    Err(error) => {
+                        assert!(
+                            kernel != MatmulKernel::SimpleUnitMax && kernel != MatmulKernel::Burn,
+                            "{} did not launch in {precision} on {device:?}: {error}",
+                            kernel.name()
+                        );
+                        eprintln!(
+                            "{} does not launch in {precision} on {device:?}: {error}",
+                            kernel.name()
+                        );
+                    }
+                }
+            }
+        }
+        launched
+    }
 
     /// On wgpu, every kernel that launches gives burn's product (a row-major and a transposed
     /// right factor, and a batch), and burn's own fallback kernel launches (on lavapipe every
@@ -169,76 +214,32 @@ mod tests {
             let lhs = Tensor::<3>::random([2, 37, 300], normal, &device);
             let rhs = Tensor::<3>::random([2, 300, 45], normal, &device);
             let rhs_transposed = Tensor::<3>::random([2, 45, 300], normal, &device).swap_dims(1, 2);
-            for right in [rhs, rhs_transposed] {
-                let expected = lhs.clone().matmul(right.clone()).into_data();
-                for kernel in MatmulKernel::ALL {
-                    match matmul_with(lhs.clone(), right.clone(), kernel) {
-                        Ok(product) => product
-                            .into_data()
-                            .assert_approx_eq::<f32>(&expected, Tolerance::absolute(1e-3)),
-                        Err(error) => {
-                            assert!(
-                                kernel != MatmulKernel::SimpleUnitMax,
-                                "{} did not launch on {device:?}: {error}",
-                                kernel.name()
-                            );
-                            assert!(kernel != MatmulKernel::Burn);
-                            eprintln!("{} does not launch on {device:?}: {error}", kernel.name());
-                        }
-                    }
-                }
-            }
+            let pairs = [(lhs.clone(), rhs), (lhs, rhs_transposed)];
+            check_every_kernel(&device, pairs, None, 1e-3);
         }
     }
 
     /// With `f16` operands (`--precision mixed`'s products), every kernel that launches gives
     /// burn's `f32` product within f16's rounding: the unit kernels everywhere, the tensor-core
-    /// (cooperative-matrix) kernels on a device that offers them for f16 (SPIR-V on NVIDIA,
-    /// Mesa's lavapipe from 24.1). Sums of 300 products of N(0, 1) values in f16 operands with
-    /// f32 accumulation stay within 0.1 of f32's (values ~17).
+    /// (cooperative-matrix) kernels on a device that offers them for f16 (SPIR-V or CUDA on
+    /// NVIDIA; no lavapipe at hand does). Sums of 300 products of N(0, 1) values in f16
+    /// operands with f32 accumulation stay within 0.1 of f32's (values ~17).
     #[test]
     fn every_kernel_gives_burns_product_in_f16() {
-        use burn::tensor::FloatDType;
         if let Some(device) = wgpu_device_or_skip("every_kernel_gives_burns_product_in_f16") {
             let normal = Distribution::Normal(0.0, 1.0);
             // Multiples of 16 and not: the tensor-core tiles and their edges.
-            let lhs = Tensor::<3>::random([2, 64, 320], normal, &device);
-            let rhs = Tensor::<3>::random([2, 320, 48], normal, &device);
-            let odd_lhs = Tensor::<3>::random([2, 37, 300], normal, &device);
-            let odd_rhs = Tensor::<3>::random([2, 45, 300], normal, &device).swap_dims(1, 2);
-            let half = Some(FloatDType::F16);
-            let mut launched = Vec::new();
-            for (lhs, rhs) in [(lhs, rhs), (odd_lhs, odd_rhs)] {
-                let expected = lhs.clone().matmul(rhs.clone());
-                let (lhs, rhs) = (to_half(lhs, half), to_half(rhs, half));
-                for kernel in MatmulKernel::ALL {
-                    match matmul_with(lhs.clone(), rhs.clone(), kernel) {
-                        Ok(product) => {
-                            let difference = (product.cast(FloatDType::F32) - expected.clone())
-                                .abs()
-                                .max()
-                                .into_scalar::<f32>();
-                            assert!(
-                                difference < 0.1,
-                                "{} in f16 on {device:?}: {difference} from f32",
-                                kernel.name()
-                            );
-                            launched.push(kernel.name());
-                        }
-                        Err(error) => {
-                            assert!(
-                                kernel != MatmulKernel::SimpleUnitMax,
-                                "{} did not launch in f16 on {device:?}: {error}",
-                                kernel.name()
-                            );
-                            eprintln!(
-                                "{} does not launch in f16 on {device:?}: {error}",
-                                kernel.name()
-                            );
-                        }
-                    }
-                }
-            }
+            let pairs = [
+                (
+                    Tensor::<3>::random([2, 64, 320], normal, &device),
+                    Tensor::<3>::random([2, 320, 48], normal, &device),
+                ),
+                (
+                    Tensor::<3>::random([2, 37, 300], normal, &device),
+                    Tensor::<3>::random([2, 45, 300], normal, &device).swap_dims(1, 2),
+                ),
+            ];
+            let launched = check_every_kernel(&device, pairs, Some(FloatDType::F16), 0.1);
             eprintln!("launched in f16: {launched:?}");
         }
     }

@@ -903,7 +903,6 @@ fn weight_averaging_is_the_mean_of_the_steps_weights_and_resumes_exactly() {
 /// gives them (PTB's vocabulary: 10,002 entries).
 #[test]
 fn shipped_ptb_configs_have_their_documented_sizes() {
-    let _one = autodiff_one_at_a_time();
     let dir = elmo_test_support::repository_root().join("examples/configs");
     let vocab = Vocabulary::from_tokens((0..9_999).map(|k| format!("w{k}")));
     assert_eq!(vocab.len(), 10_002);
