@@ -11,9 +11,10 @@
 #   - with AUTOTUNE=1, `.device-autotune/`: the benchmarks built with burn's `autotune` and the
 #     default ones, for `autotune-gpu.sh` (carried instead of `.device`);
 #   - with CUDA=1, `.device-cuda/`: the benchmarks built with the `cuda` feature (CubeCL's CUDA
-#     runtime beside wgpu's WGSL one, another build of burn) and the CCCL headers that NVRTC
-#     needs beside the CUDA headers of the machine's PyTorch wheels (`nvidia-cuda-cccl` from
-#     PyPI), for `gpu-table.sh`'s `cuda` sections (carried instead of `.device`);
+#     runtime beside wgpu's WGSL one, another build of burn) and the headers that NVRTC
+#     needs beside the CUDA headers of the machine's PyTorch wheels (`nvidia-cuda-cccl` and
+#     `nvidia-cuda-crt` from PyPI, `cuda-headers.tar.xz`), for `gpu-table.sh`'s `cuda`
+#     sections (carried instead of `.device`);
 #   - `.gl/*.deb`: the Vulkan loader and GL libraries (Debian packages, unpacked there).
 # Both folders are ignored by git (.git/info/exclude) and travel with the device tool's `carry`:
 #   run(command="bash xtask/device/gpu-table.sh", carry=[".gl", ".device"], timeout_s=560)
@@ -55,16 +56,19 @@ if [ "${AUTOTUNE:-0}" = 1 ]; then
     git rev-parse HEAD > .device-autotune/commit
 fi
 # With CUDA=1: the benchmarks with the `cuda` feature (their wgpu rows run the same WGSL
-# kernels as the default build's), and CCCL's `cuda/` and `nv/` headers (`cuda/barrier` for
-# the kernels that use barriers) in the version of CUDA 13.0, the lent H100's driver.
+# kernels as the default build's), and the headers NVRTC needs that a CUDA build of PyTorch
+# does not install, in the version of CUDA 13.0 (the lent H100's driver): CCCL's `cuda/` and
+# `nv/` (`cuda/barrier` for the kernels that use barriers) and the C runtime's `crt/`
+# (`mma.h` includes `crt/mma.h`: the tensor-core kernels of `--precision mixed`).
 if [ "${CUDA:-0}" = 1 ]; then
     pack_benches cuda .device-cuda _cuda
     wheel_dir="$(mktemp -d)"
     python3 -m pip download --quiet --no-deps "nvidia-cuda-cccl==${CCCL_VERSION:-13.0.85}" \
-        -d "$wheel_dir"
-    (cd "$wheel_dir" && unzip -q ./*.whl 'nvidia/*/include/cccl/cuda/*' 'nvidia/*/include/cccl/nv/*' \
-        && tar -cJf cccl.tar.xz -C nvidia/*/include cccl)
-    mv "$wheel_dir/cccl.tar.xz" .device-cuda/
+        "nvidia-cuda-crt==${CRT_VERSION:-13.0.88}" -d "$wheel_dir"
+    (cd "$wheel_dir" && for wheel in ./*.whl; do unzip -q "$wheel" 'nvidia/*/include/*'; done \
+        && tar -cJf cuda-headers.tar.xz -C nvidia/*/include cccl/cuda cccl/nv crt)
+    rm -f .device-cuda/cccl.tar.xz
+    mv "$wheel_dir/cuda-headers.tar.xz" .device-cuda/
     rm -rf "$wheel_dir"
     git rev-parse HEAD > .device-cuda/commit
 fi

@@ -18,9 +18,10 @@ export CUBECL_AUTOTUNE_LEVEL="${CUBECL_AUTOTUNE_LEVEL:-minimal}"
 
 # The `cuda` build compiles its kernels with NVRTC at run time: NVRTC and the CUDA headers of
 # the `nvidia-*` wheels that the machine's CUDA build of PyTorch installed (`CUDA_PATH` names
-# the folder holding `include/`; cudarc finds `libnvrtc.so.*` through LD_LIBRARY_PATH), and
-# CCCL's headers (`.device-cuda/cccl.tar.xz`) in `include/cccl`, where cubecl-cuda looks.
-if [ -f .device-cuda/cccl.tar.xz ]; then
+# the folder holding `include/`; cudarc finds `libnvrtc.so.*` through LD_LIBRARY_PATH), with
+# the headers those wheels lack (`.device-cuda/cuda-headers.tar.xz`): CCCL's in `include/cccl`,
+# where cubecl-cuda looks, and the C runtime's `include/crt`, which `mma.h` includes.
+if [ -f .device-cuda/cuda-headers.tar.xz ]; then
     nvrtc="$(python3 -c 'import nvidia, glob; print(*[f for p in nvidia.__path__
         for f in glob.glob(p + "/**/libnvrtc.so.*", recursive=True)][:1])' 2>/dev/null)"
     if [ -n "$nvrtc" ]; then
@@ -31,7 +32,7 @@ if [ -f .device-cuda/cccl.tar.xz ]; then
         export LD_LIBRARY_PATH="$(dirname "$nvrtc")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     fi
     mkdir -p "${CUDA_PATH:-/usr/local/cuda}/include"
-    tar -xJf .device-cuda/cccl.tar.xz -C "${CUDA_PATH:-/usr/local/cuda}/include"
+    tar -xJf .device-cuda/cuda-headers.tar.xz -C "${CUDA_PATH:-/usr/local/cuda}/include"
     echo "cuda: NVRTC ${nvrtc:-from the system}, headers in ${CUDA_PATH:-/usr/local/cuda}/include"
 fi
 

@@ -26,7 +26,9 @@ use burn::tensor::Tensor;
 
 use crate::KernelSettings;
 #[cfg(feature = "cubecl")]
-use crate::cube_tensor::{ElementwiseOutput, kernel_in_place, kernel_input, kernel_input_or};
+use crate::cube_tensor::{
+    ElementwiseOutput, empty_buffer, kernel_in_place, kernel_input, kernel_input_or,
+};
 use crate::split_product::SplitLayout;
 
 /// Why the fused cell functions cannot run in a build without the `cubecl` feature: there
@@ -577,7 +579,7 @@ pub fn cell_backward(
         let out = ElementwiseOutput::new(initial_memory.dims(), &initial_memory.device());
         let [batch, d_cell] = initial_memory.dims();
         let split = layout.shape([batch, 4 * d_cell]);
-        let grad_gates_split = Tensor::<3>::empty(split, &initial_memory.device());
+        let grad_gates_split = empty_buffer(split, &initial_memory.device());
         let (clip, has_clip) = clip_arguments(cell_clip);
         let has_next = grad_memory_next.is_some();
         // Without a next step the kernel reads no `grad_memory_next`.

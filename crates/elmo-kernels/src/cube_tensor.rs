@@ -46,6 +46,15 @@ pub fn contiguous<const D: usize>(tensor: Tensor<D>) -> Tensor<D> {
     }
 }
 
+/// An uninitialised tensor of `shape` laid out without padding, for a kernel to write in place
+/// ([`kernel_in_place`]). `Tensor::empty` is not one on CUDA: CubeCL's CUDA runtime pads each row
+/// of a fresh tensor of rank two or more to a pitch of up to 512 bytes (`PitchedMemoryLayoutPolicy`,
+/// e.g. 1,200 `f32`s to 1,280) where a row's bytes are not a multiple, as `cuMemAllocPitch`
+/// would. A one-dimensional tensor has no rows to pad, and reshaping it only sets strides.
+pub fn empty_buffer<const D: usize>(shape: [usize; D], device: &Device) -> Tensor<D> {
+    Tensor::<1>::empty([shape.iter().product::<usize>()], device).reshape(shape)
+}
+
 /// The input of an optional kernel argument: `tensor`'s, or where there is none (and the kernel,
 /// told so by a comptime flag, reads nothing) `filler`'s, since every argument needs a tensor.
 ///
@@ -62,7 +71,7 @@ pub fn kernel_input_or<const D: usize, const E: usize>(
 }
 
 /// The primitive of a buffer that a kernel writes in place: it must be contiguous (made by
-/// `Tensor::empty`), since a contiguous copy would lose the writes.
+/// [`empty_buffer`]), since a contiguous copy would lose the writes.
 ///
 /// # Panics
 /// If `tensor` is not on a CubeCL device or not contiguous.
@@ -105,7 +114,7 @@ impl<const D: usize> ElementwiseOutput<D> {
     /// # Panics
     /// If `device` is not a CubeCL device.
     pub fn new(shape: [usize; D], device: &Device) -> Self {
-        let tensor = Tensor::<D>::empty(shape, device);
+        let tensor = empty_buffer(shape, device);
         let primitive = kernel_in_place(&tensor);
         let client = primitive.client.clone();
         let (count, dim) = elementwise_grid(&client, primitive.meta.shape().num_elements());

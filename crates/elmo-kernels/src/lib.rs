@@ -36,7 +36,7 @@ pub use cube_matmul::{MatmulKernel, matmul_with};
 pub use cube_norm::fused_squared_norm;
 pub use cube_reduce::{RowReduction, reduce_rows, sum_columns};
 #[cfg(feature = "cubecl")]
-pub use cube_tensor::contiguous;
+pub use cube_tensor::{contiguous, empty_buffer};
 pub use gate_activation::{EXP_LIMIT, GateActivation};
 pub use host_gemm::{PackedMatrix, matmul_packed};
 pub use host_lstm::{HostLstm, HostLstmOutput, HostLstmWeights};
@@ -54,4 +54,13 @@ pub use split_product::{
 #[cfg(not(feature = "cubecl"))]
 pub fn contiguous<const D: usize>(tensor: burn::tensor::Tensor<D>) -> burn::tensor::Tensor<D> {
     tensor
+}
+
+/// `Tensor::empty`: without the `cubecl` feature no kernel writes a buffer in place.
+#[cfg(not(feature = "cubecl"))]
+pub fn empty_buffer<const D: usize>(
+    shape: [usize; D],
+    device: &burn::tensor::Device,
+) -> burn::tensor::Tensor<D> {
+    burn::tensor::Tensor::empty(shape, device)
 }

@@ -132,7 +132,7 @@ pub(crate) fn forward_group(
         initial.into_iter().map(|s| (s.hidden, s.memory)).unzip();
     let memory = owned(Tensor::cat(memory, 0));
     let state = owned(state_product.layout().arrange(Tensor::cat(hidden, 0)));
-    let outputs = Tensor::<3>::empty([rows, n_steps, d_projection], &device);
+    let outputs = elmo_kernels::empty_buffer([rows, n_steps, d_projection], &device);
     let buffers = InferenceBuffers {
         lengths: &lengths_tensor,
         memory: &memory,

@@ -253,10 +253,11 @@ impl<'a> LstmGroup<'a> {
                 .collect(),
             1,
         );
-        let mut gates_all = Tensor::<3>::empty([n_steps, rows, 4 * d_cell], &device);
-        let mut memory_all = Tensor::<3>::empty([n_steps, rows, d_cell], &device);
-        let mut tanh_memory_all = Tensor::<3>::empty([n_steps, rows, d_cell], &device);
-        let mut hidden_all = Tensor::<3>::empty([n_steps, rows, d_projection], &device);
+        // The fused kernels write these records in place.
+        let mut gates_all = elmo_kernels::empty_buffer([n_steps, rows, 4 * d_cell], &device);
+        let mut memory_all = elmo_kernels::empty_buffer([n_steps, rows, d_cell], &device);
+        let mut tanh_memory_all = elmo_kernels::empty_buffer([n_steps, rows, d_cell], &device);
+        let mut hidden_all = elmo_kernels::empty_buffer([n_steps, rows, d_projection], &device);
         let (mut h, mut c) = (initial.hidden.clone(), initial.memory.clone());
         let fused = kernels == CellKernels::Fused;
         // With the fused kernels (a GPU) the step products are split along K (`split_product`),
@@ -572,8 +573,8 @@ impl<'a> LstmGroup<'a> {
             tanh_memory: &tape.tanh_memory,
             hidden: &tape.hidden,
         };
-        let grad_gates = Tensor::<3>::empty([n_steps, rows, 4 * d_cell], &device);
-        let grad_projected = Tensor::<3>::empty([n_steps, rows, d_projection], &device);
+        let grad_gates = elmo_kernels::empty_buffer([n_steps, rows, 4 * d_cell], &device);
+        let grad_projected = elmo_kernels::empty_buffer([n_steps, rows, d_projection], &device);
         // Every step's kernel reads it: one copy here when it is strided, not one a step.
         let grad_outputs = &elmo_kernels::contiguous(grad_outputs.clone());
         let (state_product, projection_product) = (&transposed.state, &transposed.projection);
