@@ -24,17 +24,20 @@
 #      steps or QUALITY_STEPS), `--precision f32` then `mixed`, the same seed: their
 #      validation perplexities side by side
 #      (needs `.device/elmo_spirv.xz` and `.device/ptb/`, which `prepare.sh` packs);
-#   cuda, cudatrain, cudaprobe (run where `.device-cuda/` was carried instead of `.device/`,
-#      `CUDA=1 prepare.sh`): the `cuda` build's inference rows (`wgpu` of that build, WGSL as
-#      in the default build; `cuda` with every kernel, `cuda-burnmm` with burn's matmul
-#      choice for the large products, `cuda-mixed` with f16 operands), its training rows
-#      (`original` 128 × 20 and `ptb-large` 256 × 35) against the peer in f32 and with bf16
-#      autocast, and `--matmul-probe cuda` in f32 and f16 (each cubek kernel per shape);
+#   cuda, cudatrain, cudaextra, cudaprobe (run where `.device-cuda/` was carried instead of
+#      `.device/`, `CUDA=1 prepare.sh`, checked here first by `cuda-check.sh`): the `cuda`
+#      build's inference rows (`cuda` with every kernel, `cuda-mixed` with f16 operands), its
+#      training rows (`original` 128 × 20 and `ptb-large` 256 × 35) against the peer in f32
+#      and with bf16 autocast, then that build's `wgpu` (WGSL, as the default build) and
+#      `cuda-burnmm` (burn's matmul choice for the large products) inference rows, and
+#      `--matmul-probe cuda` in f32 and f16 (each cubek kernel per shape; NVRTC compiles each,
+#      so it goes last). An inference child compiles its kernels with NVRTC (up to a second
+#      each) in its untimed first pass;
 #   where: `original` with `elmo embed`'s GPU defaults (1,024 sentences, the token cache), a
 #      batch of 256 split into token encoder and LSTM time, an embedder
 #      call's phases and a second pass (WGSL f32 and SPIR-V mixed), and its kernels' GPU time
 #      ($OUT/kernels-*.txt).
-# With `.device-cuda/` only: run(command="SECTIONS='cuda cudatrain cudaprobe' bash
+# With `.device-cuda/` only: run(command="SECTIONS='cuda cudatrain cudaextra cudaprobe' bash
 # xtask/device/gpu-table.sh", carry=[".gl", ".device-cuda"], timeout_s=560).
 # Every section checks the time left, so that the call ends within its limit with what it has.
 # Output: $OUT/gpu-table.log (also printed), $OUT/gpu-memory.csv (nvidia-smi every 200 ms).
@@ -94,7 +97,7 @@ train_spirv() { train_with /tmp/bench_train_spirv --backends wgpu-mixed --peer-a
 # autocast.
 cuda() { embed_with /tmp/bench_embed_cuda "$@"; }
 train_cuda() {
-    train_with /tmp/bench_train_cuda --backends cuda-burnmm,cuda,cuda-mixed --peer-amp bf16 "$@"
+    train_with /tmp/bench_train_cuda --backends cuda,cuda-mixed --peer-amp bf16 "$@"
 }
 
 # A process's first minutes on the GPU are slow (docs/benchmarks.md): one untimed run first.
@@ -148,7 +151,11 @@ section_cuda() {
     # One child first with its whole stderr in the log: where NVRTC or the driver refuses,
     # the table would keep only the first line of the panic.
     within 60 /tmp/bench_embed_cuda --child small cuda-mixed --batches 1 --batch-size 8
-    embed_sizes cuda --shapes original,small --backends wgpu,cuda-burnmm,cuda,cuda-mixed
+    embed_sizes cuda --shapes original,small --backends cuda,cuda-mixed
+}
+# The same build's other rows, for comparison: its WGSL path and burn's matmul choice.
+section_cudaextra() {
+    embed_sizes cuda --shapes original,small --backends wgpu,cuda-burnmm
 }
 section_cudatrain() {
     train_cuda --preset original --batch-size 128 --unroll-steps 20 --vocab-size 50000 --negatives 8192

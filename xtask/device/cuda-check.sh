@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Runs the `cuda` build's part of the lent-GPU call on this machine, without a GPU: the benchmark
+# binaries carried in `.device-cuda/` (`CUDA=1 prepare.sh`) against a stand-in driver
+# (`fake-cuda/libcuda.c`, built here with cc) and NVIDIA's real NVRTC and headers (the wheels of
+# the GPU machine's PyTorch, from PyPI, plus `.device-cuda/cuda-headers.tar.xz` as `setup.sh`
+# unpacks it), then checks every PTX module NVRTC produced with `ptxas -arch=sm_90a`. What it
+# catches before device time is spent: a kernel NVRTC or ptxas refuses, a header the carry lacks,
+# a driver call or a host-side path that fails on CUDA (its layouts, its feature set). What it
+# cannot: numbers (no kernel runs; speeds printed here are host-side only) or the driver's JIT.
+#
+#   CUDA=1 SPIRV=0 bash xtask/device/prepare.sh && bash xtask/device/cuda-check.sh
+#
+# Exit status 0 when every row ran and every module assembles. Needs python3 with pip, cc, xz.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+work="${CUDA_CHECK_DIR:-/tmp/elmo-cuda-check}"
+mkdir -p "$work/wheels" "$work/bin"
+[ -f .device-cuda/bench_embed_cuda.xz ] || { echo "no .device-cuda: run CUDA=1 prepare.sh" >&2; exit 2; }
+
+# NVRTC 13.0 and the runtime's headers as the GPU machine's torch 2.11.0+cu130 installs them;
+# ptxas of the same release from the nvcc wheel.
+for wheel in nvidia-cuda-nvrtc==13.0.88 nvidia-cuda-runtime==13.0.96 nvidia-cuda-nvcc==13.0.88; do
+    name="${wheel%%==*}"
+    if [ ! -d "$work/wheels/$name" ]; then
+        python3 -m pip download --quiet --no-deps "$wheel" -d "$work/wheels/dl"
+        mkdir -p "$work/wheels/$name"
+        unzip -qo "$work/wheels/dl/${name//-/_}-"*.whl -d "$work/wheels/$name"
+    fi
+done
+lib="$(dirname "$(ls "$work"/wheels/nvidia-cuda-nvrtc/nvidia/*/lib/libnvrtc.so.* | head -n 1)")"
+ptxas="$(ls "$work"/wheels/nvidia-cuda-nvcc/nvidia/*/bin/ptxas | head -n 1)"
+rm -rf "$work/cuda" && mkdir -p "$work/cuda/include"
+for name in nvidia-cuda-runtime nvidia-cuda-nvrtc; do
+    cp -rs "$(ls -d "$work"/wheels/$name/nvidia/*/include)/." "$work/cuda/include/"
+done
+tar -xJf .device-cuda/cuda-headers.tar.xz -C "$work/cuda/include"
+cc -O1 -shared -fPIC -Wall -o "$work/libcuda.so.1" xtask/device/fake-cuda/libcuda.c
+for bench in bench_embed_cuda bench_train_cuda; do
+    xz -dc ".device-cuda/$bench.xz" > "$work/bin/$bench" && chmod +x "$work/bin/$bench"
+done
+
+export LD_LIBRARY_PATH="$work:$lib" CUDA_PATH="$work/cuda" CUBECL_AUTOTUNE_LEVEL=minimal
+export FAKECUDA_PTX_DIR="$work/ptx" FAKECUDA_REPORT="$work/launches/report"
+rm -rf "$work/ptx" "$work/launches" && mkdir -p "$work/ptx" "$work/launches"
+log="$work/log.md"
+echo "cuda-check of $(cat .device-cuda/commit), $(date -u)" | tee "$log"
+SECONDS=0
+{
+    # gpu-table.sh's `cuda`, `cudatrain` and `cudaprobe` sections, with fewer batches and steps.
+    "$work/bin/bench_embed_cuda" --shapes original,small --backends cuda-burnmm,cuda,cuda-mixed \
+        --batch-size 64,256,1024 --batches 2
+    for preset in "original --batch-size 128 --unroll-steps 20 --vocab-size 50000 --negatives 8192" \
+        "examples/configs/ptb-large.json --batch-size 256 --unroll-steps 35 --vocab-size 10002"; do
+        # shellcheck disable=SC2086
+        "$work/bin/bench_train_cuda" --backends cuda-burnmm,cuda,cuda-mixed --steps 2 --preset $preset
+    done
+    # The f32 probe only: the f16 one compiles every cubek kernel per shape, some to 3 MB of PTX
+    # that NVRTC takes minutes over here.
+    "$work/bin/bench_train_cuda" --matmul-probe cuda | grep -c "kernel=" \
+        | sed 's/^/matmul probe f32 rows: /'
+} 2>&1 | tee -a "$log"
+echo "ran in ${SECONDS}s" | tee -a "$log"
+
+failed_rows="$(grep -c "failed" "$log" || true)"
+# Each distinct module once (the children compile many of the same kernels).
+modules=0
+bad_modules=0
+while read -r _ ptx; do
+    modules=$((modules + 1))
+    if ! "$ptxas" -arch=sm_90a -o /dev/null "$ptx" 2> "$ptx.err"; then
+        bad_modules=$((bad_modules + 1))
+        echo "ptxas refuses $ptx: $(head -n 3 "$ptx.err")" | tee -a "$log"
+    fi
+done < <(md5sum "$work"/ptx/*.ptx | sort -u -k1,1)
+launches="$(cat "$work"/launches/report.* | awk '/^launches/ {n += $2} END {print n}')"
+echo "rows failed: $failed_rows; distinct PTX modules: $modules, refused by ptxas: $bad_modules;" \
+    "kernel launches: $launches (log: $log)" | tee -a "$log"
+[ "$failed_rows" = 0 ] && [ "$bad_modules" = 0 ] && [ "$modules" -gt 0 ]

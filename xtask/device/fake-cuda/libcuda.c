@@ -1,0 +1,265 @@
+// A stand-in for NVIDIA's driver library (libcuda.so.1) on a machine without a GPU, for
+// `xtask/device/cuda-check.sh`: it answers as an H100 SXM would (compute capability 9.0, 132
+// SMs, 227 KiB of shared memory per block), keeps "device" memory in host memory (zeroed), writes
+// every module the runtime loads (PTX from NVRTC) to $FAKECUDA_PTX_DIR/<pid>-module-<n>.ptx, and counts kernel launches
+// per kernel into $FAKECUDA_REPORT.<pid> without running them: the `cuda` build's host code, its
+// kernel generation and NVRTC run for real, the kernels' arithmetic does not (every result is 0).
+// The subset of the driver API that cubecl-cuda 0.11 (through cudarc 0.19) and NVRTC 13 call.
+#define _GNU_SOURCE
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef int CUresult;
+typedef unsigned long long CUdeviceptr;
+typedef int CUdevice;
+typedef void *CUcontext, *CUstream, *CUevent;
+
+enum { OK = 0, ERR_NOT_SUPPORTED = 801, ERR_NOT_FOUND = 500, ERR_OOM = 2 };
+
+static void trace(const char *fn) {
+    static int on = -1;
+    if (on < 0) on = getenv("FAKECUDA_TRACE") != NULL;
+    if (on) fprintf(stderr, "fakecuda: %s\n", fn);
+}
+#define T() trace(__func__)
+
+// ---- modules and launches ----------------------------------------------------------------
+typedef struct {
+    char *name;
+    unsigned long long launches;
+    unsigned long long threads;
+} Func;
+static Func funcs[4096];
+static int n_funcs;
+static int n_modules;
+static unsigned long long n_launches;
+
+static void report(void) {
+    const char *path = getenv("FAKECUDA_REPORT");
+    if (!path) return;
+    char file[4096];
+    snprintf(file, sizeof file, "%s.%d", path, (int)getpid());
+    FILE *f = fopen(file, "w");
+    if (!f) return;
+    fprintf(f, "modules %d\nlaunches %llu\n", n_modules, n_launches);
+    for (int i = 0; i < n_funcs; i++)
+        fprintf(f, "%llu\t%llu\t%s\n", funcs[i].launches, funcs[i].threads, funcs[i].name);
+    fclose(f);
+}
+
+CUresult cuInit(unsigned flags) {
+    T();
+    static int once;
+    if (!once++) atexit(report);
+    return OK;
+}
+CUresult cuDriverGetVersion(int *v) { T(); *v = 13000; return OK; }
+CUresult cuDeviceGetCount(int *n) { T(); *n = 1; return OK; }
+CUresult cuDeviceGet(CUdevice *d, int ordinal) { T(); if (ordinal != 0) return 101; *d = 0; return OK; }
+CUresult cuDeviceGetName(char *name, int len, CUdevice d) {
+    T();
+    snprintf(name, len, "NVIDIA H100 80GB HBM3");
+    return OK;
+}
+CUresult cuDeviceGetPCIBusId(char *id, int len, CUdevice d) { T(); snprintf(id, len, "0000:01:00.0"); return OK; }
+CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice d) {
+    T();
+    const char *gb = getenv("FAKECUDA_MEM_GB");
+    *bytes = (size_t)(gb ? atol(gb) : 80) << 30;
+    return OK;
+}
+CUresult cuMemGetInfo_v2(size_t *free_b, size_t *total) {
+    T();
+    cuDeviceTotalMem_v2(total, 0);
+    *free_b = *total;
+    return OK;
+}
+CUresult cuDeviceGetAttribute(int *v, int attr, CUdevice d) {
+    T();
+    switch (attr) {
+    case 1: *v = 1024; break;                     // max threads per block
+    case 2: case 3: *v = 1024; break;             // max block dim x, y
+    case 4: *v = 64; break;                       // max block dim z
+    case 5: *v = 2147483647; break;               // max grid dim x
+    case 6: case 7: *v = 65535; break;            // max grid dim y, z
+    case 8: *v = 49152; break;                    // shared memory per block
+    case 10: *v = 32; break;                      // warp size
+    case 16: *v = 132; break;                     // multiprocessors
+    case 41: *v = 1; break;                       // unified addressing
+    case 75: *v = 9; break;                       // compute capability major
+    case 76: *v = 0; break;                       // minor
+    case 81: *v = 233472; break;                  // shared memory per multiprocessor
+    case 97: *v = 232448; break;                  // shared memory per block, opt-in
+    case 115: *v = 1; break;                      // memory pools
+    default:
+        if (getenv("FAKECUDA_TRACE")) fprintf(stderr, "fakecuda: attribute %d -> 0\n", attr);
+        *v = 0;
+    }
+    return OK;
+}
+CUresult cuDeviceGetLuid(char *luid, unsigned *mask, CUdevice d) { T(); return ERR_NOT_SUPPORTED; }
+
+// ---- contexts and streams ----------------------------------------------------------------
+static int the_context;
+CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d) { T(); *c = &the_context; return OK; }
+CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d) { T(); return OK; }
+CUresult cuCtxSetCurrent(CUcontext c) { T(); return OK; }
+CUresult cuCtxGetCurrent(CUcontext *c) { T(); *c = &the_context; return OK; }
+CUresult cuCtxSynchronize(void) { T(); return OK; }
+CUresult cuCtxGetStreamPriorityRange(int *least, int *greatest) { T(); *least = 0; *greatest = -5; return OK; }
+CUresult cuCtxGetDevice(CUdevice *d) { T(); *d = 0; return OK; }
+
+static CUstream new_handle(void) { return malloc(16); }
+CUresult cuStreamCreate(CUstream *s, unsigned flags) { T(); *s = new_handle(); return OK; }
+CUresult cuStreamCreateWithPriority(CUstream *s, unsigned flags, int prio) { T(); *s = new_handle(); return OK; }
+CUresult cuStreamDestroy_v2(CUstream s) { T(); return OK; }
+CUresult cuStreamSynchronize(CUstream s) { T(); return OK; }
+CUresult cuStreamQuery(CUstream s) { T(); return OK; }
+CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned flags) { T(); return OK; }
+
+CUresult cuEventCreate(CUevent *e, unsigned flags) { T(); *e = new_handle(); return OK; }
+CUresult cuEventRecord(CUevent e, CUstream s) { T(); return OK; }
+CUresult cuEventRecordWithFlags(CUevent e, CUstream s, unsigned flags) { T(); return OK; }
+CUresult cuEventSynchronize(CUevent e) { T(); return OK; }
+CUresult cuEventQuery(CUevent e) { T(); return OK; }
+CUresult cuEventDestroy_v2(CUevent e) { T(); return OK; }
+CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b) { T(); *ms = 0.001f; return OK; }
+CUresult cuEventElapsedTime_v2(float *ms, CUevent a, CUevent b) { T(); *ms = 0.001f; return OK; }
+
+// ---- memory: "device" addresses are host addresses ---------------------------------------
+static CUresult alloc(CUdeviceptr *p, size_t n) {
+    void *m = calloc(1, n ? n : 1);
+    if (!m) return ERR_OOM;
+    *p = (CUdeviceptr)(uintptr_t)m;
+    return OK;
+}
+CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) { T(); return alloc(p, n); }
+CUresult cuMemAllocAsync(CUdeviceptr *p, size_t n, CUstream s) { T(); return alloc(p, n); }
+CUresult cuMemAllocPitch_v2(CUdeviceptr *p, size_t *pitch, size_t w, size_t h, unsigned esz) {
+    T();
+    *pitch = (w + 511) / 512 * 512;
+    return alloc(p, *pitch * h);
+}
+CUresult cuMemFree_v2(CUdeviceptr p) { T(); free((void *)(uintptr_t)p); return OK; }
+CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) { T(); free((void *)(uintptr_t)p); return OK; }
+CUresult cuMemAllocHost_v2(void **p, size_t n) { T(); *p = calloc(1, n ? n : 1); return *p ? OK : ERR_OOM; }
+CUresult cuMemHostAlloc(void **p, size_t n, unsigned flags) { T(); return cuMemAllocHost_v2(p, n); }
+CUresult cuMemFreeHost(void *p) { T(); free(p); return OK; }
+CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned flags) { T(); return OK; }
+CUresult cuMemHostUnregister(void *p) { T(); return OK; }
+
+#define PTR(x) ((void *)(uintptr_t)(x))
+CUresult cuMemcpyHtoD_v2(CUdeviceptr d, const void *s, size_t n) { T(); memcpy(PTR(d), s, n); return OK; }
+CUresult cuMemcpyDtoH_v2(void *d, CUdeviceptr s, size_t n) { T(); memcpy(d, PTR(s), n); return OK; }
+CUresult cuMemcpyDtoD_v2(CUdeviceptr d, CUdeviceptr s, size_t n) { T(); memmove(PTR(d), PTR(s), n); return OK; }
+CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void *s, size_t n, CUstream st) { T(); memcpy(PTR(d), s, n); return OK; }
+CUresult cuMemcpyDtoHAsync_v2(void *d, CUdeviceptr s, size_t n, CUstream st) { T(); memcpy(d, PTR(s), n); return OK; }
+CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) { T(); memmove(PTR(d), PTR(s), n); return OK; }
+CUresult cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, CUstream s) { T(); memset(PTR(d), v, n); return OK; }
+CUresult cuMemsetD8_v2(CUdeviceptr d, unsigned char v, size_t n) { T(); memset(PTR(d), v, n); return OK; }
+CUresult cuMemsetD32Async(CUdeviceptr d, unsigned v, size_t n, CUstream s) {
+    T();
+    for (size_t i = 0; i < n; i++) ((unsigned *)PTR(d))[i] = v;
+    return OK;
+}
+
+typedef struct {
+    size_t srcXInBytes, srcY;
+    int srcMemoryType;
+    const void *srcHost;
+    CUdeviceptr srcDevice;
+    void *srcArray;
+    size_t srcPitch;
+    size_t dstXInBytes, dstY;
+    int dstMemoryType;
+    void *dstHost;
+    CUdeviceptr dstDevice;
+    void *dstArray;
+    size_t dstPitch;
+    size_t WidthInBytes, Height;
+} Memcpy2D;
+enum { MEM_HOST = 1, MEM_DEVICE = 2, MEM_ARRAY = 3, MEM_UNIFIED = 4 };
+CUresult cuMemcpy2DAsync_v2(const Memcpy2D *c, CUstream s) {
+    T();
+    if (c->srcMemoryType == MEM_ARRAY || c->dstMemoryType == MEM_ARRAY) return ERR_NOT_SUPPORTED;
+    const char *src = c->srcMemoryType == MEM_HOST ? c->srcHost : PTR(c->srcDevice);
+    char *dst = c->dstMemoryType == MEM_HOST ? c->dstHost : PTR(c->dstDevice);
+    for (size_t row = 0; row < c->Height; row++)
+        memmove(dst + (c->dstY + row) * c->dstPitch + c->dstXInBytes,
+                src + (c->srcY + row) * c->srcPitch + c->srcXInBytes, c->WidthInBytes);
+    return OK;
+}
+CUresult cuMemcpy2D_v2(const Memcpy2D *c) { T(); return cuMemcpy2DAsync_v2(c, NULL); }
+
+// ---- modules -----------------------------------------------------------------------------
+typedef struct {
+    int index;
+    char *ptx;
+} Module;
+
+CUresult cuModuleLoadData(void **module, const void *image) {
+    T();
+    Module *m = malloc(sizeof *m);
+    m->index = n_modules++;
+    m->ptx = strdup((const char *)image);
+    const char *dir = getenv("FAKECUDA_PTX_DIR");
+    if (dir) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%d-module-%05d.ptx", dir, (int)getpid(), m->index);
+        FILE *f = fopen(path, "w");
+        if (f) {
+            fputs(m->ptx, f);
+            fclose(f);
+        }
+    }
+    *module = m;
+    return OK;
+}
+CUresult cuModuleLoadDataEx(void **module, const void *image, unsigned n, void *o, void **v) {
+    return cuModuleLoadData(module, image);
+}
+CUresult cuModuleUnload(void *module) { T(); return OK; }
+CUresult cuModuleGetFunction(void **func, void *module, const char *name) {
+    T();
+    Module *m = module;
+    // The entry point must be in the module's PTX.
+    char needle[1024];
+    snprintf(needle, sizeof needle, ".entry %s(", name);
+    if (!strstr(m->ptx, needle)) {
+        snprintf(needle, sizeof needle, ".entry %s\n", name);
+        if (!strstr(m->ptx, needle)) return ERR_NOT_FOUND;
+    }
+    if (n_funcs == (int)(sizeof funcs / sizeof *funcs)) return ERR_OOM;
+    Func *f = &funcs[n_funcs++];
+    char full[1200];
+    snprintf(full, sizeof full, "module-%05d:%s", m->index, name);
+    f->name = strdup(full);
+    *func = f;
+    return OK;
+}
+CUresult cuFuncSetAttribute(void *f, int attr, int value) { T(); return OK; }
+CUresult cuFuncGetAttribute(int *v, int attr, void *f) { T(); *v = 0; return OK; }
+CUresult cuFuncSetCacheConfig(void *f, int c) { T(); return OK; }
+
+CUresult cuLaunchKernel(void *func, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                        unsigned by, unsigned bz, unsigned shared, CUstream s, void **params,
+                        void **extra) {
+    T();
+    Func *f = func;
+    f->launches++;
+    f->threads += (unsigned long long)gx * gy * gz * bx * by * bz;
+    n_launches++;
+    if ((unsigned long long)bx * by * bz > 1024 || shared > 232448) return 1; // invalid value
+    return OK;
+}
+
+// ---- errors ------------------------------------------------------------------------------
+CUresult cuGetErrorString(CUresult e, const char **s) { *s = "fakecuda error"; return OK; }
+CUresult cuGetErrorName(CUresult e, const char **s) { *s = "CUDA_ERROR_FAKE"; return OK; }
+
+// NVRTC asks the driver for its private export tables (the machine's GPU, for `-arch=native`);
+// there is none here.
+CUresult cuGetExportTable(const void **table, const void *id) { T(); *table = NULL; return ERR_NOT_SUPPORTED; }
