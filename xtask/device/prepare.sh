@@ -62,6 +62,8 @@ fi
 # (`mma.h` includes `crt/mma.h`: the tensor-core kernels of `--precision mixed`).
 if [ "${CUDA:-0}" = 1 ]; then
     pack_benches cuda .device-cuda _cuda
+    # The kernel cache belongs to the binaries that filled it (`cuda-check.sh` packs a new one).
+    rm -f .device-cuda/kernel-cache.tar.xz
     wheel_dir="$(mktemp -d)"
     python3 -m pip download --quiet --no-deps "nvidia-cuda-cccl==${CCCL_VERSION:-13.0.85}" \
         "nvidia-cuda-crt==${CRT_VERSION:-13.0.88}" -d "$wheel_dir"

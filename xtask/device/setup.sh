@@ -35,6 +35,14 @@ if [ -f .device-cuda/cuda-headers.tar.xz ]; then
     tar -xJf .device-cuda/cuda-headers.tar.xz -C "${CUDA_PATH:-/usr/local/cuda}/include"
     echo "cuda: NVRTC ${nvrtc:-from the system}, headers in ${CUDA_PATH:-/usr/local/cuda}/include"
 fi
+# The kernels `cuda-check.sh` compiled here with the same NVRTC for sm_90 (CubeCL's compilation
+# cache, keyed by the binaries' build id): the `cuda` rows load them instead of compiling.
+if [ -f .device-cuda/kernel-cache.tar.xz ]; then
+    mkdir -p target/environment
+    tar -xJf .device-cuda/kernel-cache.tar.xz -C target/environment
+    export CUBECL_ENVIRONMENT=elmo-device
+    echo "cuda: kernel cache of $(ls target/environment/elmo-device.db*) unpacked"
+fi
 
 # Writes the header of a device log ($1): the commit, the GPU and driver, torch; then samples the
 # GPU's memory and use every 200 ms into $OUT/gpu-memory.csv (stopped by `stop_sampler`).

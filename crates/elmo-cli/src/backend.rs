@@ -65,7 +65,10 @@ impl Backend {
             #[cfg(feature = "vulkan")]
             Backend::Vulkan => Ok(Device::vulkan(DeviceKind::DefaultDevice)),
             #[cfg(feature = "cuda")]
-            Backend::Cuda => Ok(Device::cuda(0)),
+            Backend::Cuda => {
+                crate::kernel_cache::cache_compiled_kernels();
+                Ok(Device::cuda(0))
+            }
             #[allow(unreachable_patterns)]
             other => anyhow::bail!(
                 "this build of elmo has no {} backend (build it with `--features {}`)",

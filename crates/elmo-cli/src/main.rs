@@ -7,6 +7,7 @@ mod eval_cmd;
 mod export_cmd;
 mod hdf5_output;
 mod input;
+mod kernel_cache;
 mod merge_cmd;
 mod model_source;
 mod plot_cmd;

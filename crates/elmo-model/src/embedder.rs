@@ -258,7 +258,7 @@ impl Embedder {
             .try_into_data()
             .map_err(|e| ElmoError::TensorData(format!("{e:?}")))?;
         Ok(LaunchedBatch {
-            lengths: rows.iter().map(|row| row.as_ref().len()).collect(),
+            lengths: rows.iter().map(|row| row.len()).collect(),
             n_positions: ids.n_tokens + 2,
             layers,
         })

@@ -5,6 +5,10 @@
 use burn::tensor::Device;
 use elmo_model::{KernelSettings, Precision};
 
+#[cfg(feature = "cuda")]
+#[path = "../../src/kernel_cache.rs"]
+mod kernel_cache;
+
 /// A child's backend and kernels from its name, `BACKEND[-VARIANT]`: `flex-composed` and
 /// `wgpu-composed` (also `-unfused`) run burn's operations only; `-apart` (directions not
 /// paired), `-whole` (step products not split), `-burnmm` (burn's matmul choice for the large
@@ -56,6 +60,7 @@ pub fn bench_device(backend: &str) -> Device {
     }
     #[cfg(feature = "cuda")]
     if backend == "cuda" {
+        kernel_cache::cache_compiled_kernels();
         return Device::cuda(0);
     }
     elmo_test_support::bench::device(backend)
