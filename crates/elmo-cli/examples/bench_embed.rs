@@ -21,8 +21,8 @@
 //! one untimed pass over them first compiles every kernel their shapes need; its seconds are the
 //! table's `first pass` (`0` on the CPU, which compiles nothing).
 //! `ELMO_BENCH_BREAKDOWN=1` also prints the time of the same batches embedded again (their
-//! kernels compiled), of the token encoder and of the LSTM stacks, and of an embedder call's
-//! phases (layers computed, read back, made a `Vec`).
+//! kernels compiled), of the token encoder and of the LSTM stacks, and of the biLM's layers
+//! computed, read back as one stacked tensor and made a `Vec`.
 
 use std::process::Command;
 use std::time::Instant;
@@ -138,7 +138,8 @@ fn child(shape: &str, backend: &str, s: &ChildSettings) {
     device.seed(0);
     let options = options(shape);
     let bilm = BiLmConfig { options }.init(&device).with_kernels(kernels);
-    // `elmo embed`'s path: length batches, one read-back of all layers, cut per sentence.
+    // `elmo embed`'s path: length batches, one read-back of the sentences' layers, handed out
+    // per sentence (`embed_each_view`, what its HDF5 writer gets).
     // A batch is one call of the LSTM (sentences have at most 25 tokens and 2 boundaries).
     let config = EmbedderConfig {
         batch_size: s.batch_size,
@@ -160,27 +161,25 @@ fn child(shape: &str, backend: &str, s: &ChildSettings) {
             .expect("embedder");
         let start = Instant::now();
         for batch in &data {
-            warm.embed(batch).expect("first pass");
+            embed_batch(&mut warm, batch);
         }
         start.elapsed().as_secs_f64()
     } else {
         0.0
     };
     let mut embedder = config.init(bilm.clone(), &device).expect("embedder");
-    embedder
-        .embed(&sentences(s.batch_size, 999, s.text))
-        .expect("warm-up batch");
+    embed_batch(&mut embedder, &sentences(s.batch_size, 999, s.text));
     let tokens: usize = data.iter().flatten().map(Vec::len).sum();
     let start = Instant::now();
     for batch in &data {
-        embedder.embed(batch).expect("embed");
+        embed_batch(&mut embedder, batch);
     }
     let seconds = start.elapsed().as_secs_f64();
     if std::env::var("ELMO_BENCH_BREAKDOWN").is_ok() {
         // The same batches again: every kernel of their shapes compiled by now.
         let start = Instant::now();
         for batch in &data {
-            embedder.embed(batch).expect("embed");
+            embed_batch(&mut embedder, batch);
         }
         eprintln!(
             "breakdown: embed {seconds:.3} s, the same batches again {:.3} s",
@@ -202,6 +201,19 @@ fn child(shape: &str, backend: &str, s: &ChildSettings) {
         tokens as f64 / seconds,
         peak_rss_mib()
     );
+}
+
+/// Embeds `batch` as `elmo embed` does, each sentence's vectors borrowed from the batch's
+/// read-back (its writer copies them into the HDF5 file); returns the values handed out.
+fn embed_batch(embedder: &mut elmo_model::Embedder, batch: &[Vec<String>]) -> usize {
+    let mut n_values = 0;
+    embedder
+        .embed_each_view(batch, |_, vectors| {
+            n_values += vectors.values().len();
+            Ok::<_, elmo_model::ElmoError>(())
+        })
+        .expect("embed");
+    n_values
 }
 
 /// Whether `backend` (a name without its variant) compiles kernels at run time, shape by shape:

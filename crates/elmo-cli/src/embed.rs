@@ -379,8 +379,8 @@ pub fn run(args: &EmbedArgs) -> Result<()> {
             continue;
         }
         let tokens: Vec<&[String]> = chunk.iter().map(|s| s.tokens.as_slice()).collect();
-        embedder.embed_each(&tokens, |i, vectors| -> Result<()> {
-            writer.add(chunk[i].index, &vectors.values, &vectors.shape)?;
+        embedder.embed_each_view(&tokens, |i, vectors| -> Result<()> {
+            writer.add(chunk[i].index, vectors.values(), vectors.shape())?;
             n_tokens += tokens[i].len();
             Ok(())
         })?;

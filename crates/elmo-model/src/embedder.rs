@@ -3,7 +3,7 @@
 //! cache, and all / top / average layers per sentence. The one embedder of `elmo embed`, the
 //! task feature pass (elmo-tasks) and library callers.
 
-use burn::tensor::{Device, Tensor, TensorData};
+use burn::tensor::{Device, Int, Tensor, TensorData};
 
 use crate::bilm::BiLm;
 use crate::bilm_state::BiLmState;
@@ -54,14 +54,16 @@ impl Default for EmbedderConfig {
     }
 }
 
+/// What a biLM's output always holds (its layers start with the token layer).
+const TOKEN_LAYER: &str = "a biLM's output holds its token layer";
+
 /// A batch launched on the device ([`Embedder::launch_batch`]).
 struct LaunchedBatch {
     /// Each sentence's tokens.
     lengths: Vec<usize>,
-    /// Positions per row (the longest sentence and its two boundaries).
-    n_positions: usize,
-    /// Its layers `[L + 1, B, T + 2, 2P]`, on their way to the host on a GPU.
-    layers: TensorData,
+    /// The sentences' vectors one after another, each in its [`SentenceVectors`] shape (no
+    /// padding, no boundary positions), on their way to the host on a GPU.
+    packed: TensorData,
 }
 
 /// The vectors of one sentence.
@@ -75,6 +77,38 @@ pub struct SentenceVectors {
     pub values: Vec<f32>,
     /// Their shape.
     pub shape: Vec<usize>,
+}
+
+/// The vectors of one sentence, borrowed from its batch's host buffer
+/// ([`Embedder::embed_each_view`]): a sink that writes them out needs no copy of its own.
+///
+/// # Shapes
+/// As [`SentenceVectors`]: `[L + 1, n, 2P]` for [`LayerSelection::All`], else `[n, 2P]`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SentenceView<'a> {
+    values: &'a [f32],
+    dims: [usize; 3],
+    rank: usize,
+}
+
+impl<'a> SentenceView<'a> {
+    /// The values, row-major.
+    pub fn values(&self) -> &'a [f32] {
+        self.values
+    }
+
+    /// Their shape.
+    pub fn shape(&self) -> &[usize] {
+        &self.dims[..self.rank]
+    }
+
+    /// An owned copy.
+    pub fn to_vectors(&self) -> SentenceVectors {
+        SentenceVectors {
+            values: self.values.to_vec(),
+            shape: self.shape().to_vec(),
+        }
+    }
 }
 
 /// A biLM that embeds sentences (inference only: its vectors carry no gradient).
@@ -164,6 +198,16 @@ impl Embedder {
         sentences: &[T],
         mut sink: impl FnMut(usize, SentenceVectors) -> std::result::Result<(), E>,
     ) -> std::result::Result<(), E> {
+        self.embed_each_view(sentences, |index, view| sink(index, view.to_vectors()))
+    }
+
+    /// As [`Self::embed_each`], handing `sink` each sentence's vectors borrowed from its
+    /// batch's host buffer (one read-back per batch, no copy per sentence).
+    pub fn embed_each_view<T: AsRef<[S]>, S: AsRef<str>, E: From<ElmoError>>(
+        &mut self,
+        sentences: &[T],
+        mut sink: impl FnMut(usize, SentenceView<'_>) -> std::result::Result<(), E>,
+    ) -> std::result::Result<(), E> {
         let len = |i: usize| sentences[i].as_ref().len();
         let mut order: Vec<usize> = (0..sentences.len()).collect();
         let batches = if self.config.stateful {
@@ -175,15 +219,15 @@ impl Embedder {
             // Empty sentences need no model run; the rest is sorted by length to cut padding,
             // longest first: the order the LSTM computes in, so it need not reorder each batch.
             for &i in order.iter().filter(|&&i| len(i) == 0) {
-                sink(i, self.empty())?;
+                sink(i, self.view(&[], 0))?;
             }
             order.retain(|&i| len(i) > 0);
             order.sort_by_key(|&i| std::cmp::Reverse(len(i)));
             self.length_batches(&order, len)
         };
-        // One batch in flight: batch k+1 is launched on the device before batch k's layers are
-        // copied to the host and cut, so that on a GPU the host's copying overlaps the next
-        // batch's computation (on a CPU the layers are on the host when launched).
+        // One batch in flight: batch k+1 is launched on the device before batch k's vectors are
+        // copied to the host, so that on a GPU the copy overlaps the next batch's computation
+        // (on a CPU the vectors are on the host when launched).
         // After the last batch, `None` launches nothing and finishes the one in flight.
         let mut in_flight: Option<(Vec<usize>, LaunchedBatch)> = None;
         for batch in batches.into_iter().map(Some).chain([None]) {
@@ -195,9 +239,7 @@ impl Embedder {
                 None => None,
             };
             if let Some((indices, previous)) = std::mem::replace(&mut in_flight, launched) {
-                for (&i, vectors) in indices.iter().zip(self.finish_batch(previous)?) {
-                    sink(i, vectors)?;
-                }
+                self.finish_batch(previous, &indices, &mut sink)?;
             }
         }
         Ok(())
@@ -232,90 +274,88 @@ impl Embedder {
         out
     }
 
-    /// The vectors of a sentence without tokens.
-    fn empty(&self) -> SentenceVectors {
-        let shape = match self.config.layers {
-            LayerSelection::All => vec![self.n_layers(), 0, self.d_output()],
-            _ => vec![0, self.d_output()],
+    /// A view of `n` tokens' `values`, in the shape of the layer selection.
+    fn view<'a>(&self, values: &'a [f32], n: usize) -> SentenceView<'a> {
+        let d = self.d_output();
+        let (dims, rank) = match self.config.layers {
+            LayerSelection::All => ([self.n_layers(), n, d], 3),
+            _ => ([n, d, 0], 2),
         };
-        SentenceVectors {
-            values: Vec::new(),
-            shape,
-        }
+        SentenceView { values, dims, rank }
     }
 
-    /// One biLM call over `rows`, launched: its layers stacked as one tensor whose read-back
-    /// is under way ([`Self::finish_batch`] cuts it per sentence).
+    /// One biLM call over `rows`, launched: the selected layers of its real tokens gathered on
+    /// the device into one tensor, sentence after sentence, whose read-back is under way
+    /// ([`Self::finish_batch`] hands out its slices).
     fn launch_batch<S: AsRef<str>>(&mut self, rows: &[&[S]]) -> Result<LaunchedBatch> {
         let ids = CharIdBatch::from_sentences(rows);
         let state = self.config.stateful.then_some(&mut self.state);
         let out = self
             .bilm
             .forward_batch_cached(&ids, &self.device, state, self.cache.as_mut())?;
-        // One read-back of all layers: [L + 1, B, T + 2, 2P].
-        let stacked: Tensor<4> = Tensor::stack(out.layers, 0);
-        let layers = stacked
-            .try_into_data()
-            .map_err(|e| ElmoError::TensorData(format!("{e:?}")))?;
-        Ok(LaunchedBatch {
-            lengths: rows.iter().map(|row| row.len()).collect(),
-            n_positions: ids.n_tokens + 2,
-            layers,
-        })
+        let lengths: Vec<usize> = rows.iter().map(|row| row.len()).collect();
+        let (d, n_layers) = (self.d_output(), self.n_layers());
+        // Rows of one layer: every position of every sentence, `<S>` and `</S>` included.
+        let per_layer = lengths.len() * (ids.n_tokens + 2);
+        let flat = |layer: Tensor<3>| layer.reshape([per_layer, d]);
+        // The rows to gather from, `[layers × B × (T + 2), 2P]`, and the layers each sentence
+        // takes from them.
+        let mut layers = out.layers;
+        let (source, taken) = match self.config.layers {
+            LayerSelection::All => (Tensor::cat(layers.into_iter().map(flat).collect(), 0), {
+                (0..n_layers).collect()
+            }),
+            LayerSelection::Top => (flat(layers.pop().expect(TOKEN_LAYER)), vec![0]),
+            LayerSelection::Average => {
+                let mut layers = layers.into_iter();
+                let first = layers.next().expect(TOKEN_LAYER);
+                let sum = layers.fold(first, |sum, layer| sum + layer);
+                (flat(sum * (1.0 / n_layers as f32)), vec![0])
+            }
+        };
+        // Sentence by sentence, layer by layer, its tokens (positions 1..=n; 0 is `<S>`).
+        let n_rows: usize = taken.len() * lengths.iter().sum::<usize>();
+        let mut index = Vec::with_capacity(n_rows);
+        for (row, &n) in lengths.iter().enumerate() {
+            for &layer in &taken {
+                let start = layer * per_layer + row * (ids.n_tokens + 2) + 1;
+                index.extend((start..start + n).map(|r| r as i64));
+            }
+        }
+        let packed = if n_rows == 0 {
+            TensorData::new(Vec::<f32>::new(), [0, d])
+        } else {
+            let index = Tensor::<1, Int>::from_data(TensorData::new(index, [n_rows]), &self.device);
+            source
+                .select(0, index)
+                .try_into_data()
+                .map_err(|e| ElmoError::TensorData(format!("{e:?}")))?
+        };
+        Ok(LaunchedBatch { lengths, packed })
     }
 
-    /// The vectors of a launched batch's sentences, in its row order (waits for its layers).
-    fn finish_batch(&self, batch: LaunchedBatch) -> Result<Vec<SentenceVectors>> {
-        let LaunchedBatch {
-            lengths,
-            n_positions,
-            layers,
-        } = batch;
-        let (d, n_layers) = (self.d_output(), self.n_layers());
-        let host: &[f32] = layers
+    /// Hands `sink` the vectors of a launched batch's sentences (`indices`, in its row order),
+    /// waiting for them to reach the host.
+    fn finish_batch<E: From<ElmoError>>(
+        &self,
+        batch: LaunchedBatch,
+        indices: &[usize],
+        sink: &mut impl FnMut(usize, SentenceView<'_>) -> std::result::Result<(), E>,
+    ) -> std::result::Result<(), E> {
+        let host: &[f32] = batch
+            .packed
             .as_slice::<f32>()
             .map_err(|e| ElmoError::TensorData(format!("{e:?}")))?;
-        let per_layer = lengths.len() * n_positions * d;
-        let vectors = lengths.iter().enumerate().map(|(row, &n)| {
-            if n == 0 {
-                return self.empty();
-            }
-            // Skip the <S> position: real tokens sit at 1..=n.
-            let layer = |layer: usize| {
-                let start = layer * per_layer + (row * n_positions + 1) * d;
-                &host[start..start + n * d]
-            };
-            match self.config.layers {
-                LayerSelection::All => {
-                    let mut values = Vec::with_capacity(n_layers * n * d);
-                    for l in 0..n_layers {
-                        values.extend_from_slice(layer(l));
-                    }
-                    SentenceVectors {
-                        values,
-                        shape: vec![n_layers, n, d],
-                    }
-                }
-                LayerSelection::Top => SentenceVectors {
-                    values: layer(n_layers - 1).to_vec(),
-                    shape: vec![n, d],
-                },
-                LayerSelection::Average => {
-                    let mut sum = vec![0.0f32; n * d];
-                    for l in 0..n_layers {
-                        for (s, v) in sum.iter_mut().zip(layer(l)) {
-                            *s += v;
-                        }
-                    }
-                    let scale = 1.0 / n_layers as f32;
-                    sum.iter_mut().for_each(|s| *s *= scale);
-                    SentenceVectors {
-                        values: sum,
-                        shape: vec![n, d],
-                    }
-                }
-            }
-        });
-        Ok(vectors.collect())
+        let per_token = match self.config.layers {
+            LayerSelection::All => self.n_layers() * self.d_output(),
+            _ => self.d_output(),
+        };
+        let mut start = 0;
+        for (&i, &n) in indices.iter().zip(&batch.lengths) {
+            let end = start + n * per_token;
+            sink(i, self.view(&host[start..end], n))?;
+            start = end;
+        }
+        Ok(())
     }
 }

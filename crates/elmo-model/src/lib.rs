@@ -48,7 +48,7 @@ pub use char_cnn::{CharCnnEncoder, CharCnnEncoderConfig};
 pub use char_ids::CharIdBatch;
 pub use elmo::{Elmo, ElmoConfig, ElmoOutput};
 pub use elmo_kernels::{KernelSettings, Precision};
-pub use embedder::{Embedder, EmbedderConfig, LayerSelection, SentenceVectors};
+pub use embedder::{Embedder, EmbedderConfig, LayerSelection, SentenceVectors, SentenceView};
 pub use error::{ElmoError, Result};
 pub use lstm_projection::{LstmState, LstmWithProjection, LstmWithProjectionConfig};
 pub use options::BiLmOptions;

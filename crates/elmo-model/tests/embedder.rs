@@ -88,53 +88,89 @@ fn stateless_vectors_match_allennlp_whatever_the_batching() {
     }
 }
 
+/// Top and average (gathered on the device, the average computed there) against all layers;
+/// the views `embed_each_view` hands out against the vectors `embed` returns.
 #[test]
 fn top_and_average_are_cut_from_all_layers() {
-    let device = Device::flex();
-    let sentences = tiny_sentences("main");
-    let run = |layers| {
-        embedder(
-            &device,
-            EmbedderConfig {
-                layers,
-                ..EmbedderConfig::default()
-            },
-        )
-        .embed(&sentences)
-        .expect("embed")
-    };
-    let (all, top, average) = (
-        run(LayerSelection::All),
-        run(LayerSelection::Top),
-        run(LayerSelection::Average),
-    );
-    for ((a, t), m) in all.iter().zip(&top).zip(&average) {
-        let [n_layers, n, d] = a.shape[..] else {
-            panic!("all layers: {:?}", a.shape)
+    for (name, device) in cpu_and_wgpu_devices("top_and_average_are_cut_from_all_layers") {
+        let sentences = tiny_sentences("main");
+        let config = |layers| EmbedderConfig {
+            layers,
+            ..EmbedderConfig::default()
         };
-        assert_eq!(
-            (t.shape.as_slice(), m.shape.as_slice()),
-            (&[n, d][..], &[n, d][..])
+        let run = |layers| {
+            embedder(&device, config(layers))
+                .embed(&sentences)
+                .expect("embed")
+        };
+        let (all, top, average) = (
+            run(LayerSelection::All),
+            run(LayerSelection::Top),
+            run(LayerSelection::Average),
         );
-        let layer = |l: usize| &a.values[l * n * d..(l + 1) * n * d];
-        assert_eq!(t.values, layer(n_layers - 1));
-        let mean: Vec<f32> = (0..n * d)
-            .map(|i| (0..n_layers).map(|l| layer(l)[i]).sum::<f32>() / n_layers as f32)
-            .collect();
-        assert!(max_diff(&m.values, &mean) <= 1e-6);
+        for ((a, t), m) in all.iter().zip(&top).zip(&average) {
+            let [n_layers, n, d] = a.shape[..] else {
+                panic!("{name}: all layers: {:?}", a.shape)
+            };
+            assert_eq!(
+                (t.shape.as_slice(), m.shape.as_slice()),
+                (&[n, d][..], &[n, d][..]),
+                "{name}"
+            );
+            let layer = |l: usize| &a.values[l * n * d..(l + 1) * n * d];
+            assert_eq!(t.values, layer(n_layers - 1), "{name}");
+            let mean: Vec<f32> = (0..n * d)
+                .map(|i| (0..n_layers).map(|l| layer(l)[i]).sum::<f32>() / n_layers as f32)
+                .collect();
+            assert!(max_diff(&m.values, &mean) <= 1e-6, "{name}");
+        }
+        for (layers, owned) in [
+            (LayerSelection::All, &all),
+            (LayerSelection::Top, &top),
+            (LayerSelection::Average, &average),
+        ] {
+            let mut viewed: Vec<Option<SentenceVectors>> = vec![None; sentences.len()];
+            embedder(&device, config(layers))
+                .embed_each_view(&sentences, |i, view| {
+                    assert_eq!(view.values().len(), view.shape().iter().product::<usize>());
+                    viewed[i] = Some(view.to_vectors());
+                    Ok::<_, elmo_model::ElmoError>(())
+                })
+                .expect("embed_each_view");
+            let viewed: Vec<SentenceVectors> = viewed.into_iter().flatten().collect();
+            assert_eq!(&viewed, owned, "{name}: {layers:?}");
+        }
     }
 }
 
 #[test]
 fn empty_sentences_have_no_rows_and_keep_their_place() {
     let device = Device::flex();
-    let mut embedder = embedder(&device, EmbedderConfig::default());
-    let d = embedder.d_output();
-    let sentences: Vec<Vec<&str>> = vec![vec![], vec!["a", "cat"], vec![]];
-    let vectors = embedder.embed(&sentences).expect("embed");
-    let shapes: Vec<&[usize]> = vectors.iter().map(|v| v.shape.as_slice()).collect();
-    assert_eq!(shapes, [&[3, 0, d][..], &[3, 2, d][..], &[3, 0, d][..]]);
-    assert!(vectors[0].values.is_empty() && vectors[2].values.is_empty());
+    for stateful in [false, true] {
+        let config = EmbedderConfig {
+            stateful,
+            batch_size: 2,
+            ..EmbedderConfig::default()
+        };
+        let mut embedder = embedder(&device, config);
+        let d = embedder.d_output();
+        // Stateful batches of 2 rows: [], [a, cat] then [], [] (a batch without tokens).
+        let sentences: Vec<Vec<&str>> = vec![vec![], vec!["a", "cat"], vec![], vec![]];
+        let vectors = embedder.embed(&sentences).expect("embed");
+        let shapes: Vec<&[usize]> = vectors.iter().map(|v| v.shape.as_slice()).collect();
+        assert_eq!(
+            shapes,
+            [
+                &[3, 0, d][..],
+                &[3, 2, d][..],
+                &[3, 0, d][..],
+                &[3, 0, d][..]
+            ],
+            "stateful: {stateful}"
+        );
+        assert!([0, 2, 3].iter().all(|&i| vectors[i].values.is_empty()));
+        assert_eq!(vectors[1].values.len(), 3 * 2 * d);
+    }
 }
 
 #[test]
