@@ -17,6 +17,7 @@ mod cube_norm;
 mod cube_reduce;
 #[cfg(feature = "cubecl")]
 mod cube_tensor;
+mod dropout_mask;
 mod gate_activation;
 mod host_gemm;
 mod host_lstm;
@@ -37,6 +38,7 @@ pub use cube_norm::fused_squared_norm;
 pub use cube_reduce::{RowReduction, reduce_rows, sum_columns};
 #[cfg(feature = "cubecl")]
 pub use cube_tensor::{contiguous, empty_buffer};
+pub use dropout_mask::{MaskKey, dropout_mask, lowbias32};
 pub use gate_activation::{EXP_LIMIT, GateActivation};
 pub use host_gemm::{PackedMatrix, matmul_packed};
 pub use host_lstm::{HostLstm, HostLstmOutput, HostLstmWeights};

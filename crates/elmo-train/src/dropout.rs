@@ -1,16 +1,16 @@
-//! Inverted dropout with masks from a seeded host RNG (bilm-tf's dropout on every LSTM input and on
-//! the top output): unlike the backend's global RNG, the masks depend only on the seed, whatever
-//! else runs in the process (exact resume, reproducible runs). Two variants from the regularised
+//! Inverted dropout with masks from a seed and a draw counter (bilm-tf's dropout on every LSTM
+//! input and on the top output), made by `elmo_kernels::dropout_mask` (a counter-based hash: one
+//! kernel on a GPU, the same values on the host): unlike the backend's global RNG, the masks
+//! depend only on the seed, whatever else runs in the process (exact resume, reproducible runs). Two variants from the regularised
 //! LSTM language models: locked (variational) masks, one per row for all the steps of a batch
 //! (Gal & Ghahramani 2016), and weight drop, DropConnect on each LSTM's recurrent weights with one
 //! mask per batch (Merity et al. 2018, "Regularizing and Optimizing LSTM Language Models", §2).
 
 use std::borrow::Cow;
 
-use burn::tensor::{Device, Tensor, TensorData};
+use burn::tensor::Tensor;
+use elmo_kernels::{KernelSettings, MaskKey, dropout_mask};
 use elmo_model::LstmWithProjection;
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
 
 /// What dropout a training step applies (none at evaluation).
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -36,15 +36,23 @@ pub(crate) struct StackDropout {
 impl StackDropout {
     /// The streams of `direction` (0 forward, 1 backward) for a step's `seed` (`None`: no
     /// dropout): each stack has its own, so the two may run in any order or in parallel.
-    pub(crate) fn new(config: &DropoutConfig, seed: Option<u64>, direction: u64) -> Self {
+    /// Their masks are made by the kernel where `kernels` run it.
+    pub(crate) fn new(
+        config: &DropoutConfig,
+        seed: Option<u64>,
+        direction: u64,
+        kernels: KernelSettings,
+    ) -> Self {
         let seed = |parts: &[u64]| seed.map(|s| crate::seeds::mix_seed(&[&[s], parts].concat()));
         Self {
-            activations: DropoutMasks::new(config.probability, config.locked, seed(&[direction])),
+            activations: DropoutMasks::new(config.probability, config.locked, seed(&[direction]))
+                .with_kernels(kernels),
             recurrent: DropoutMasks::new(
                 config.weight_drop,
                 false,
                 seed(&[direction, WEIGHT_DROP_STREAM]),
-            ),
+            )
+            .with_kernels(kernels),
         }
     }
 }
@@ -56,7 +64,11 @@ const WEIGHT_DROP_STREAM: u64 = 2;
 pub(crate) struct DropoutMasks {
     keep: f64,
     locked: bool,
-    rng: Option<ChaCha8Rng>,
+    /// The stream's seed, `None` when dropout is off.
+    stream: Option<u64>,
+    /// Masks drawn so far (the next one's number).
+    drawn: u64,
+    kernels: KernelSettings,
 }
 
 impl DropoutMasks {
@@ -66,40 +78,45 @@ impl DropoutMasks {
         Self {
             keep: 1.0 - probability,
             locked,
-            rng: seed
-                .filter(|_| probability > 0.0)
-                .map(ChaCha8Rng::seed_from_u64),
+            stream: seed.filter(|_| probability > 0.0),
+            drawn: 0,
+            kernels: KernelSettings::default(),
         }
     }
 
-    /// A mask (each value `0` or `1/keep`) of `dims`, `None` when dropout is off.
-    fn draw<const D: usize>(&mut self, dims: [usize; D], device: &Device) -> Option<Tensor<D>> {
-        let rng = self.rng.as_mut()?;
-        let scale = (1.0 / self.keep) as f32;
-        let keep = self.keep as f32;
-        let values: Vec<f32> = (0..dims.iter().product::<usize>())
-            .map(|_| {
-                if rng.random::<f32>() < keep {
-                    scale
-                } else {
-                    0.0
-                }
-            })
-            .collect();
-        Some(Tensor::from_data(TensorData::new(values, dims), device))
+    /// These masks made by the kernel where `kernels` run it (the same values either way).
+    pub(crate) fn with_kernels(mut self, kernels: KernelSettings) -> Self {
+        self.kernels = kernels;
+        self
     }
 
-    /// The next mask for activations `[B, T, d]`: `[B, T, d]`, or `[B, 1, d]` (broadcast over
-    /// the steps) when locked; `None` when dropout is off.
-    pub(crate) fn next_mask(&mut self, dims: [usize; 3], device: &Device) -> Option<Tensor<3>> {
+    /// The next mask (each value `0` or `1/keep`) of `dims` on `like`'s device, `None` when
+    /// dropout is off.
+    fn draw<const D: usize, const E: usize>(
+        &mut self,
+        dims: [usize; D],
+        like: &Tensor<E>,
+    ) -> Option<Tensor<D>> {
+        let key = MaskKey::new(self.stream?, self.drawn);
+        self.drawn += 1;
+        Some(dropout_mask(dims, key, self.keep, like, self.kernels))
+    }
+
+    /// The next mask for activations `[B, T, d]` (on `like`'s device): `[B, T, d]`, or
+    /// `[B, 1, d]` (broadcast over the steps) when locked; `None` when dropout is off.
+    pub(crate) fn next_mask<const E: usize>(
+        &mut self,
+        dims: [usize; 3],
+        like: &Tensor<E>,
+    ) -> Option<Tensor<3>> {
         let [batch, n_steps, d] = dims;
         let n_steps = if self.locked { 1 } else { n_steps };
-        self.draw([batch, n_steps, d], device)
+        self.draw([batch, n_steps, d], like)
     }
 
     /// `x` times the next mask.
     pub(crate) fn apply(&mut self, x: Tensor<3>) -> Tensor<3> {
-        match self.next_mask(x.dims(), &x.device()) {
+        match self.next_mask(x.dims(), &x) {
             Some(mask) => x * mask,
             None => x,
         }
@@ -112,8 +129,8 @@ impl DropoutMasks {
         &mut self,
         layer: &'a LstmWithProjection,
     ) -> (Cow<'a, LstmWithProjection>, Option<Tensor<2>>) {
-        let weight = &layer.state_weight;
-        let Some(mask) = self.draw(weight.shape().dims::<2>(), &weight.device()) else {
+        let weight = layer.state_weight.val();
+        let Some(mask) = self.draw(weight.dims(), &weight) else {
             return (Cow::Borrowed(layer), None);
         };
         let mut dropped = layer.clone();
@@ -125,12 +142,14 @@ impl DropoutMasks {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use burn::tensor::Device;
 
     #[test]
     fn locked_masks_are_shared_by_all_steps_and_scaled() {
         let device = Device::flex();
+        let like = Tensor::<1>::zeros([1], &device);
         let mut masks = DropoutMasks::new(0.5, true, Some(3));
-        let mask = masks.next_mask([4, 7, 5], &device).expect("dropout on");
+        let mask = masks.next_mask([4, 7, 5], &like).expect("dropout on");
         assert_eq!(mask.dims(), [4, 1, 5]);
         let x = Tensor::<3>::ones([4, 7, 5], &device);
         let dropped = (x * mask).to_data().try_to_vec::<f32>().unwrap();
@@ -141,11 +160,11 @@ mod tests {
         assert!(dropped.iter().all(|&v| v == 0.0 || v == 2.0));
         assert!(dropped.contains(&0.0) && dropped.contains(&2.0));
         let mut unlocked = DropoutMasks::new(0.5, false, Some(3));
-        let mask = unlocked.next_mask([4, 7, 5], &device).expect("dropout on");
+        let mask = unlocked.next_mask([4, 7, 5], &like).expect("dropout on");
         assert_eq!(mask.dims(), [4, 7, 5]);
         assert!(
             DropoutMasks::new(0.5, true, None)
-                .next_mask([4, 7, 5], &device)
+                .next_mask([4, 7, 5], &like)
                 .is_none()
         );
     }

@@ -399,7 +399,7 @@ impl BiLanguageModel {
 
     /// One direction's dropout streams (0 forward, 1 backward) for a step's `seed`.
     pub(crate) fn stack_dropout(&self, seed: Option<u64>, direction: u64) -> StackDropout {
-        StackDropout::new(&self.dropout, seed, direction)
+        StackDropout::new(&self.dropout, seed, direction, self.kernels)
     }
 
     /// The mean of the two directions' mean NLLs, from their top layers `[B, T, P]`. Both

@@ -73,7 +73,6 @@ pub(crate) fn forward_stack(
         .map(|d| (d.activations, d.recurrent))
         .unzip();
     let embedded = embedded.inner();
-    let device = embedded.device();
     let mut initial: Vec<_> = initial
         .into_iter()
         .map(|states| states.map(Vec::into_iter))
@@ -81,7 +80,7 @@ pub(crate) fn forward_stack(
     let mut next_masks = |x: &Tensor<3>| {
         let [rows, n_steps, d] = x.dims();
         let masks = (activations.iter_mut())
-            .map(|masks| masks.next_mask([rows / n_stacks, n_steps, d], &device))
+            .map(|masks| masks.next_mask([rows / n_stacks, n_steps, d], x))
             .collect();
         stacked_masks(masks)
     };
