@@ -21,8 +21,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
+# (`git rev-parse --git-path`: in a worktree `.git` is a file.)
+exclude="$(git rev-parse --git-path info/exclude)"
+mkdir -p "$(dirname "$exclude")"
 for ignored in /.gl/ /.device/ /.device-autotune/ /.device-cuda/; do
-    grep -qxF "$ignored" .git/info/exclude 2>/dev/null || echo "$ignored" >> .git/info/exclude
+    grep -qxF "$ignored" "$exclude" 2>/dev/null || echo "$ignored" >> "$exclude"
 done
 
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}"
