@@ -17,7 +17,7 @@ use crate::cube_tensor::ElementwiseOutput;
 
 /// Chris Wellons' `lowbias32` integer hash (hash-prospector): a bijection on `u32` with a
 /// bias of 0.17 (close to the best two-multiply hash).
-pub fn lowbias32(mut x: u32) -> u32 {
+fn lowbias32(mut x: u32) -> u32 {
     x ^= x >> 16;
     x = x.wrapping_mul(0x7feb_352d);
     x ^= x >> 15;

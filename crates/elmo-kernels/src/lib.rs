@@ -38,7 +38,7 @@ pub use cube_norm::fused_squared_norm;
 pub use cube_reduce::{RowReduction, reduce_rows, sum_columns};
 #[cfg(feature = "cubecl")]
 pub use cube_tensor::{contiguous, empty_buffer};
-pub use dropout_mask::{MaskKey, dropout_mask, lowbias32};
+pub use dropout_mask::{MaskKey, dropout_mask};
 pub use gate_activation::{EXP_LIMIT, GateActivation};
 pub use host_gemm::{PackedMatrix, matmul_packed};
 pub use host_lstm::{HostLstm, HostLstmOutput, HostLstmWeights};

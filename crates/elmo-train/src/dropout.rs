@@ -1,10 +1,10 @@
 //! Inverted dropout with masks from a seed and a draw counter (bilm-tf's dropout on every LSTM
 //! input and on the top output), made by `elmo_kernels::dropout_mask` (a counter-based hash: one
 //! kernel on a GPU, the same values on the host): unlike the backend's global RNG, the masks
-//! depend only on the seed, whatever else runs in the process (exact resume, reproducible runs). Two variants from the regularised
-//! LSTM language models: locked (variational) masks, one per row for all the steps of a batch
-//! (Gal & Ghahramani 2016), and weight drop, DropConnect on each LSTM's recurrent weights with one
-//! mask per batch (Merity et al. 2018, "Regularizing and Optimizing LSTM Language Models", §2).
+//! depend only on the seed, whatever else runs in the process (exact resume, reproducible runs).
+//! Two variants from the regularised LSTM language models: locked (variational) masks, one per
+//! row for all the steps of a batch (Gal & Ghahramani 2016), and weight drop, DropConnect on each
+//! LSTM's recurrent weights with one mask per batch (Merity et al. 2018, "Regularizing and Optimizing LSTM Language Models", §2).
 
 use std::borrow::Cow;
 
