@@ -4,7 +4,8 @@
 //! depend only on the seed, whatever else runs in the process (exact resume, reproducible runs).
 //! Two variants from the regularised LSTM language models: locked (variational) masks, one per
 //! row for all the steps of a batch (Gal & Ghahramani 2016), and weight drop, DropConnect on each
-//! LSTM's recurrent weights with one mask per batch (Merity et al. 2018, "Regularizing and Optimizing LSTM Language Models", §2).
+//! LSTM's recurrent weights with one mask per batch (Merity et al. 2018, "Regularizing and
+//! Optimizing LSTM Language Models", §2).
 
 use std::borrow::Cow;
 
