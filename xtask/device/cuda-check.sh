@@ -65,8 +65,8 @@ SECONDS=0
     # that NVRTC takes minutes over here.
     "$work/bin/bench_train_cuda" --matmul-probe cuda | grep -c "kernel=" \
         | sed 's/^/matmul probe f32 rows: /'
-    # The cache at work: a later process finds the kernels compiled (its first pass was
-    # 5-10 s of NVRTC without the cache).
+    # The cache at work: a later process finds the kernels compiled (its first pass loads
+    # them instead of running NVRTC).
     "$work/bin/bench_embed_cuda" --shapes original --backends cuda --batch-size 64 --batches 2 \
         | grep '| original' | sed 's/^/again, from the kernel cache: /'
 } 2>&1 | tee -a "$log"
