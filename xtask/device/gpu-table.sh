@@ -31,13 +31,14 @@
 #      and with bf16 autocast, then that build's `wgpu` (WGSL, as the default build) and
 #      `cuda-burnmm` (burn's matmul choice for the large products) inference rows, and
 #      `--matmul-probe cuda` in f32 and f16 (each cubek kernel per shape; NVRTC compiles each,
-#      so it goes last). An inference child compiles its kernels with NVRTC (up to a second
+#      so it goes last); cudawhere: where a CUDA training step's time goes (launch cost, phases,
+#      every kernel's GPU time at `original` 128 × 20 and `ptb-large` 256 × 35). An inference child compiles its kernels with NVRTC (up to a second
 #      each) in its untimed first pass;
 #   where: `original` with `elmo embed`'s GPU defaults (1,024 sentences, the token cache), a
 #      batch of 256 split into token encoder and LSTM time, an embedder
 #      call's phases and a second pass (WGSL f32 and SPIR-V mixed), and its kernels' GPU time
 #      ($OUT/kernels-*.txt).
-# With `.device-cuda/` only: run(command="SECTIONS='cuda cudatrain cudaextra cudaprobe' bash
+# With `.device-cuda/` only: run(command="SECTIONS='cudawhere cuda cudatrain cudaextra cudaprobe' bash
 # xtask/device/gpu-table.sh", carry=[".gl", ".device-cuda"], timeout_s=560).
 # Every section checks the time left, so that the call ends within its limit with what it has.
 # Output: $OUT/gpu-table.log (also printed), $OUT/gpu-memory.csv (nvidia-smi every 200 ms).
@@ -108,7 +109,9 @@ done
 
 # Where an inference batch's time goes: the token encoder and the LSTM stacks timed apart
 # (`ELMO_BENCH_BREAKDOWN`), then every kernel's GPU time (cubecl's profiling logger, summed
-# by `kernel_times.py` per batch: 3 calls, the first launches left out).
+# by `kernel_times.py` per batch: 3 calls, the first launches left out). A profile runs in a
+# folder under the repository's `target/` (its `cubecl.toml` turns the logger on), so that
+# CubeCL still finds the carried compilation cache in `target/environment/`.
 breakdown() {
     local bench="$1" backend="$2" shape="$3" batch="$4"
     within 30 env ELMO_BENCH_BREAKDOWN=1 "$bench" --child "$shape" "$backend" --batches 5 \
@@ -117,7 +120,7 @@ breakdown() {
 profile() {
     local bench="$1" backend="$2" shape="$3" batch="$4"
     local name="$(basename "$bench")-$backend-$shape-$batch"
-    local dir="/tmp/profile-$name"
+    local dir="$PWD/target/profile-$name"
     [ $((budget - SECONDS)) -ge 60 ] || { echo "== skipped profile $*" | tee -a "$log"; return; }
     rm -rf "$dir" && mkdir -p "$dir"
     printf '[profiling.logger]\nlevel = "full"\nfile = "%s/kernels.log"\nappend = false\n' "$dir" \
@@ -165,6 +168,35 @@ section_cudaprobe() {
     [ -x /tmp/bench_train_cuda ] || return 0
     within 60 /tmp/bench_train_cuda --matmul-probe cuda
     within 60 /tmp/bench_train_cuda --matmul-probe cuda f16
+}
+# Where a CUDA training step's time goes: the launch cost, each phase of a step (the device
+# synchronised at every boundary) and every kernel's GPU time over 3 steps (warm-up included).
+section_cudawhere() {
+    [ -x /tmp/bench_train_cuda ] || return 0
+    within 30 /tmp/bench_train_cuda --launch-probe cuda
+    local preset
+    for preset in "original --batch-size 128 --unroll-steps 20 --vocab-size 50000 --negatives 8192" \
+        "$PWD/examples/configs/ptb-large.json --batch-size 256 --unroll-steps 35 --vocab-size 10002"; do
+        # shellcheck disable=SC2086
+        within 60 /tmp/bench_train_cuda --backends cuda --steps 4 --phases --preset $preset
+        # shellcheck disable=SC2086
+        profile_train ${preset%% *} --preset $preset
+    done
+}
+# Every kernel's GPU time in `bench_train_cuda --backends cuda` (2 steps after the warm-up) with
+# the arguments after $1 (a name), summed per step by `kernel_times.py`.
+profile_train() {
+    local name="train-cuda-$(basename "$1" .json)"
+    shift
+    local dir="$PWD/target/profile-$name"
+    [ $((budget - SECONDS)) -ge 60 ] || { echo "== skipped profile $name" | tee -a "$log"; return; }
+    rm -rf "$dir" && mkdir -p "$dir"
+    printf '[profiling.logger]\nlevel = "full"\nfile = "%s/kernels.log"\nappend = false\n' "$dir" \
+        > "$dir/cubecl.toml"
+    echo "== profile $name (at ${SECONDS} s)" | tee -a "$log"
+    (cd "$dir" && timeout 60 /tmp/bench_train_cuda --backends cuda --steps 2 "$@" > /dev/null 2>&1)
+    python3 xtask/device/kernel_times.py "$dir/kernels.log" 3 25 > "$OUT/kernels-$name.txt"
+    head -n 32 "$OUT/kernels-$name.txt" | tee -a "$log"
 }
 section_quality() {
     if [ ! -x /tmp/elmo_spirv ] || [ ! -f .device/ptb/ptb.train.txt.xz ]; then
