@@ -117,19 +117,25 @@ breakdown() {
     within 30 env ELMO_BENCH_BREAKDOWN=1 "$bench" --child "$shape" "$backend" --batches 5 \
         --batch-size "$batch"
 }
-profile() {
-    local bench="$1" backend="$2" shape="$3" batch="$4"
-    local name="$(basename "$bench")-$backend-$shape-$batch"
+# Every kernel's GPU time in the command after $1 (a name) and $2 (the calls or training steps
+# it makes, warm-up included), summed per call into $OUT/kernels-$1.txt.
+profile_run() {
+    local name="$1" calls="$2"
+    shift 2
     local dir="$PWD/target/profile-$name"
-    [ $((budget - SECONDS)) -ge 60 ] || { echo "== skipped profile $*" | tee -a "$log"; return; }
+    [ $((budget - SECONDS)) -ge 60 ] || { echo "== skipped profile $name" | tee -a "$log"; return; }
     rm -rf "$dir" && mkdir -p "$dir"
     printf '[profiling.logger]\nlevel = "full"\nfile = "%s/kernels.log"\nappend = false\n' "$dir" \
         > "$dir/cubecl.toml"
     echo "== profile $name (at ${SECONDS} s)" | tee -a "$log"
-    (cd "$dir" && timeout 60 "$bench" --child "$shape" "$backend" --batches 2 \
-        --batch-size "$batch" > /dev/null 2>&1)
-    python3 xtask/device/kernel_times.py "$dir/kernels.log" 3 25 > "$OUT/kernels-$name.txt"
+    (cd "$dir" && timeout 60 "$@" > /dev/null 2>&1)
+    python3 xtask/device/kernel_times.py "$dir/kernels.log" "$calls" 25 > "$OUT/kernels-$name.txt"
     head -n 32 "$OUT/kernels-$name.txt" | tee -a "$log"
+}
+profile() {
+    local bench="$1" backend="$2" shape="$3" batch="$4"
+    profile_run "$(basename "$bench")-$backend-$shape-$batch" 3 \
+        "$bench" --child "$shape" "$backend" --batches 2 --batch-size "$batch"
 }
 
 # The sections, in the order of `SECTIONS` (default: all); the targets' rows first.
@@ -180,23 +186,9 @@ section_cudawhere() {
         # shellcheck disable=SC2086
         within 60 /tmp/bench_train_cuda --backends cuda --steps 4 --phases --preset $preset
         # shellcheck disable=SC2086
-        profile_train ${preset%% *} --preset $preset
+        profile_run "train-cuda-$(basename "${preset%% *}" .json)" 3 \
+            /tmp/bench_train_cuda --backends cuda --steps 2 --preset $preset
     done
-}
-# Every kernel's GPU time in `bench_train_cuda --backends cuda` (2 steps after the warm-up) with
-# the arguments after $1 (a name), summed per step by `kernel_times.py`.
-profile_train() {
-    local name="train-cuda-$(basename "$1" .json)"
-    shift
-    local dir="$PWD/target/profile-$name"
-    [ $((budget - SECONDS)) -ge 60 ] || { echo "== skipped profile $name" | tee -a "$log"; return; }
-    rm -rf "$dir" && mkdir -p "$dir"
-    printf '[profiling.logger]\nlevel = "full"\nfile = "%s/kernels.log"\nappend = false\n' "$dir" \
-        > "$dir/cubecl.toml"
-    echo "== profile $name (at ${SECONDS} s)" | tee -a "$log"
-    (cd "$dir" && timeout 60 /tmp/bench_train_cuda --backends cuda --steps 2 "$@" > /dev/null 2>&1)
-    python3 xtask/device/kernel_times.py "$dir/kernels.log" 3 25 > "$OUT/kernels-$name.txt"
-    head -n 32 "$OUT/kernels-$name.txt" | tee -a "$log"
 }
 section_quality() {
     if [ ! -x /tmp/elmo_spirv ] || [ ! -f .device/ptb/ptb.train.txt.xz ]; then
