@@ -31,15 +31,16 @@
 #      and with bf16 autocast, then that build's `wgpu` (WGSL, as the default build) and
 #      `cuda-burnmm` (burn's matmul choice for the large products) inference rows, and
 #      `--matmul-probe cuda` in f32 and f16 (each cubek kernel per shape; NVRTC compiles each,
-#      so it goes last); cudawhere: where a CUDA training step's time goes (launch cost, phases,
-#      every kernel's GPU time at `original` 128 × 20 and `ptb-large` 256 × 35). An inference child compiles its kernels with NVRTC (up to a second
-#      each) in its untimed first pass;
+#      so it goes last); cudawhere: where a CUDA training step's time goes (launch cost,
+#      phases, every kernel's GPU time at `original` 128 × 20 and `ptb-large` 256 × 35). An
+#      inference child compiles its kernels with NVRTC (up to a second each) in its untimed
+#      first pass;
 #   where: `original` with `elmo embed`'s GPU defaults (1,024 sentences, the token cache), a
 #      batch of 256 split into token encoder and LSTM time, an embedder
 #      call's phases and a second pass (WGSL f32 and SPIR-V mixed), and its kernels' GPU time
 #      ($OUT/kernels-*.txt).
-# With `.device-cuda/` only: run(command="SECTIONS='cudawhere cuda cudatrain cudaextra cudaprobe' bash
-# xtask/device/gpu-table.sh", carry=[".gl", ".device-cuda"], timeout_s=560).
+# With `.device-cuda/` only: run(command="SECTIONS='cudawhere cuda cudatrain cudaextra
+# cudaprobe' bash xtask/device/gpu-table.sh", carry=[".gl", ".device-cuda"], timeout_s=560).
 # Every section checks the time left, so that the call ends within its limit with what it has.
 # Output: $OUT/gpu-table.log (also printed), $OUT/gpu-memory.csv (nvidia-smi every 200 ms).
 set -uo pipefail
@@ -138,6 +139,13 @@ profile() {
         "$bench" --child "$shape" "$backend" --batches 2 --batch-size "$batch"
 }
 
+# The training shapes of issue 48's targets: bilm-tf's per-GPU batch at the `original` size, and
+# `ptb-large.json` at 256 rows (its path absolute: the profiles run in a folder of their own).
+original_128=(--preset original --batch-size 128 --unroll-steps 20 --vocab-size 50000
+    --negatives 8192)
+ptb_large_256=(--preset "$PWD/examples/configs/ptb-large.json" --batch-size 256
+    --unroll-steps 35 --vocab-size 10002)
+
 # The sections, in the order of `SECTIONS` (default: all); the targets' rows first.
 section_inference() {
     embed_sizes embed --shapes original --backends wgpu-composed,wgpu-burnmm,wgpu,wgpu-stepshaped,wgpu-mixed
@@ -147,13 +155,13 @@ section_spirv() {
     embed_sizes spirv --shapes original,small --backends wgpu-mixed
 }
 section_train() {
-    train --preset original --batch-size 128 --unroll-steps 20 --vocab-size 50000 --negatives 8192
-    train --preset examples/configs/ptb-large.json --batch-size 256 --unroll-steps 35 --vocab-size 10002
+    train "${original_128[@]}"
+    train "${ptb_large_256[@]}"
     train --preset examples/configs/ptb-small.json --batch-size 512 --unroll-steps 35 --vocab-size 10002
 }
 section_mixedtrain() {
-    train_spirv --preset original --batch-size 128 --unroll-steps 20 --vocab-size 50000 --negatives 8192
-    train_spirv --preset examples/configs/ptb-large.json --batch-size 256 --unroll-steps 35 --vocab-size 10002
+    train_spirv "${original_128[@]}"
+    train_spirv "${ptb_large_256[@]}"
 }
 section_cuda() {
     [ -x /tmp/bench_embed_cuda ] || return 0
@@ -167,8 +175,8 @@ section_cudaextra() {
     embed_sizes cuda --shapes original,small --backends wgpu,cuda-burnmm
 }
 section_cudatrain() {
-    train_cuda --preset original --batch-size 128 --unroll-steps 20 --vocab-size 50000 --negatives 8192
-    train_cuda --preset examples/configs/ptb-large.json --batch-size 256 --unroll-steps 35 --vocab-size 10002
+    train_cuda "${original_128[@]}"
+    train_cuda "${ptb_large_256[@]}"
 }
 section_cudaprobe() {
     [ -x /tmp/bench_train_cuda ] || return 0
@@ -180,15 +188,16 @@ section_cudaprobe() {
 section_cudawhere() {
     [ -x /tmp/bench_train_cuda ] || return 0
     within 30 /tmp/bench_train_cuda --launch-probe cuda
-    local preset
-    for preset in "original --batch-size 128 --unroll-steps 20 --vocab-size 50000 --negatives 8192" \
-        "$PWD/examples/configs/ptb-large.json --batch-size 256 --unroll-steps 35 --vocab-size 10002"; do
-        # shellcheck disable=SC2086
-        within 60 /tmp/bench_train_cuda --backends cuda --steps 4 --phases --preset $preset
-        # shellcheck disable=SC2086
-        profile_run "train-cuda-$(basename "${preset%% *}" .json)" 3 \
-            /tmp/bench_train_cuda --backends cuda --steps 2 --preset $preset
-    done
+    train_where original "${original_128[@]}"
+    train_where ptb-large "${ptb_large_256[@]}"
+}
+# One training shape (the arguments after $1, its name): the phases of 4 steps, then the
+# kernels of 3.
+train_where() {
+    local name="$1"
+    shift
+    within 60 /tmp/bench_train_cuda --backends cuda --steps 4 --phases "$@"
+    profile_run "train-cuda-$name" 3 /tmp/bench_train_cuda --backends cuda --steps 2 "$@"
 }
 section_quality() {
     if [ ! -x /tmp/elmo_spirv ] || [ ! -f .device/ptb/ptb.train.txt.xz ]; then
