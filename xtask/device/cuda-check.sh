@@ -18,6 +18,7 @@
 # Exit status 0 when every row ran and every module assembles. Needs python3 with pip, cc, xz.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+source xtask/device/train-shapes.sh
 work="${CUDA_CHECK_DIR:-/tmp/elmo-cuda-check}"
 mkdir -p "$work/wheels" "$work/bin"
 [ -f .device-cuda/bench_embed_cuda.xz ] || { echo "no .device-cuda: run CUDA=1 prepare.sh" >&2; exit 2; }
@@ -51,16 +52,21 @@ rm -f .device-cuda/kernel-cache.tar.xz target/environment/elmo-device.db*
 rm -rf "$work/ptx" "$work/launches" && mkdir -p "$work/ptx" "$work/launches"
 log="$work/log.md"
 echo "cuda-check of $(cat .device-cuda/commit), $(date -u)" | tee "$log"
+# gpu-table.sh's `cudatrain` rows of one training shape (the arguments).
+train_rows() {
+    "$work/bin/bench_train_cuda" --backends cuda-burnmm,cuda,cuda-mixed \
+        --steps "$train_steps" "$@"
+}
 SECONDS=0
 {
-    # gpu-table.sh's `cuda`, `cudatrain` and `cudaprobe` sections, with fewer batches and steps.
+    # gpu-table.sh's `cuda`, `cudatrain` and `cudaprobe` sections (inference with fewer batches).
     "$work/bin/bench_embed_cuda" --shapes original,small --backends cuda-burnmm,cuda,cuda-mixed \
         --batch-size 64,256,1024 --batches 2
-    for preset in "original --batch-size 128 --unroll-steps 20 --vocab-size 50000 --negatives 8192" \
-        "examples/configs/ptb-large.json --batch-size 256 --unroll-steps 35 --vocab-size 10002"; do
-        # shellcheck disable=SC2086
-        "$work/bin/bench_train_cuda" --backends cuda-burnmm,cuda,cuda-mixed --steps 2 --preset $preset
-    done
+    # The training rows with as many steps as the GPU times (`train-shapes.sh`): each step's
+    # batch has its own shapes, and a kernel first needed in a timed step would be compiled
+    # there, on the GPU's time.
+    train_rows "${original_128[@]}"
+    train_rows "${ptb_large_256[@]}"
     # The f32 probe only: the f16 one compiles every cubek kernel per shape, some to 3 MB of PTX
     # that NVRTC takes minutes over here.
     "$work/bin/bench_train_cuda" --matmul-probe cuda | grep -c "kernel=" \
@@ -70,6 +76,25 @@ SECONDS=0
     "$work/bin/bench_embed_cuda" --shapes original --backends cuda --batch-size 64 --batches 2 \
         | grep '| original' | sed 's/^/again, from the kernel cache: /'
 } 2>&1 | tee -a "$log"
+# The training rows once more, as the GPU runs them (`cuda`, `cuda-mixed`), with CubeCL's
+# compilation logger on (a `cubecl.toml` in a folder of the repository, which still finds the
+# cache in `target/environment/`): the kernels that their steps compile there, which the GPU
+# would compile inside its timed steps.
+again="$PWD/target/compile-check"
+rm -rf "$again" && mkdir -p "$again"
+printf '[compilation.logger]\nlevel = "basic"\nfile = "%s/compiled.log"\nappend = true\n' \
+    "$again" > "$again/cubecl.toml"
+compiled_again() {
+    local name="$1" compiled
+    shift
+    (cd "$again" && "$work/bin/bench_train_cuda" --backends cuda,cuda-mixed \
+        --steps "$train_steps" "$@" > /dev/null 2>&1)
+    compiled="$(grep -c 'Compiling' "$again/compiled.log" 2>/dev/null || true)"
+    echo "training rows again ($name): ${compiled:-0} kernels compiled" | tee -a "$log"
+    rm -f "$again/compiled.log"
+}
+compiled_again original "${original_128[@]}"
+compiled_again ptb-large "${ptb_large_256[@]}"
 echo "ran in ${SECONDS}s" | tee -a "$log"
 tar -cJf .device-cuda/kernel-cache.tar.xz -C target/environment \
     $(cd target/environment && ls elmo-device.db*)

@@ -77,13 +77,13 @@ embed_sizes() {
     "$@" --batch-size 64,256 --batches 10
     "$@" --batch-size 1024 --batches 5
 }
-# Training rows of bench binary $1 against the peer (8 timed steps).
+# Training rows of bench binary $1 against the peer ($train_steps timed steps).
 train_with() {
     local bench="$1"
     shift
     [ -x "$bench" ] || return 0
     within 60 "$bench" --peer python3 --peer-device cuda \
-        --peer-script xtask/peer/bilm_train_pytorch.py --steps 8 "$@"
+        --peer-script xtask/peer/bilm_train_pytorch.py --steps "$train_steps" "$@"
 }
 # The default build (WGSL kernels); its training against the peer in f32 and with bf16 autocast.
 embed() { embed_with /tmp/bench_embed "$@"; }
@@ -139,12 +139,8 @@ profile() {
         "$bench" --child "$shape" "$backend" --batches 2 --batch-size "$batch"
 }
 
-# The training shapes of issue 48's targets: bilm-tf's per-GPU batch at the `original` size, and
-# `ptb-large.json` at 256 rows (its path absolute: the profiles run in a folder of their own).
-original_128=(--preset original --batch-size 128 --unroll-steps 20 --vocab-size 50000
-    --negatives 8192)
-ptb_large_256=(--preset "$PWD/examples/configs/ptb-large.json" --batch-size 256
-    --unroll-steps 35 --vocab-size 10002)
+# The training shapes of issue 48's targets and the timed steps of a training row.
+source xtask/device/train-shapes.sh
 
 # The sections, in the order of `SECTIONS` (default: all); the targets' rows first.
 section_inference() {

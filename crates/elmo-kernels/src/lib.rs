@@ -46,7 +46,9 @@ pub use index_add::{add_elements, add_rows, embedding};
 #[cfg(feature = "cubecl")]
 pub use large_product::kernel_for_shape;
 pub use large_product::{half_product, product, to_half};
-pub use settings::{DEFAULT_BUFFER_BYTES, KernelSettings, Precision, largest_buffer_bytes};
+pub use settings::{
+    DEFAULT_BUFFER_BYTES, KernelSettings, Precision, largest_buffer_bytes, on_cube_device,
+};
 pub use split_product::{
     SplitLayout, SplitWeight, slices_for, slices_for_grid, slices_over_rows, slices_when,
     transposed_product,

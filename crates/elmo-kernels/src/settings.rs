@@ -173,15 +173,17 @@ pub(crate) fn cube_device(device: &Device) -> bool {
     on_cube_device(&Tensor::<1>::zeros([1], device))
 }
 
-/// Whether `tensor`'s primitive is a `CubeTensor` (always false without the `cubecl` feature).
+/// Whether `tensor` is on a CubeCL device (wgpu, CUDA, ...: its primitive is a `CubeTensor`),
+/// where each new shape of an operation can need a kernel compiled at run time; false on a CPU
+/// backend, with burn's `fusion`, and without this crate's `cubecl` feature.
 #[cfg(feature = "cubecl")]
-fn on_cube_device<const D: usize>(tensor: &Tensor<D>) -> bool {
+pub fn on_cube_device<const D: usize>(tensor: &Tensor<D>) -> bool {
     crate::cube_tensor::cube_primitive(tensor).is_some()
 }
 
-/// Whether `tensor`'s primitive is a `CubeTensor` (always false without the `cubecl` feature).
+/// Whether `tensor` is on a CubeCL device: always false without the `cubecl` feature.
 #[cfg(not(feature = "cubecl"))]
-fn on_cube_device<const D: usize>(_tensor: &Tensor<D>) -> bool {
+pub fn on_cube_device<const D: usize>(_tensor: &Tensor<D>) -> bool {
     false
 }
 

@@ -8,10 +8,10 @@ use std::collections::HashMap;
 use burn::module::Module;
 use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
 
-use elmo_kernels::KernelSettings;
+use elmo_kernels::{KernelSettings, on_cube_device};
 
 use crate::bilm_state::{BiLmState, DirectionalState};
-use crate::char_cnn::{CharCnnEncoder, CharCnnEncoderConfig, char_extent};
+use crate::char_cnn::{CharCnnEncoder, CharCnnEncoderConfig, PADDING_CHAR_ID, char_extent};
 use crate::char_ids::{CharIdBatch, MAX_CHARS_PER_TOKEN};
 use crate::error::{ElmoError, Result};
 use crate::lstm_projection::{LstmState, LstmWithProjection, LstmWithProjectionConfig};
@@ -106,6 +106,12 @@ impl BiLmConfig {
 
 /// Distinct tokens encoded per call of the char CNN (bounds its intermediate memory).
 pub const ENCODER_CHUNK_TOKENS: usize = 1024;
+
+/// On a CubeCL device the char CNN's rows per call are a multiple of this, a chunk completed
+/// with tokens of padding characters only, whose values are dropped: the distinct tokens of a
+/// batch vary in number, and every new shape of a product can need a kernel compiled at run
+/// time (NVRTC on CUDA: a fraction of a second each), which a training step then waits for.
+pub const ENCODER_ROW_MULTIPLE: usize = 128;
 
 /// `[B, T]` mask from lengths, `true` for real positions.
 pub fn mask_from_lengths(lengths: &[usize], n_tokens: usize, device: &Device) -> Tensor<2, Bool> {
@@ -322,17 +328,24 @@ impl BiLm {
             row_of[u] = row;
         }
         // Chunks bound the memory of the convolutions whatever the batch size.
+        let row_multiple = match on_cube_device(&self.token_encoder.char_embedding.val()) {
+            true => ENCODER_ROW_MULTIPLE,
+            false => 1,
+        };
         let pieces: Vec<Tensor<2>> = order
             .chunks(ENCODER_CHUNK_TOKENS)
             .map(|chunk| {
                 let n = chunk.len();
+                let n_rows = n.next_multiple_of(row_multiple);
+                let padding = std::iter::repeat_n(i64::from(PADDING_CHAR_ID), MAX_CHARS_PER_TOKEN);
                 let ids: Vec<i64> = chunk
                     .iter()
                     .flat_map(|&u| tokens[u].iter().map(|&c| i64::from(c)))
+                    .chain(std::iter::repeat_n(padding, n_rows - n).flatten())
                     .collect();
                 let extent = chunk.iter().map(|&u| extents[u]).max().unwrap_or(0);
                 let ids = Tensor::<3, Int>::from_data(
-                    TensorData::new(ids, [n, 1, MAX_CHARS_PER_TOKEN]),
+                    TensorData::new(ids, [n_rows, 1, MAX_CHARS_PER_TOKEN]),
                     device,
                 );
                 let encoded = self
@@ -340,7 +353,7 @@ impl BiLm {
                     .forward_stages_with_extent(ids, extent)
                     .token_embedding;
                 let d_output = encoded.dims()[2];
-                encoded.reshape([n, d_output])
+                encoded.reshape([n_rows, d_output]).narrow(0, 0, n)
             })
             .collect();
         EncodedTokens {

@@ -1,43 +1,106 @@
-//! `BiLm::encode_tokens` (each distinct token encoded once, in chunks) gives exactly what the
-//! char CNN gives position by position, also past one chunk of distinct tokens; with a
-//! `TokenEmbeddingCache` (tokens of earlier batches not encoded again) the biLM's outputs are
-//! those without it, whether the cache holds every token or drops some.
+//! `BiLm::encode_tokens` (each distinct token encoded once, in chunks; on a CubeCL device each
+//! chunk completed to a multiple of `ENCODER_ROW_MULTIPLE` rows) gives exactly what the char CNN
+//! gives position by position, also past one chunk of distinct tokens, and the same gradients;
+//! with a `TokenEmbeddingCache` (tokens of earlier batches not encoded again) the biLM's outputs
+//! are those without it, whether the cache holds every token or drops some.
 
 mod common;
 
 use std::num::NonZeroUsize;
 
-use burn::tensor::Device;
+use burn::tensor::{Device, Tensor, TensorData};
 use common::*;
-use elmo_model::bilm::{ENCODER_CHUNK_TOKENS, char_ids_tensor};
+use elmo_model::bilm::{ENCODER_CHUNK_TOKENS, ENCODER_ROW_MULTIPLE, char_ids_tensor};
 use elmo_model::{CharIdBatch, ElmoConfig, TokenEmbeddingCache};
+use elmo_test_support::{autodiff_one_at_a_time, flex_and_wgpu, wgpu_device_or_skip};
 
-#[test]
-fn deduplicated_chunked_encoding_equals_direct_encoding() {
-    let device = Device::flex();
-    let bilm = tiny_bilm(&device);
-    // More distinct tokens than one chunk, many repeated, rows of different lengths.
-    let n_distinct = ENCODER_CHUNK_TOKENS + 77;
-    let sentences: Vec<Vec<String>> = (0..40)
+/// Sentences over `n_distinct` words `w0 …`, every word at least once, many repeated, rows of
+/// different lengths, with sentence boundaries.
+fn batch_of(n_sentences: usize, n_distinct: usize) -> CharIdBatch {
+    let mut sentences: Vec<Vec<String>> = (0..n_sentences)
         .map(|row| {
             (0..(20 + row % 17))
                 .map(|t| format!("w{}", (row * 37 + t * 11) % n_distinct))
                 .collect()
         })
         .collect();
-    let mut all: Vec<Vec<String>> = sentences.clone();
-    all.push((0..n_distinct).map(|i| format!("w{i}")).collect());
-    let batch = CharIdBatch::from_sentences(&all).with_sentence_boundaries();
-    let direct = bilm.token_encoder.forward(char_ids_tensor(&batch, &device));
-    let deduplicated = bilm.encode_tokens(&batch, &device);
-    let mask = batch.mask();
-    let (shape, a) = values3(&direct);
-    let (_, b) = values3(&deduplicated);
-    let width = shape[2];
-    for (i, (x, y)) in a.iter().zip(&b).enumerate() {
-        if mask[i / width] {
-            assert!((x - y).abs() <= 1e-6, "position {}: {x} vs {y}", i / width);
+    sentences.push((0..n_distinct).map(|i| format!("w{i}")).collect());
+    CharIdBatch::from_sentences(&sentences).with_sentence_boundaries()
+}
+
+#[test]
+fn deduplicated_chunked_encoding_equals_direct_encoding() {
+    for device in flex_and_wgpu("deduplicated_chunked_encoding_equals_direct_encoding") {
+        let bilm = tiny_bilm(&device);
+        // More distinct tokens than one chunk (and, on wgpu, a last chunk of 77 + 2 padded).
+        let batch = batch_of(20, ENCODER_CHUNK_TOKENS + 77);
+        let direct = bilm.token_encoder.forward(char_ids_tensor(&batch, &device));
+        let deduplicated = bilm.encode_tokens(&batch, &device);
+        let mask = batch.mask();
+        let (shape, a) = values3(&direct);
+        let (_, b) = values3(&deduplicated);
+        let width = shape[2];
+        for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+            if mask[i / width] {
+                assert!(
+                    (x - y).abs() <= 1e-5,
+                    "{device:?}, position {}: {x} vs {y}",
+                    i / width
+                );
+            }
         }
+    }
+}
+
+/// On wgpu, where the distinct tokens' chunk is completed with padding rows (57 distinct words
+/// and the boundaries: 59 rows, 128 encoded), the token encoder's parameters get the gradients
+/// that encoding every position directly gives them.
+#[test]
+fn padded_distinct_encoding_has_the_direct_gradients() {
+    let _one = autodiff_one_at_a_time();
+    let Some(wgpu) = wgpu_device_or_skip("padded_distinct_encoding_has_the_direct_gradients")
+    else {
+        return;
+    };
+    const { assert!(59 % ENCODER_ROW_MULTIPLE != 0) };
+    let device = wgpu.autodiff();
+    let bilm = tiny_bilm(&device);
+    let batch = batch_of(6, 57);
+    let d = bilm.token_encoder.d_output();
+    // A fixed projection of the real positions (zero at the padded ones).
+    let mask = batch.mask();
+    let weights: Vec<f32> = (0..mask.len() * d)
+        .map(|i| match mask[i / d] {
+            true => ((i * 7919 % 1009) as f32 / 1009.0) - 0.5,
+            false => 0.0,
+        })
+        .collect();
+    let shape = [batch.n_sentences, batch.n_tokens, d];
+    let weights = Tensor::<3>::from_data(TensorData::new(weights, shape), &device);
+    let gradients = |encoded: Tensor<3>| -> Vec<Vec<f32>> {
+        let grads = (encoded * weights.clone()).sum().backward();
+        let encoder = &bilm.token_encoder;
+        std::iter::once(encoder.char_embedding.val())
+            .chain(encoder.convolutions.iter().map(|c| c.weight.val()))
+            .chain(std::iter::once(encoder.projection.weight.val()))
+            .map(|parameter| {
+                let gradient = parameter.grad(&grads).expect("a gradient");
+                gradient.into_data().try_into_vec_as::<f32>().expect("f32")
+            })
+            .collect()
+    };
+    let direct = gradients(bilm.token_encoder.forward(char_ids_tensor(&batch, &device)));
+    let distinct = gradients(bilm.encode_tokens(&batch, &device));
+    for (n, (a, b)) in direct.iter().zip(&distinct).enumerate() {
+        let scale = a.iter().fold(1.0f32, |m, v| m.max(v.abs()));
+        let worst = a
+            .iter()
+            .zip(b)
+            .fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
+        assert!(
+            worst <= 1e-4 * scale,
+            "parameter {n}: {worst} (scale {scale})"
+        );
     }
 }
 

@@ -19,10 +19,25 @@ typedef void *CUcontext, *CUstream, *CUevent;
 
 enum { OK = 0, ERR_NOT_SUPPORTED = 801, ERR_NOT_FOUND = 500, ERR_OOM = 2 };
 
+// Every driver call is counted by name (the report's `call` lines: allocations, frees,
+// synchronisations and copies per run, which on a real GPU cost time that no kernel shows).
+typedef struct {
+    const char *name;
+    unsigned long long calls;
+} Call;
+static Call calls[256];
+static int n_calls;
+
 static void trace(const char *fn) {
     static int on = -1;
     if (on < 0) on = getenv("FAKECUDA_TRACE") != NULL;
     if (on) fprintf(stderr, "fakecuda: %s\n", fn);
+    for (int i = 0; i < n_calls; i++)
+        if (calls[i].name == fn) {
+            calls[i].calls++;
+            return;
+        }
+    if (n_calls < 256) calls[n_calls++] = (Call){fn, 1};
 }
 #define T() trace(__func__)
 
@@ -45,6 +60,7 @@ static void report(void) {
     FILE *f = fopen(file, "w");
     if (!f) return;
     fprintf(f, "modules %d\nlaunches %llu\n", n_modules, n_launches);
+    for (int i = 0; i < n_calls; i++) fprintf(f, "call\t%llu\t%s\n", calls[i].calls, calls[i].name);
     for (int i = 0; i < n_funcs; i++)
         fprintf(f, "%llu\t%llu\t%s\n", funcs[i].launches, funcs[i].threads, funcs[i].name);
     fclose(f);
