@@ -27,8 +27,9 @@
 //! (µs per operation on a 1-element and a `[64, 1200]` tensor, to the device's results): on a
 //! GPU, the cost of one kernel launch that a training step pays ~1,700 times (docs/benchmarks.md).
 //! `--matmul-probe BACKEND [f16]` times each of cubek's matmul kernels on the training step's
-//! and `original` inference's product shapes, with `f16` in 16 bits (`MATMUL` lines: µs,
-//! TFLOPS, largest difference from burn's `f32` product).
+//! and `original` inference's product shapes, whole and (training's long inner dimensions) split
+//! as the step splits them, with `f16` in 16 bits (`MATMUL` lines: µs, TFLOPS, largest
+//! difference from burn's `f32` product).
 //!
 //! Built with the `elmo` binary's features (`cargo xtask bench train`), so no second build of
 //! burn.
@@ -201,18 +202,21 @@ fn launch_probe(backend: &str) {
 /// `--matmul-probe BACKEND [f16]`: µs and TFLOPS of each of cubek's matmul kernels
 /// (`elmo_kernels::MatmulKernel`) on the product shapes of a `ptb-large.json`
 /// training step at 256 × 35 (the full softmax's chunk of 419 rows of a 10k vocabulary, the
-/// LSTM's weight gradient over 8,960 rows, one time step's products, the char CNN's highway)
-/// and of `original` inference (a step's state product and projection at 256 and 1,024
-/// sentences, both directions, and the input projection of 27 steps), each product repeated
-/// after a warm-up, with its largest difference from burn's `f32` product; with `f16` the
-/// operands in `f16` (the tensor-core kernels, `--precision mixed`).
+/// LSTM's weight gradient over 8,960 rows, one time step's products, the char CNN's highway),
+/// the batched products that the training step runs where it splits K (`split_product.rs`: a
+/// step's `∂z·Wᵀ` of both directions in 32 slices, the softmax's `∂z·W` in 6 at `ptb-large` and
+/// in 32 at `original`'s 8,192 sampled candidates), and of `original` inference (a step's state
+/// product and projection at 256 and 1,024 sentences, both directions, and the input
+/// projection of 27 steps), each product repeated after a warm-up, with its largest difference
+/// from burn's `f32` product; with `f16` the operands in `f16` (the tensor-core kernels,
+/// `--precision mixed`).
 #[cfg(feature = "kernels")]
 fn matmul_probe(backend: &str, half: bool) {
-    use burn::tensor::{Distribution, FloatDType, Tensor};
-    use elmo_kernels::{MatmulKernel, matmul_with, to_half};
+    use burn::tensor::{Distribution, Tensor};
     let device = bench_device(backend);
     let normal = Distribution::Normal(0.0, 1.0);
     let random = |shape: [usize; 2]| Tensor::<2>::random(shape, normal, &device);
+    let random3 = |shape: [usize; 3]| Tensor::<3>::random(shape, normal, &device);
     // `[m, k] · [k, n]`, both factors row-major.
     let plain = |what, m, k, n| (what, random([m, k]), random([k, n]));
     // (what, lhs, rhs): a transposed factor as the training step has it.
@@ -245,54 +249,90 @@ fn matmul_probe(backend: &str, half: bool) {
         plain("original step c·Wp 256", 512, 4_096, 512),
         plain("original x·Wx 256", 13_824, 512, 16_384),
     ];
+    for (what, lhs, rhs) in shapes {
+        probe_product(what, lhs, rhs, half);
+    }
+    // `[b, m, k] · [b, k, n]`: the split products (slices of K as batches, row-major slices).
+    let batched = |what, b, m, k, n| (what, random3([b, m, k]), random3([b, k, n]));
+    let split = [
+        batched("split step dz·Wt 2x256 32", 64, 256, 150, 256),
+        batched("split softmax dz·W 419 6", 6, 419, 1_667, 256),
+        batched("split sampled dz·W 512 32", 32, 512, 256, 512),
+    ];
+    for (what, lhs, rhs) in split {
+        probe_product(what, lhs, rhs, half);
+    }
+}
+
+/// One `--matmul-probe` product with every kernel: a `MATMUL` line each (µs over 20 runs after
+/// a warm-up, TFLOPS, largest difference from burn's `f32` product), or why it did not launch.
+///
+/// # Shapes
+/// - lhs: `[.., M, K]`; rhs: `[.., K, N]`
+#[cfg(feature = "kernels")]
+fn probe_product<const D: usize>(
+    what: &str,
+    lhs: burn::tensor::Tensor<D>,
+    rhs: burn::tensor::Tensor<D>,
+    half: bool,
+) {
+    use burn::tensor::FloatDType;
+    use elmo_kernels::{MatmulKernel, matmul_with, to_half};
     let precision = if half { "f16" } else { "f32" };
     let half_type = half.then_some(FloatDType::F16);
-    for (what, lhs, rhs) in shapes {
-        let [m, k] = lhs.dims();
-        let n = rhs.dims()[1];
-        let expected = lhs.clone().matmul(rhs.clone());
-        let (lhs, rhs) = (to_half(lhs, half_type), to_half(rhs, half_type));
-        for kernel in MatmulKernel::ALL {
-            let run = || matmul_with(lhs.clone(), rhs.clone(), kernel);
-            let product = match run() {
-                Ok(product) => product,
-                Err(error) => {
-                    println!(
-                        "MATMUL {what} {m}x{k}x{n} {precision} kernel={} unavailable: {error}",
-                        kernel.name()
-                    );
-                    continue;
-                }
-            };
-            let difference = match (product.cast(FloatDType::F32) - expected.clone())
-                .abs()
-                .max()
-                .try_into_scalar::<f32>()
-            {
-                Ok(difference) => difference,
-                Err(error) => {
-                    println!(
-                        "MATMUL {what} {m}x{k}x{n} {precision} kernel={} failed: {error:?}",
-                        kernel.name()
-                    );
-                    break;
-                }
-            };
-            let n_runs = 20;
-            let start = Instant::now();
-            let mut last = None;
-            for _ in 0..n_runs {
-                last = run().ok();
+    let dims = lhs.dims();
+    let batches: usize = dims[..D - 2].iter().product();
+    let [m, k, n] = [dims[D - 2], dims[D - 1], rhs.dims()[D - 1]];
+    let shape = match batches {
+        1 => format!("{m}x{k}x{n}"),
+        _ => format!("{batches}x{m}x{k}x{n}"),
+    };
+    let expected = lhs.clone().matmul(rhs.clone());
+    let (lhs, rhs) = (to_half(lhs, half_type), to_half(rhs, half_type));
+    for kernel in MatmulKernel::ALL {
+        let run = || matmul_with(lhs.clone(), rhs.clone(), kernel);
+        let product = match run() {
+            Ok(product) => product,
+            Err(error) => {
+                println!(
+                    "MATMUL {what} {shape} {precision} kernel={} unavailable: {error}",
+                    kernel.name()
+                );
+                continue;
             }
-            let _ = last.map(|p| p.slice([0..1, 0..1]).into_scalar::<f32>());
-            let seconds = start.elapsed().as_secs_f64() / n_runs as f64;
-            println!(
-                "MATMUL {what} {m}x{k}x{n} {precision} kernel={} us={:.1} tflops={:.2} max_difference={difference:.2e}",
-                kernel.name(),
-                1e6 * seconds,
-                2.0 * (m * k * n) as f64 / seconds / 1e12
-            );
+        };
+        let difference = match (product.cast(FloatDType::F32) - expected.clone())
+            .abs()
+            .max()
+            .try_into_scalar::<f32>()
+        {
+            Ok(difference) => difference,
+            Err(error) => {
+                println!(
+                    "MATMUL {what} {shape} {precision} kernel={} failed: {error:?}",
+                    kernel.name()
+                );
+                break;
+            }
+        };
+        let n_runs = 20;
+        let start = Instant::now();
+        let mut last = None;
+        for _ in 0..n_runs {
+            last = run().ok();
         }
+        let _ = last.map(|p| {
+            p.flatten::<1>(0, D - 1)
+                .narrow(0, 0, 1)
+                .into_scalar::<f32>()
+        });
+        let seconds = start.elapsed().as_secs_f64() / n_runs as f64;
+        println!(
+            "MATMUL {what} {shape} {precision} kernel={} us={:.1} tflops={:.2} max_difference={difference:.2e}",
+            kernel.name(),
+            1e6 * seconds,
+            2.0 * (batches * m * k * n) as f64 / seconds / 1e12
+        );
     }
 }
 
