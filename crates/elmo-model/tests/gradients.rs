@@ -10,7 +10,7 @@ use burn::tensor::{Device, Distribution, Tensor};
 use common::*;
 use elmo_model::char_cnn::CharConvolution;
 use elmo_model::{ElmoConfig, LstmWithProjectionConfig};
-use elmo_test_support::autodiff_one_at_a_time;
+use elmo_test_support::{autodiff_one_at_a_time, scaled_difference};
 
 /// Records, for every float parameter, whether it received a non-zero gradient.
 struct GradientReport<'a> {
@@ -367,11 +367,7 @@ fn char_convolution_on_wgpu_equals_flex() {
             .iter()
             .zip(expected.iter().zip(&got))
         {
-            let scale = a.iter().fold(1.0f32, |m, v| m.max(v.abs()));
-            let error = a
-                .iter()
-                .zip(b)
-                .fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
+            let (error, scale) = scaled_difference(a, b);
             assert!(
                 error <= 1e-5 * scale,
                 "width {width}, {name}: error {error}, scale {scale}"

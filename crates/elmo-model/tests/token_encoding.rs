@@ -12,7 +12,9 @@ use burn::tensor::{Device, Tensor, TensorData};
 use common::*;
 use elmo_model::bilm::{ENCODER_CHUNK_TOKENS, ENCODER_ROW_MULTIPLE, char_ids_tensor};
 use elmo_model::{CharIdBatch, ElmoConfig, TokenEmbeddingCache};
-use elmo_test_support::{autodiff_one_at_a_time, flex_and_wgpu, wgpu_device_or_skip};
+use elmo_test_support::{
+    autodiff_one_at_a_time, flex_and_wgpu, scaled_difference, wgpu_device_or_skip,
+};
 
 /// Sentences over `n_distinct` words `w0 …`, every word at least once, many repeated, rows of
 /// different lengths, with sentence boundaries.
@@ -92,11 +94,7 @@ fn padded_distinct_encoding_has_the_direct_gradients() {
     let direct = gradients(bilm.token_encoder.forward(char_ids_tensor(&batch, &device)));
     let distinct = gradients(bilm.encode_tokens(&batch, &device));
     for (n, (a, b)) in direct.iter().zip(&distinct).enumerate() {
-        let scale = a.iter().fold(1.0f32, |m, v| m.max(v.abs()));
-        let worst = a
-            .iter()
-            .zip(b)
-            .fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
+        let (worst, scale) = scaled_difference(a, b);
         assert!(
             worst <= 1e-4 * scale,
             "parameter {n}: {worst} (scale {scale})"

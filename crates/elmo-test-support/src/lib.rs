@@ -1,15 +1,17 @@
 //! Helpers of elmo-rs's tests and benchmarks, outside the libraries' public API (not
 //! published): a wgpu device where one opens, the parameters a gradient reaches, one
-//! differentiating test at a time, and the flags, devices and memory measure of the benchmark
+//! differentiating test at a time, values compared at their scale, and the flags, devices and memory measure of the benchmark
 //! programs.
 
 mod autodiff_lock;
 pub mod bench;
+mod compare;
 mod gradients;
 mod npy;
 mod wgpu_probe;
 
 pub use autodiff_lock::autodiff_one_at_a_time;
+pub use compare::scaled_difference;
 pub use gradients::nonzero_gradients;
 pub use npy::{Array, NpyElement, read_npy};
 pub use wgpu_probe::{flex_and_wgpu, wgpu_device_or_skip};
