@@ -52,7 +52,7 @@ rm -f .device-cuda/kernel-cache.tar.xz target/environment/elmo-device.db*
 rm -rf "$work/ptx" "$work/launches" && mkdir -p "$work/ptx" "$work/launches"
 log="$work/log.md"
 echo "cuda-check of $(cat .device-cuda/commit), $(date -u)" | tee "$log"
-# gpu-table.sh's `cudatrain` rows of one training shape (the arguments).
+# gpu-table.sh's `cudatrain` rows of one training shape (the arguments), and `cuda-burnmm`'s.
 train_rows() {
     "$work/bin/bench_train_cuda" --backends cuda-burnmm,cuda,cuda-mixed \
         --steps "$train_steps" "$@"

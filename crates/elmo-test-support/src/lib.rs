@@ -1,7 +1,7 @@
 //! Helpers of elmo-rs's tests and benchmarks, outside the libraries' public API (not
 //! published): a wgpu device where one opens, the parameters a gradient reaches, one
-//! differentiating test at a time, values compared at their scale, and the flags, devices and memory measure of the benchmark
-//! programs.
+//! differentiating test at a time, values compared at their scale, and the flags, devices and
+//! memory measure of the benchmark programs.
 
 mod autodiff_lock;
 pub mod bench;
