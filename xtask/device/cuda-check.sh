@@ -95,6 +95,24 @@ compiled_again() {
 }
 compiled_again original "${original_128[@]}"
 compiled_again ptb-large "${ptb_large_256[@]}"
+# What the `cudawhere` section's kernel profiles launch (`gpu-table.sh`'s `train_where`: the
+# same binary and arguments), launch by launch with each matmul's problem, kept in
+# `$work/launches-train-cuda-NAME.log`: joined with the GPU's profile of the same run
+# (`$OUT/kernels-train-cuda-NAME.log.xz`), `launch_shapes.py` gives the GPU time of each
+# product shape.
+launch_census() {
+    local name="$1" file="$work/launches-train-cuda-$1.log"
+    shift
+    rm -f "$work"/launch-log.*
+    (cd "$again" && FAKECUDA_LAUNCHES="$work/launch-log" "$work/bin/bench_train_cuda" \
+        --backends cuda --steps 2 "$@" > /dev/null 2>&1)
+    mv "$work"/launch-log.* "$file"
+    python3 xtask/device/launch_shapes.py "$file" 3 > "$file.txt"
+    head -n 12 "$file.txt" | tee -a "$log"
+}
+rm -f "$again/cubecl.toml"
+launch_census original "${original_128[@]}"
+launch_census ptb-large "${ptb_large_256[@]}"
 echo "ran in ${SECONDS}s" | tee -a "$log"
 tar -cJf .device-cuda/kernel-cache.tar.xz -C target/environment \
     $(cd target/environment && ls elmo-device.db*)

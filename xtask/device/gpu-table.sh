@@ -131,6 +131,9 @@ profile_run() {
     echo "== profile $name (at ${SECONDS} s)" | tee -a "$log"
     (cd "$dir" && timeout 60 "$@" > /dev/null 2>&1)
     python3 xtask/device/kernel_times.py "$dir/kernels.log" "$calls" 25 > "$OUT/kernels-$name.txt"
+    # The whole log too, for `launch_shapes.py` to join with the stand-in's launches of the
+    # same run (`cuda-check.sh`): the GPU time of each matmul problem.
+    xz -c "$dir/kernels.log" > "$OUT/kernels-$name.log.xz"
     head -n 32 "$OUT/kernels-$name.txt" | tee -a "$log"
 }
 profile() {

@@ -28,6 +28,7 @@ use crate::KernelSettings;
 #[cfg(feature = "cubecl")]
 use crate::cube_tensor::{
     ElementwiseOutput, empty_buffer, kernel_in_place, kernel_input, kernel_input_or,
+    kernel_rows_input,
 };
 use crate::split_product::SplitLayout;
 
@@ -70,7 +71,8 @@ pub(crate) mod kernels {
 
     /// `Σ_s partials[g·S + s, b, column]` for `row = g·B + b`: the sum, in order, of a split
     /// product's partial products `[G·S, B, N]` (`split_product::SplitLayout`; one plane per
-    /// group when whole).
+    /// group when whole), read at their strides (rows contiguous, possibly padded: a matmul's
+    /// output on CUDA, `cube_tensor::kernel_rows_input`).
     #[cube]
     pub(crate) fn summed<F: Float>(
         partials: &Tensor<F>,
@@ -80,9 +82,9 @@ pub(crate) mod kernels {
     ) -> F {
         let n_partials = partials.shape(0) / n_groups as usize;
         let batch = partials.shape(1);
-        let width = partials.shape(2);
-        let plane = batch * width;
-        let index = (row / batch) * n_partials * plane + (row % batch) * width + column;
+        let plane = partials.stride(0);
+        let index =
+            (row / batch) * n_partials * plane + (row % batch) * partials.stride(1) + column;
         let mut total = partials[index];
         for s in 1..n_partials {
             total += partials[s * plane + index];
@@ -90,19 +92,20 @@ pub(crate) mod kernels {
         total
     }
 
-    /// The activated gates `(i, f, g, o)` of `unit` of `row`: the prepared input contributions
-    /// at `gate_base` (`projected`, gate `k` at `gate_base + k·C`) plus the recurrent partial
-    /// products (summed in order).
+    /// The activated gates `(i, f, g, o)` of `unit` of `row` at plane `plane` of the prepared
+    /// input contributions `projected` `[T, B, 4C]` (read at its strides, rows possibly padded;
+    /// gate `k` at column `unit + k·C`) plus the recurrent partial products (summed in order).
     #[cube]
     pub(crate) fn activated_gates<F: Float>(
         projected: &Tensor<F>,
         recurrent: &Tensor<F>,
-        gate_base: usize,
+        plane: usize,
         row: usize,
         unit: usize,
         d_cell: usize,
         n_groups: u32,
     ) -> (F, F, F, F) {
+        let gate_base = plane * projected.stride(0) + row * projected.stride(1) + unit;
         let z_i = projected[gate_base] + summed::<F>(recurrent, row, unit, n_groups);
         let z_f =
             projected[gate_base + d_cell] + summed::<F>(recurrent, row, unit + d_cell, n_groups);
@@ -177,7 +180,7 @@ pub(crate) mod kernels {
         let t = step as usize;
         let gate_base = (t * batch + row) * 4 * d_cell + unit;
         let (input_gate, forget_gate, cell_input, output_gate) =
-            activated_gates::<F>(projected, recurrent, gate_base, row, unit, d_cell, n_groups);
+            activated_gates::<F>(projected, recurrent, t, row, unit, d_cell, n_groups);
         let previous = if t == 0 {
             initial_memory[position]
         } else {
@@ -442,8 +445,8 @@ pub fn cell_forward(
             &out.client,
             out.count.clone(),
             out.dim,
-            kernel_input(projected).into_tensor_arg(),
-            kernel_input(&recurrent).into_tensor_arg(),
+            kernel_rows_input(projected).into_tensor_arg(),
+            kernel_rows_input(&recurrent).into_tensor_arg(),
             kernel_input(initial_memory).into_tensor_arg(),
             kernel_in_place(records.gates).into_tensor_arg(),
             kernel_in_place(records.memory).into_tensor_arg(),
@@ -485,7 +488,7 @@ pub fn hidden_forward(
             &out.client,
             out.count.clone(),
             out.dim,
-            kernel_input(&projected).into_tensor_arg(),
+            kernel_rows_input(&projected).into_tensor_arg(),
             kernel_in_place(records.hidden).into_tensor_arg(),
             out.primitive.into_tensor_arg(),
             step as u32,
@@ -526,7 +529,10 @@ pub fn hidden_backward(
         let (clip, has_clip) = clip_arguments(projection_clip);
         let has_next = grad_next.is_some();
         // Without a next step the kernel reads no `grad_next`.
-        let next = kernel_input_or(grad_next.as_ref(), grad_outputs);
+        let next = match &grad_next {
+            Some(partials) => kernel_rows_input(partials),
+            None => kernel_input(grad_outputs),
+        };
         kernels::hidden_backward_kernel::launch(
             &out.client,
             out.count.clone(),
@@ -583,12 +589,12 @@ pub fn cell_backward(
         let (clip, has_clip) = clip_arguments(cell_clip);
         let has_next = grad_memory_next.is_some();
         // Without a next step the kernel reads no `grad_memory_next`.
-        let next = kernel_input_or(grad_memory_next.as_ref(), &grad_cell_output);
+        let next = kernel_input_or(grad_memory_next.as_ref(), initial_memory);
         kernels::cell_backward_kernel::launch(
             &out.client,
             out.count.clone(),
             out.dim,
-            kernel_input(&grad_cell_output).into_tensor_arg(),
+            kernel_rows_input(&grad_cell_output).into_tensor_arg(),
             kernel_input(records.gates).into_tensor_arg(),
             kernel_input(records.memory).into_tensor_arg(),
             kernel_input(records.tanh_memory).into_tensor_arg(),
@@ -607,6 +613,149 @@ pub fn cell_backward(
         CellBackwardOutput {
             grad_memory_previous: (step > 0).then_some(out.tensor),
             grad_gates: grad_gates_split,
+        }
+    }
+}
+
+#[cfg(all(test, feature = "cubecl"))]
+mod tests {
+    use super::*;
+    use crate::cube_tensor::cube_primitive;
+    use burn::tensor::{Device, Distribution, TensorData};
+
+    /// `x` `[A, R, N]` as a view into rows of `N + pad` values (the rest other values), as
+    /// CubeCL's CUDA runtime pads a matmul's output rows: the same values, other strides (burn
+    /// slices without a copy where the bytes cut off are a multiple of the device's alignment:
+    /// `pad` of 64 values is 256 bytes).
+    fn padded(x: &Tensor<3>, pad: usize) -> Tensor<3> {
+        let [a, r, n] = x.dims();
+        let filler = Tensor::<3>::random([a, r, pad], Distribution::Default, &x.device());
+        let view = Tensor::cat(vec![x.clone(), filler], 2).narrow(2, 0, n);
+        let strides = cube_primitive(&view)
+            .expect("a wgpu tensor")
+            .meta
+            .strides()
+            .to_vec();
+        assert_eq!(strides, [r * (n + pad), n + pad, 1], "the view is padded");
+        view
+    }
+
+    /// The padding of a row in these tests, in values.
+    const PAD: usize = 64;
+
+    fn values<const D: usize>(x: &Tensor<D>) -> TensorData {
+        x.clone().into_data()
+    }
+
+    fn random<const D: usize>(shape: [usize; D], device: &Device) -> Tensor<D> {
+        Tensor::random(shape, Distribution::Normal(0.0, 1.0), device)
+    }
+
+    /// One forward and one backward step of the cell kernels with their large inputs (the
+    /// input contributions, every partial product) padded as on CUDA, against the same inputs
+    /// contiguous: the kernels read them at their strides, with the same values to the bit,
+    /// and `kernel_rows_input` passes the padded tensor without a copy.
+    #[test]
+    fn the_cell_kernels_read_padded_rows_at_their_strides() {
+        let Some(device) = elmo_test_support::wgpu_device_or_skip(
+            "the_cell_kernels_read_padded_rows_at_their_strides",
+        ) else {
+            return;
+        };
+        // Two groups of 3 rows, 5 cells, a projection of 4, 3 steps; the partial products in
+        // 2 slices, the products' left factors whole.
+        let (groups, batch, d_cell, d_projection, n_steps) = (2, 3, 5, 4, 3);
+        let rows = groups * batch;
+        let layout = SplitLayout {
+            n_groups: groups,
+            n_slices: 1,
+        };
+        let projected = random([n_steps, rows, 4 * d_cell], &device);
+        let recurrent = random([2 * groups, batch, 4 * d_cell], &device);
+        let initial_memory = random([rows, d_cell], &device);
+        let hidden_partials = random([2 * groups, batch, d_projection], &device);
+        let grad_outputs = random([rows, n_steps, d_projection], &device);
+        let grad_next = random([2 * groups, batch, d_projection], &device);
+        let grad_cell_output = random([2 * groups, batch, d_cell], &device);
+        let kept = kernel_rows_input(&padded(&recurrent, PAD));
+        assert_eq!(
+            kept.meta.strides()[1],
+            4 * d_cell + PAD,
+            "no copy of padded rows"
+        );
+
+        let run = |pad: usize| {
+            let view = |x: &Tensor<3>| match pad {
+                0 => x.clone(),
+                _ => padded(x, pad),
+            };
+            let records = [4 * d_cell, d_cell, d_cell, d_projection]
+                .map(|width| empty_buffer([n_steps, rows, width], &device));
+            let cell_records = CellRecords {
+                gates: &records[0],
+                memory: &records[1],
+                tanh_memory: &records[2],
+                hidden: &records[3],
+            };
+            let step = 1;
+            let cell_output = cell_forward(
+                &view(&projected),
+                view(&recurrent),
+                &initial_memory,
+                &cell_records,
+                step,
+                Some(0.8),
+                layout,
+            );
+            let state = hidden_forward(
+                view(&hidden_partials),
+                &cell_records,
+                step,
+                Some(0.5),
+                layout,
+            );
+            let grad_projected = empty_buffer([n_steps, rows, d_projection], &device);
+            let grad_hidden = hidden_backward(
+                &grad_outputs,
+                &records[3],
+                Some(view(&grad_next)),
+                &grad_projected,
+                step,
+                Some(0.5),
+                layout,
+            );
+            let grad_gates = empty_buffer([n_steps, rows, 4 * d_cell], &device);
+            let cell = cell_backward(
+                view(&grad_cell_output),
+                &cell_records,
+                &initial_memory,
+                None,
+                &grad_gates,
+                step,
+                Some(0.8),
+                layout,
+            );
+            let at_step = |x: &Tensor<3>| values(&x.clone().narrow(0, step, 1));
+            vec![
+                values(&cell_output),
+                values(&state),
+                at_step(&records[0]),
+                at_step(&records[1]),
+                at_step(&records[3]),
+                values(&grad_hidden),
+                at_step(&grad_projected),
+                at_step(&grad_gates),
+                values(&cell.grad_gates),
+                values(
+                    &cell
+                        .grad_memory_previous
+                        .expect("step 1 has a previous one"),
+                ),
+            ]
+        };
+        let (contiguous, padded) = (run(0), run(PAD));
+        for (i, (a, b)) in contiguous.iter().zip(&padded).enumerate() {
+            assert_eq!(a, b, "output {i} differs with padded inputs");
         }
     }
 }

@@ -16,7 +16,7 @@
 use burn::tensor::Tensor;
 
 #[cfg(feature = "cubecl")]
-use crate::cube_tensor::{kernel_in_place, kernel_input};
+use crate::cube_tensor::{kernel_in_place, kernel_input, kernel_rows_input};
 use crate::split_product::SplitLayout;
 
 /// The kernels (CubeCL's `Tensor` is not burn's, hence a module of their own).
@@ -70,7 +70,6 @@ mod kernels {
         if position >= memory.len() {
             terminate!();
         }
-        let rows = memory.shape(0);
         let d_cell = memory.shape(1);
         let row = position / d_cell;
         let unit = position % d_cell;
@@ -82,9 +81,15 @@ mod kernels {
         let at = split_index(row, unit, n_planes, split_batch, width, n_groups);
         let (_, runs) = running::<F>(lengths, row, step, n_steps, reversed);
         if runs {
-            let gate_base = (plane as usize * rows + row) * 4 * d_cell + unit;
-            let (input_gate, forget_gate, cell_input, output_gate) =
-                activated_gates::<F>(projected, recurrent, gate_base, row, unit, d_cell, n_groups);
+            let (input_gate, forget_gate, cell_input, output_gate) = activated_gates::<F>(
+                projected,
+                recurrent,
+                plane as usize,
+                row,
+                unit,
+                d_cell,
+                n_groups,
+            );
             let next = next_memory::<F>(
                 input_gate * cell_input + forget_gate * memory[position],
                 cell_clip,
@@ -203,8 +208,8 @@ pub fn inference_cell(
             &out.client,
             count,
             dim,
-            kernel_input(projected).into_tensor_arg(),
-            kernel_input(&recurrent).into_tensor_arg(),
+            kernel_rows_input(projected).into_tensor_arg(),
+            kernel_rows_input(&recurrent).into_tensor_arg(),
             kernel_input(buffers.lengths).into_tensor_arg(),
             kernel_in_place(buffers.memory).into_tensor_arg(),
             out.primitive.into_tensor_arg(),
@@ -248,7 +253,7 @@ pub fn inference_hidden(
             &client,
             count,
             dim,
-            kernel_input(&projected).into_tensor_arg(),
+            kernel_rows_input(&projected).into_tensor_arg(),
             kernel_input(buffers.lengths).into_tensor_arg(),
             kernel_in_place(buffers.state).into_tensor_arg(),
             outputs.into_tensor_arg(),

@@ -34,6 +34,37 @@ pub fn kernel_input<const D: usize>(tensor: &Tensor<D>) -> CubeTensor {
     )
 }
 
+/// A kernel input that the kernel reads at its strides, row by row: the tensor's primitive as
+/// it is where its last dimension is contiguous and its rows lie in row-major order, padded or
+/// not (CubeCL's CUDA runtime pads each row of a fresh tensor to a pitch of up to 512 bytes:
+/// a matmul's output `[·, 4,800]` has rows of 4,864), a contiguous copy otherwise. For the
+/// large inputs that a kernel reads once per time step (a layer's input contributions of all
+/// steps, a step's partial products), where [`kernel_input`] would copy a padded tensor at
+/// every launch.
+///
+/// # Panics
+/// As [`kernel_input`].
+pub fn kernel_rows_input<const D: usize>(tensor: &Tensor<D>) -> CubeTensor {
+    let primitive =
+        cube_primitive(tensor).expect("a CubeCL tensor (see `KernelSettings::fused_for`)");
+    if rows_in_order(&primitive) {
+        primitive
+    } else {
+        into_contiguous(primitive)
+    }
+}
+
+/// Whether `tensor`'s last dimension is contiguous and each outer dimension steps over at least
+/// the whole of the next one (row-major, rows possibly padded), in a plain (not tiled) buffer.
+fn rows_in_order(tensor: &CubeTensor) -> bool {
+    let (shape, strides) = (tensor.meta.shape(), tensor.meta.strides());
+    let rank = shape.len();
+    !tensor.meta.is_tiled()
+        && rank >= 1
+        && strides[rank - 1] == 1
+        && (0..rank - 1).all(|i| strides[i] >= strides[i + 1] * shape[i + 1])
+}
+
 /// `tensor` with a contiguous layout, as a burn tensor: made once before a loop of kernels that
 /// read it, since [`kernel_input`] would copy a strided tensor at every launch. Unchanged when it
 /// is contiguous already or not on a CubeCL device.

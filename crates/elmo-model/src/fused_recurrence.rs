@@ -161,7 +161,6 @@ pub(crate) fn forward_group(
                     .collect(),
                 1,
             );
-        let projected = elmo_kernels::contiguous(projected);
         for step in chunk_start..chunk_start + len {
             let at = InferenceStep {
                 step,

@@ -258,8 +258,18 @@ impl<'a> LstmGroup<'a> {
         let mut memory_all = elmo_kernels::empty_buffer([n_steps, rows, d_cell], &device);
         let mut tanh_memory_all = elmo_kernels::empty_buffer([n_steps, rows, d_cell], &device);
         let mut hidden_all = elmo_kernels::empty_buffer([n_steps, rows, d_projection], &device);
-        let (mut h, mut c) = (initial.hidden.clone(), initial.memory.clone());
         let fused = kernels == CellKernels::Fused;
+        // The cell kernels read the initial memory at every step, forward and backward (the
+        // tape keeps it): one contiguous copy here where it is padded (CUDA pads the rows of
+        // `[B, 1,200]` to 1,280), not one a step.
+        let initial = match fused {
+            true => LstmState {
+                memory: elmo_kernels::contiguous(initial.memory),
+                ..initial
+            },
+            false => initial,
+        };
+        let (mut h, mut c) = (initial.hidden.clone(), initial.memory.clone());
         // With the fused kernels (a GPU) the step products are split along K (`split_product`),
         // and the kernels write the products' left factors in the split layout.
         let split = fused && self.kernels.split_products;

@@ -55,9 +55,30 @@ fn ids_tensor(ids: &[u32], device: &Device) -> Tensor<1, Int> {
 /// Most logits materialised at once by the full softmax (bounds memory for large vocabularies).
 const FULL_SOFTMAX_CHUNK: usize = 1 << 24;
 
-/// Most logits in one chunk of [`Softmax::nll_with_gradients`]: small enough to stay allocated
-/// from step to step instead of coming fresh (zeroed) from the kernel each time.
+/// Most logits in one chunk of [`Softmax::nll_with_gradients`] on a CPU: small enough to stay
+/// allocated from step to step instead of coming fresh (zeroed) from the kernel each time.
 const HAND_SOFTMAX_CHUNK: usize = 1 << 22;
+
+/// The rows of each chunk of [`Softmax::nll_with_gradients`] over `n` rows of `n_candidates`
+/// logits. On a CPU, [`HAND_SOFTMAX_CHUNK`] logits at most. On a CubeCL device, whose memory
+/// pool keeps buffers from step to step, chunks as large as `kernels` lets one intermediate
+/// buffer be ([`KernelSettings::rows_per_buffer`]) with four of them alive at once (the logits,
+/// their exponentials, the gradient and a product's operand), in as few equal chunks as that
+/// allows: a chunk runs ~30 kernels whatever its size, so fewer chunks launch fewer (at
+/// `ptb-large.json` 256 × 35, 17,920 rows of 10,002 logits: 3 chunks where 4M logits made 43).
+fn softmax_chunk_rows(
+    like: &Tensor<2>,
+    n: usize,
+    n_candidates: usize,
+    kernels: KernelSettings,
+) -> usize {
+    let most = match elmo_kernels::on_cube_device(like) {
+        true => kernels.rows_per_buffer(like, 4 * n_candidates.max(1) * size_of::<f32>()),
+        false => HAND_SOFTMAX_CHUNK / n_candidates.max(1),
+    }
+    .max(1);
+    n.div_ceil(n.div_ceil(most).max(1)).max(1)
+}
 
 /// A softmax loss and its gradients for a training step, computed without autodiff.
 #[derive(Debug, Clone)]
@@ -191,7 +212,7 @@ impl Softmax {
         candidates: Option<&SampledCandidates>,
     ) -> SoftmaxGradients {
         let n_candidates = candidates.map_or(self.weight.shape().dims::<2>()[0], |c| c.ids.len());
-        let rows_per_chunk = (HAND_SOFTMAX_CHUNK / n_candidates.max(1)).max(1);
+        let rows_per_chunk = softmax_chunk_rows(&hidden, targets.len(), n_candidates, self.kernels);
         self.nll_with_gradients_in_chunks(hidden, targets, scales, candidates, rows_per_chunk)
     }
 
@@ -386,6 +407,40 @@ impl Softmax {
 mod tests {
     use super::*;
     use rand::SeedableRng;
+
+    /// `ptb-large.json` at 256 × 35: 17,920 rows of 10,002 logits in equal chunks, of at most
+    /// 4M logits on a CPU, on a GPU as large as the buffer budget allows (a quarter of it each).
+    #[test]
+    fn softmax_chunks_are_equal_and_larger_on_a_gpu() {
+        let (n, vocab) = (17_920, 10_002);
+        let cpu = Tensor::<2>::zeros([1, 1], &Device::flex());
+        let all = KernelSettings::default();
+        assert_eq!(
+            softmax_chunk_rows(&cpu, n, vocab, all),
+            417,
+            "43 chunks of 4M logits"
+        );
+        assert_eq!(softmax_chunk_rows(&cpu, 10, vocab, all), 10);
+        assert_eq!(softmax_chunk_rows(&cpu, 0, vocab, all), 1);
+        let Some(gpu) =
+            elmo_test_support::wgpu_device_or_skip("softmax_chunks_are_equal_and_larger_on_a_gpu")
+        else {
+            return;
+        };
+        let gpu = Tensor::<2>::zeros([1, 1], &gpu);
+        // A budget below the device's own limit (lavapipe's is 128 MiB a buffer).
+        let budget = KernelSettings {
+            buffer_bytes: 4 * 1_000 * 4 * 600,
+            ..all
+        };
+        assert_eq!(
+            softmax_chunk_rows(&gpu, 1_790, 1_000, budget),
+            597,
+            "3 chunks of at most 600 rows"
+        );
+        let rows = softmax_chunk_rows(&gpu, n, vocab, all);
+        assert!(rows > 417, "the device's own limit allows more: {rows}");
+    }
 
     #[test]
     fn log_uniform_sampler_matches_its_distribution() {

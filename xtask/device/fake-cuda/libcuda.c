@@ -46,6 +46,8 @@ typedef struct {
     char *name;
     unsigned long long launches;
     unsigned long long threads;
+    int n_params;
+    int param_bytes[64]; // each parameter's size, from the module's PTX (8 for a pointer)
 } Func;
 static Func funcs[4096];
 static int n_funcs;
@@ -238,6 +240,36 @@ CUresult cuModuleLoadDataEx(void **module, const void *image, unsigned n, void *
     return cuModuleLoadData(module, image);
 }
 CUresult cuModuleUnload(void *module) { T(); return OK; }
+// The sizes of an entry's parameters, from its PTX signature after `.entry name(`: `.param
+// .u64 x` is 8 bytes, `.param .align 4 .b8 x[80]` (a struct passed by value: CubeCL's shapes,
+// strides and scalars) 80. Returns their number (-1 where the signature is not understood).
+static int parameter_sizes(const char *p, int *bytes) {
+    int n = 0;
+    while ((p = strstr(p, ".param")) && n < 64) {
+        const char *end = strchr(p, '\n');
+        if (!end) break;
+        int size = 0;
+        const char *bracket = memchr(p, '[', end - p);
+        if (strncmp(p, ".param .u64", 11) == 0 || strncmp(p, ".param .b64", 11) == 0 ||
+            strncmp(p, ".param .s64", 11) == 0 || strncmp(p, ".param .f64", 11) == 0)
+            size = 8;
+        else if (strncmp(p, ".param .u32", 11) == 0 || strncmp(p, ".param .b32", 11) == 0 ||
+                 strncmp(p, ".param .s32", 11) == 0 || strncmp(p, ".param .f32", 11) == 0)
+            size = 4;
+        else if (bracket)
+            size = atoi(bracket + 1); // `.b8 x[N]` (arrays of wider elements are not used)
+        else
+            return -1;
+        bytes[n++] = size;
+        const char *close = memchr(p, ')', end - p);
+        if (close) break;
+        p = end + 1;
+        while (*p == ' ' || *p == '\t') p++;
+        if (*p == ')') break;
+    }
+    return n;
+}
+
 CUresult cuModuleGetFunction(void **func, void *module, const char *name) {
     T();
     Module *m = module;
@@ -253,12 +285,45 @@ CUresult cuModuleGetFunction(void **func, void *module, const char *name) {
     char full[1200];
     snprintf(full, sizeof full, "module-%05d:%s", m->index, name);
     f->name = strdup(full);
+    f->n_params = parameter_sizes(strstr(m->ptx, needle) + strlen(needle), f->param_bytes);
     *func = f;
     return OK;
 }
 CUresult cuFuncSetAttribute(void *f, int attr, int value) { T(); return OK; }
 CUresult cuFuncGetAttribute(int *v, int attr, void *f) { T(); *v = 0; return OK; }
 CUresult cuFuncSetCacheConfig(void *f, int c) { T(); return OK; }
+
+// With $FAKECUDA_LAUNCHES, one line per launch into $FAKECUDA_LAUNCHES.<pid>: the kernel, its
+// grid and block, its dynamic shared memory, and the 32-bit words of every parameter passed by
+// value other than a pointer (CubeCL's struct of shapes, strides and scalars: a matmul's sizes,
+// for `launch_shapes.py`).
+static void log_launch(Func *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                       unsigned bz, unsigned shared, void **params) {
+    static FILE *out;
+    static int opened;
+    if (!opened) {
+        opened = 1;
+        const char *path = getenv("FAKECUDA_LAUNCHES");
+        if (path) {
+            char file[4096];
+            snprintf(file, sizeof file, "%s.%d", path, (int)getpid());
+            out = fopen(file, "w");
+        }
+    }
+    if (!out) return;
+    fprintf(out, "%s\t%u %u %u\t%u %u %u\t%u\t", f->name, gx, gy, gz, bx, by, bz, shared);
+    for (int i = 0; params && i < f->n_params; i++) {
+        if (f->param_bytes[i] == 8) continue;
+        const unsigned char *value = params[i];
+        for (int w = 0; w + 4 <= f->param_bytes[i]; w += 4) {
+            unsigned word;
+            memcpy(&word, value + w, 4);
+            fprintf(out, "%u ", word);
+        }
+        fputs("| ", out);
+    }
+    fputc('\n', out);
+}
 
 CUresult cuLaunchKernel(void *func, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                         unsigned by, unsigned bz, unsigned shared, CUstream s, void **params,
@@ -268,6 +333,7 @@ CUresult cuLaunchKernel(void *func, unsigned gx, unsigned gy, unsigned gz, unsig
     f->launches++;
     f->threads += (unsigned long long)gx * gy * gz * bx * by * bz;
     n_launches++;
+    log_launch(f, gx, gy, gz, bx, by, bz, shared, params);
     if ((unsigned long long)bx * by * bz > 1024 || shared > 232448) return 1; // invalid value
     return OK;
 }
