@@ -441,10 +441,18 @@ impl<'a> LstmGroup<'a> {
         let mut grad_weights = Vec::with_capacity(self.n_layers());
         for (g, (w, inputs)) in weights.iter().zip(inputs).enumerate() {
             let grad_gates = rows_of(&grad_gates, g);
+            // `∂z · W_xᵀ` has a long inner dimension (4C: 16,384 at `original`) and a narrow
+            // output (`d_input`: a few cubes of a GPU's matmul per row block): split along it
+            // where the fused kernels run, as the weight gradients below over their rows.
             grad_inputs.push(
-                half_product(grad_gates.clone(), w.input.clone().transpose(), half)
-                    .reshape([n_steps, batch, d_input])
-                    .swap_dims(0, 1),
+                transposed_product(
+                    grad_gates.clone().transpose(),
+                    w.input.clone().transpose(),
+                    split,
+                    half,
+                )
+                .reshape([n_steps, batch, d_input])
+                .swap_dims(0, 1),
             );
             // Products over all T·B rows: split over them where the fused kernels run.
             grad_weights.push(LstmWeightGradients {
