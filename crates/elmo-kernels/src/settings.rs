@@ -37,8 +37,8 @@ pub struct KernelSettings {
     /// `F32` by default, as AllenNLP).
     pub precision: Precision,
     /// The largest intermediate buffer, in bytes, that the large operations make at once (the
-    /// LSTM's input projection, the char CNN's convolutions, the embedder's read-back): larger
-    /// work runs in pieces. Lowered to the device's own limit ([`Self::rows_per_buffer`]; wgpu
+    /// LSTM's input projection, the char CNN's convolutions, the embedder's read-back; on a GPU
+    /// the training softmax's logits, a quarter each): larger work runs in pieces. Lowered to the device's own limit ([`Self::rows_per_buffer`]; wgpu
     /// on Vulkan binds at most 2 GiB − 1 per buffer).
     pub buffer_bytes: usize,
 }
