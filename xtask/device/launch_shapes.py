@@ -20,8 +20,8 @@ import re
 import sys
 from collections import defaultdict
 
-ENTRY = re.compile(r"^\| ([0-9.]+)(ns|µs|us|ms|s) +\| (.*)$")
-UNITS = {"ns": 1e-6, "µs": 1e-3, "us": 1e-3, "ms": 1.0, "s": 1e3}
+from kernel_times import entries, short_name
+
 SUFFIX = re.compile(r"_(lhs|t|f|e|c|i|in)_[a-z0-9_]*$")
 
 
@@ -56,16 +56,8 @@ def launches(path):
 
 def profile_entries(path):
     """(milliseconds, kernel module name) per launch of a cubecl profiling log."""
-    current = None
-    with open(path, encoding="utf-8", errors="replace") as log:
-        for line in log:
-            match = ENTRY.match(line.rstrip("\n"))
-            if match:
-                value, unit, rest = match.groups()
-                path_name = rest.split(": ", 1)[0].split("<", 1)[0]
-                segments = path_name.split("::")
-                module = segments[-2] if len(segments) > 1 else segments[-1]
-                yield float(value) * UNITS[unit], module
+    for ms, lines in entries(path):
+        yield ms, short_name(lines[0].split(": ", 1)[0]).split("::")[0]
 
 
 def key_of(name, grid, words):
