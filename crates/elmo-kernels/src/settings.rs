@@ -38,8 +38,9 @@ pub struct KernelSettings {
     pub precision: Precision,
     /// The largest intermediate buffer, in bytes, that the large operations make at once (the
     /// LSTM's input projection, the char CNN's convolutions, the embedder's read-back; on a GPU
-    /// the training softmax's logits, a quarter each): larger work runs in pieces. Lowered to the device's own limit ([`Self::rows_per_buffer`]; wgpu
-    /// on Vulkan binds at most 2 GiB − 1 per buffer).
+    /// the training softmax's logits, a quarter each): larger work runs in pieces. Lowered to
+    /// the device's own limit ([`Self::rows_per_buffer`]; wgpu on Vulkan binds at most 2 GiB − 1
+    /// per buffer).
     pub buffer_bytes: usize,
 }
 

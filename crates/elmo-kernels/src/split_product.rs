@@ -77,9 +77,10 @@ pub fn slices_over_rows(split: bool, rows: usize, width: usize) -> usize {
 /// `lhsᵀ · rhs` over many rows: a weight's gradient, whose inner dimension is every row of a
 /// batch (`T·B`, 17,920 at `ptb-small.json` 512 × 35) and whose output is a few cubes of
 /// burn's matmul, each walking all the rows; also the LSTM's input gradient `∂z · W_xᵀ` as
-/// `(∂zᵀ)ᵀ · W_xᵀ`, whose inner dimension is the gates (16,384 at `original`). Where `split` (the caller runs on a CubeCL device
-/// with the fused kernels) the rows are split into [`slices_over_rows`] slices: one batched
-/// product of `[S, M, N]` partial products, then their sum.
+/// `(∂zᵀ)ᵀ · W_xᵀ`, whose inner dimension is the gates (16,384 at `original`). Where `split`
+/// (the caller runs on a CubeCL device with the fused kernels) the rows are split into
+/// [`slices_over_rows`] slices: one batched product of `[S, M, N]` partial products, then
+/// their sum.
 ///
 /// With `half` (mixed precision, [`crate::Precision::half_for`]) the factors are multiplied in
 /// that 16-bit type and the partial products summed in `f32`.
