@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the `cuda` build's part of the lent-GPU call on this machine, without a GPU: the benchmark
 # binaries carried in `.device-cuda/` (`CUDA=1 prepare.sh`) against a stand-in driver
-# (`fake-cuda/libcuda.c`, built here with cc) and NVIDIA's real NVRTC and headers (the wheels of
+# (`fake-cuda/libcuda.c`, built here with cc; `fake-cuda/libcublas.c` stands in for cuBLAS, whose
+# products it computes on the host for `--blas-check` only) and NVIDIA's real NVRTC and headers (the wheels of
 # the GPU machine's PyTorch, from PyPI, plus `.device-cuda/cuda-headers.tar.xz` as `setup.sh`
 # unpacks it), then checks every PTX module NVRTC produced with `ptxas -arch=sm_90a`. What it
 # catches before device time is spent: a kernel NVRTC or ptxas refuses, a header the carry lacks,
@@ -41,27 +42,35 @@ for name in nvidia-cuda-runtime nvidia-cuda-nvrtc; do
 done
 tar -xJf .device-cuda/cuda-headers.tar.xz -C "$work/cuda/include"
 cc -O1 -shared -fPIC -Wall -o "$work/libcuda.so.1" xtask/device/fake-cuda/libcuda.c
+cc -O1 -shared -fPIC -Wall -o "$work/libcublas.so.13" xtask/device/fake-cuda/libcublas.c -lm
+ln -sf libcublas.so.13 "$work/libcublas.so"
 for bench in bench_embed_cuda bench_train_cuda; do
     xz -dc ".device-cuda/$bench.xz" > "$work/bin/$bench" && chmod +x "$work/bin/$bench"
 done
 
 export LD_LIBRARY_PATH="$work:$lib" CUDA_PATH="$work/cuda" CUBECL_AUTOTUNE_LEVEL=minimal
 export FAKECUDA_PTX_DIR="$work/ptx" FAKECUDA_REPORT="$work/launches/report"
+export FAKECUBLAS_REPORT="$work/launches/cublas"
 export CUBECL_ENVIRONMENT=elmo-device
 rm -f .device-cuda/kernel-cache.tar.xz target/environment/elmo-device.db*
 rm -rf "$work/ptx" "$work/launches" && mkdir -p "$work/ptx" "$work/launches"
 log="$work/log.md"
 echo "cuda-check of $(cat .device-cuda/commit), $(date -u)" | tee "$log"
-# gpu-table.sh's `cudatrain` rows of one training shape (the arguments), and `cuda-burnmm`'s.
+# gpu-table.sh's `cudatrain` rows of one training shape (the arguments): cuBLAS's products
+# and cubek's, in f32 and mixed precision.
+train_backends=cuda,cuda-mixed,cuda-cubek,cuda-mixed-cubek,cuda-blassteps
 train_rows() {
-    "$work/bin/bench_train_cuda" --backends cuda-burnmm,cuda,cuda-mixed \
-        --steps "$train_steps" "$@"
+    "$work/bin/bench_train_cuda" --backends "$train_backends" --steps "$train_steps" "$@"
 }
 SECONDS=0
 {
-    # gpu-table.sh's `cuda`, `cudatrain` and `cudaprobe` sections (inference with fewer batches).
-    "$work/bin/bench_embed_cuda" --shapes original,small --backends cuda-burnmm,cuda,cuda-mixed \
-        --batch-size 64,256,1024 --batches 2
+    # gpu-table.sh's `cudablas` section: cuBLAS's products of uploaded operands in every layout
+    # the `cuda` build hands it, which the stand-in computes on the host.
+    FAKECUBLAS_COMPUTE=1 "$work/bin/bench_train_cuda" --blas-check cuda
+    # gpu-table.sh's `cuda`, `cudaextra`, `cudatrain` and `cudaprobe` sections (inference with
+    # fewer batches).
+    "$work/bin/bench_embed_cuda" --shapes original,small \
+        --backends cuda-cubek,cuda,cuda-mixed,cuda-blassteps --batch-size 64,256,1024 --batches 2
     # The training rows with as many steps as the GPU times (`train-shapes.sh`): each step's
     # batch has its own shapes, and a kernel first needed in a timed step would be compiled
     # there, on the GPU's time.
@@ -87,7 +96,7 @@ printf '[compilation.logger]\nlevel = "basic"\nfile = "%s/compiled.log"\nappend 
 compiled_again() {
     local name="$1" compiled
     shift
-    (cd "$again" && "$work/bin/bench_train_cuda" --backends cuda,cuda-mixed \
+    (cd "$again" && "$work/bin/bench_train_cuda" --backends "$train_backends" \
         --steps "$train_steps" "$@" > /dev/null 2>&1)
     compiled="$(grep -c 'Compiling' "$again/compiled.log" 2>/dev/null || true)"
     echo "training rows again ($name): ${compiled:-0} kernels compiled" | tee -a "$log"
@@ -120,7 +129,7 @@ echo "kernel cache: $(du -h target/environment/elmo-device.db | cut -f1) packed 
     "$(du -h .device-cuda/kernel-cache.tar.xz | cut -f1) in .device-cuda/kernel-cache.tar.xz" \
     | tee -a "$log"
 
-failed_rows="$(grep -c "failed" "$log" || true)"
+failed_rows="$(grep -ci "failed" "$log" || true)"
 # Each distinct module once (the children compile many of the same kernels).
 modules=0
 bad_modules=0
@@ -132,6 +141,7 @@ while read -r _ ptx; do
     fi
 done < <(md5sum "$work"/ptx/*.ptx | sort -u -k1,1)
 launches="$(cat "$work"/launches/report.* | awk '/^launches/ {n += $2} END {print n}')"
+gemms="$(cat "$work"/launches/cublas.* 2>/dev/null | awk '/^gemms/ {n += $2} END {print n + 0}')"
 echo "rows failed: $failed_rows; distinct PTX modules: $modules, refused by ptxas: $bad_modules;" \
-    "kernel launches: $launches (log: $log)" | tee -a "$log"
+    "kernel launches: $launches; cuBLAS products: $gemms (log: $log)" | tee -a "$log"
 [ "$failed_rows" = 0 ] && [ "$bad_modules" = 0 ] && [ "$modules" -gt 0 ]

@@ -24,12 +24,15 @@
 #      steps or QUALITY_STEPS), `--precision f32` then `mixed`, the same seed: their
 #      validation perplexities side by side
 #      (needs `.device/elmo_spirv.xz` and `.device/ptb/`, which `prepare.sh` packs);
-#   cuda, cudatrain, cudaextra, cudaprobe (run where `.device-cuda/` was carried instead of
-#      `.device/`, `CUDA=1 prepare.sh`, checked here first by `cuda-check.sh`): the `cuda`
-#      build's inference rows (`cuda` with every kernel, `cuda-mixed` with f16 operands), its
-#      training rows (`original` 128 × 20 and `ptb-large` 256 × 35) against the peer in f32
-#      and with bf16 autocast, then that build's `wgpu` (WGSL, as the default build) and
-#      `cuda-burnmm` (burn's matmul choice for the large products) inference rows, and
+#   cudablas, cuda, cudatrain, cudaextra, cudaprobe (run where `.device-cuda/` was carried
+#      instead of `.device/`, `CUDA=1 prepare.sh`, checked here first by `cuda-check.sh`):
+#      cuBLAS's products against the host's (`--blas-check`, a few seconds), the `cuda` build's
+#      inference rows (`cuda` with every kernel and its products through cuBLAS, `cuda-mixed`
+#      with f16 operands), its training rows (`original` 128 × 20 and `ptb-large` 256 × 35;
+#      `cuda`, `cuda-mixed`, both with cubek's products instead of cuBLAS's, `-cubek`, and
+#      `cuda-blassteps`, the LSTM's per-step products through cuBLAS too)
+#      against the peer in f32 and with bf16 autocast, then that build's `wgpu` (WGSL, as the
+#      default build), `cuda-cubek` and `cuda-blassteps` inference rows, and
 #      `--matmul-probe cuda` in f32 and f16 (each cubek kernel per shape; NVRTC compiles each,
 #      so it goes last); cudawhere: where a CUDA training step's time goes (launch cost,
 #      phases, every kernel's GPU time at `original` 128 × 20 and `ptb-large` 256 × 35). An
@@ -39,7 +42,7 @@
 #      batch of 256 split into token encoder and LSTM time, an embedder
 #      call's phases and a second pass (WGSL f32 and SPIR-V mixed), and its kernels' GPU time
 #      ($OUT/kernels-*.txt).
-# With `.device-cuda/` only: run(command="SECTIONS='cudawhere cuda cudatrain cudaextra
+# With `.device-cuda/` only: run(command="SECTIONS='cudablas cudatrain cuda cudawhere cudaextra
 # cudaprobe' bash xtask/device/gpu-table.sh", carry=[".gl", ".device-cuda"], timeout_s=560).
 # Every section checks the time left, so that the call ends within its limit with what it has.
 # Output: $OUT/gpu-table.log (also printed), $OUT/gpu-memory.csv (nvidia-smi every 200 ms).
@@ -99,7 +102,9 @@ train_spirv() { train_with /tmp/bench_train_spirv --backends wgpu-mixed --peer-a
 # autocast.
 cuda() { embed_with /tmp/bench_embed_cuda "$@"; }
 train_cuda() {
-    train_with /tmp/bench_train_cuda --backends cuda,cuda-mixed --peer-amp bf16 "$@"
+    train_with /tmp/bench_train_cuda \
+        --backends cuda,cuda-mixed,cuda-cubek,cuda-mixed-cubek,cuda-blassteps \
+        --peer-amp bf16 "$@"
 }
 
 # A process's first minutes on the GPU are slow (docs/benchmarks.md): one untimed run first.
@@ -169,9 +174,15 @@ section_cuda() {
     within 60 /tmp/bench_embed_cuda --child small cuda-mixed --batches 1 --batch-size 8
     embed_sizes cuda --shapes original,small --backends cuda,cuda-mixed
 }
-# The same build's other rows, for comparison: its WGSL path and burn's matmul choice.
+# The same build's other rows, for comparison: its WGSL path and cubek's products.
 section_cudaextra() {
-    embed_sizes cuda --shapes original,small --backends wgpu,cuda-burnmm
+    embed_sizes cuda --shapes original,small --backends wgpu,cuda-cubek,cuda-blassteps
+}
+# cuBLAS's products of uploaded operands in every layout the `cuda` build hands it, against the
+# host's (a wrong stride or leading dimension shows here, not as a bad loss).
+section_cudablas() {
+    [ -x /tmp/bench_train_cuda ] || return 0
+    within 30 /tmp/bench_train_cuda --blas-check cuda
 }
 section_cudatrain() {
     train_cuda "${original_128[@]}"

@@ -31,6 +31,13 @@ if [ -f .device-cuda/cuda-headers.tar.xz ]; then
         export CUDA_PATH=/tmp/cuda
         export LD_LIBRARY_PATH="$(dirname "$nvrtc")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     fi
+    # cuBLAS (the `cuda` build's products, `cuda_blas.rs`), from the wheel PyTorch runs with.
+    cublas="$(python3 -c 'import nvidia, glob; print(*[f for p in nvidia.__path__
+        for f in glob.glob(p + "/**/libcublas.so.*", recursive=True)][:1])' 2>/dev/null)"
+    if [ -n "$cublas" ]; then
+        export LD_LIBRARY_PATH="$(dirname "$cublas"):$LD_LIBRARY_PATH"
+    fi
+    echo "cuda: cuBLAS ${cublas:-not found (cubek's kernels run the products)}"
     mkdir -p "${CUDA_PATH:-/usr/local/cuda}/include"
     tar -xJf .device-cuda/cuda-headers.tar.xz -C "${CUDA_PATH:-/usr/local/cuda}/include"
     echo "cuda: NVRTC ${nvrtc:-from the system}, headers in ${CUDA_PATH:-/usr/local/cuda}/include"

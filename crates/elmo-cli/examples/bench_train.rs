@@ -336,6 +336,153 @@ fn probe_product<const D: usize>(
     }
 }
 
+/// `--blas-check BACKEND`: cuBLAS's products (`elmo_kernels::cublas_product`) of operands made
+/// on the host and uploaded, in the layouts the training and inference paths hand it (row-major,
+/// a transposed view of either factor, rows sliced out of a larger tensor, batched, one right
+/// factor for every batch, `f16` operands), each against the host's product: a `BLAS` line per
+/// case and whether all were within `1e-4` (`f32`) or `1e-3` (`f16`) of the result's scale. No
+/// kernel of CubeCL runs (views and uploads only), so it also checks the stand-in cuBLAS of
+/// `cuda-check.sh`.
+#[cfg(feature = "cuda")]
+fn blas_check(backend: &str) -> bool {
+    use burn::tensor::{DType, Tensor, TensorData, f16};
+    let device = bench_device(backend);
+    // Deterministic values in [-1, 1), exact in f16.
+    let values = |n: usize, seed: usize| -> Vec<f32> {
+        (0..n)
+            .map(|i| ((i * 7 + seed * 13) % 64) as f32 / 32.0 - 1.0)
+            .collect()
+    };
+    let upload = |shape: &[usize], seed: usize, half: bool| -> (Tensor<3>, Vec<f32>) {
+        let host = values(shape.iter().product(), seed);
+        let data = match half {
+            true => TensorData::new(
+                host.iter().map(|&x| f16::from_f32(x)).collect(),
+                shape.to_vec(),
+            ),
+            false => TensorData::new(host.clone(), shape.to_vec()),
+        };
+        (Tensor::<3>::from_data(data, &device), host)
+    };
+    // The host's `[b, m, k]·[b or 1, k, n]` from row-major values.
+    let reference = |a: &[f32], b: &[f32], [batch, m, k, n]: [usize; 4], shared: bool| {
+        let mut out = vec![0f64; batch * m * n];
+        for s in 0..batch {
+            let b_at = if shared { 0 } else { s * k * n };
+            for i in 0..m {
+                for j in 0..n {
+                    out[(s * m + i) * n + j] = (0..k)
+                        .map(|l| a[(s * m + i) * k + l] as f64 * b[b_at + l * n + j] as f64)
+                        .sum();
+                }
+            }
+        }
+        out
+    };
+    let transpose = |x: &[f32], rows: usize, cols: usize| -> Vec<f32> {
+        (0..rows * cols)
+            .map(|i| x[(i % rows) * cols + i / rows])
+            .collect()
+    };
+    let (m, k, n) = (37, 70, 45);
+    let mut all_ok = true;
+    let mut check =
+        |case: &str, product: Result<Tensor<3>, String>, expected: Vec<f64>, half: bool| {
+            let outcome = product.and_then(|out| {
+                if out.dtype() != DType::F32 {
+                    return Err(format!("result in {:?}", out.dtype()));
+                }
+                out.into_data()
+                    .try_into_vec::<f32>()
+                    .map_err(|e| format!("{e:?}"))
+            });
+            let line = match outcome {
+                Ok(got) if got.len() == expected.len() => {
+                    let scale = expected.iter().fold(1f64, |a, &b| a.max(b.abs()));
+                    let difference = got
+                        .iter()
+                        .zip(&expected)
+                        .fold(0f64, |a, (&g, &e)| a.max((g as f64 - e).abs()));
+                    let ok = difference <= if half { 1e-3 } else { 1e-4 } * scale;
+                    all_ok &= ok;
+                    format!(
+                        "max_difference={difference:.2e} scale={scale:.1} {}",
+                        if ok { "ok" } else { "FAILED" }
+                    )
+                }
+                Ok(got) => {
+                    all_ok = false;
+                    format!("FAILED: {} values for {}", got.len(), expected.len())
+                }
+                Err(error) => {
+                    all_ok = false;
+                    format!("FAILED: {error}")
+                }
+            };
+            println!("BLAS {case}: {line}");
+        };
+    let product = |l: Tensor<3>, r: Tensor<3>| elmo_kernels::cublas_product(l, r, None);
+    for half in [false, true] {
+        let kind = if half { "f16" } else { "f32" };
+        let (a, a_host) = upload(&[1, m, k], 1, half);
+        let (b, b_host) = upload(&[1, k, n], 2, half);
+        let expected = reference(&a_host, &b_host, [1, m, k, n], false);
+        check(
+            &format!("{kind} row-major"),
+            product(a.clone(), b.clone()),
+            expected.clone(),
+            half,
+        );
+        // The right factor as a transposed view of `[n, k]` (a weight read as `Wᵀ`).
+        let (bt, bt_host) = upload(&[1, n, k], 3, half);
+        let expected_t = reference(&a_host, &transpose(&bt_host, n, k), [1, m, k, n], false);
+        check(
+            &format!("{kind} right transposed"),
+            product(a.clone(), bt.swap_dims(1, 2)),
+            expected_t,
+            half,
+        );
+        // The left factor as a transposed view of `[k, m]` (a weight gradient's `xᵀ`).
+        let (at, at_host) = upload(&[1, k, m], 4, half);
+        let expected_t = reference(&transpose(&at_host, k, m), &b_host, [1, m, k, n], false);
+        check(
+            &format!("{kind} left transposed"),
+            product(at.swap_dims(1, 2), b.clone()),
+            expected_t,
+            half,
+        );
+        // Rows 5..25 of a larger left factor (an offset into its buffer).
+        let (big, big_host) = upload(&[1, 40, k], 5, half);
+        let rows = big.narrow(1, 5, 20);
+        let expected = reference(&big_host[5 * k..25 * k], &b_host, [1, 20, k, n], false);
+        check(
+            &format!("{kind} sliced rows"),
+            product(rows, b.clone()),
+            expected,
+            half,
+        );
+        // Batched, and one right factor for every batch.
+        let (a3, a3_host) = upload(&[3, m, k], 6, half);
+        let (b3, b3_host) = upload(&[3, k, n], 7, half);
+        let expected = reference(&a3_host, &b3_host, [3, m, k, n], false);
+        check(
+            &format!("{kind} batched"),
+            product(a3.clone(), b3),
+            expected,
+            half,
+        );
+        let expected = reference(&a3_host, &b_host, [3, m, k, n], true);
+        check(
+            &format!("{kind} shared right factor"),
+            product(a3, b.clone()),
+            expected,
+            half,
+        );
+    }
+    println!("BLAS check: {}", if all_ok { "all ok" } else { "FAILED" });
+    all_ok
+}
+
 fn field(line: &str, key: &str) -> String {
     line.split_whitespace()
         .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
@@ -362,6 +509,15 @@ fn main() {
     };
     if let Some(i) = args.iter().position(|a| a == "--launch-probe") {
         launch_probe(args.get(i + 1).map_or("wgpu", String::as_str));
+        return;
+    }
+    if let Some(i) = args.iter().position(|a| a == "--blas-check") {
+        #[cfg(feature = "cuda")]
+        if !blas_check(args.get(i + 1).map_or("cuda", String::as_str)) {
+            std::process::exit(1);
+        }
+        #[cfg(not(feature = "cuda"))]
+        eprintln!("--blas-check {i}: built without the `cuda` feature");
         return;
     }
     if let Some(i) = args.iter().position(|a| a == "--matmul-probe") {

@@ -49,12 +49,15 @@ pub enum MatmulKernel {
     OrderedDoubleCmma,
     /// Tensor cores, planes specialised in loading or computing.
     SpecializedCyclicCmma,
+    /// NVIDIA's cuBLAS on a CUDA device (this crate's `cublas` feature; `crate::cublas_product`):
+    /// the result in `f32` whatever the operands' type.
+    Cublas,
 }
 
 impl MatmulKernel {
     /// Every kernel, burn's first (the tensor-core ones are unavailable for `f32` and where the
     /// device offers no cooperative matrices).
-    pub const ALL: [MatmulKernel; 10] = [
+    pub const ALL: [MatmulKernel; 11] = [
         Self::Burn,
         Self::SimpleUnitMax,
         Self::SimpleUnitMin,
@@ -65,6 +68,7 @@ impl MatmulKernel {
         Self::DoubleCyclicCmma,
         Self::OrderedDoubleCmma,
         Self::SpecializedCyclicCmma,
+        Self::Cublas,
     ];
 
     /// The kernel's name in reports.
@@ -80,6 +84,7 @@ impl MatmulKernel {
             Self::DoubleCyclicCmma => "double-cyclic-cmma",
             Self::OrderedDoubleCmma => "ordered-double-cmma",
             Self::SpecializedCyclicCmma => "specialized-cyclic-cmma",
+            Self::Cublas => "cublas",
         }
     }
 
@@ -99,7 +104,7 @@ impl MatmulKernel {
             }))
         };
         let multi_level = match self {
-            Self::Burn => return None,
+            Self::Burn | Self::Cublas => return None,
             Self::SimpleUnitMax => simple(true),
             Self::SimpleUnitMin => simple(false),
             Self::DoubleUnitMax => double(true),
@@ -124,6 +129,12 @@ pub fn matmul_with<const D: usize>(
     rhs: Tensor<D>,
     kernel: MatmulKernel,
 ) -> Result<Tensor<D>, String> {
+    if kernel == MatmulKernel::Cublas {
+        #[cfg(feature = "cublas")]
+        return crate::cublas_product(lhs, rhs, None);
+        #[cfg(not(feature = "cublas"))]
+        return Err("built without the `cublas` feature".into());
+    }
     let Some(strategy) = kernel.strategy() else {
         return Ok(lhs.matmul(rhs));
     };

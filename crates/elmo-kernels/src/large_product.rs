@@ -13,7 +13,7 @@
 
 use burn::tensor::{FloatDType, Tensor};
 
-use crate::KernelSettings;
+use crate::{KernelSettings, ProductMode};
 #[cfg(feature = "cubecl")]
 use crate::{MatmulKernel, matmul_with};
 
@@ -32,10 +32,11 @@ pub fn kernel_for_shape(m: usize, k: usize, n: usize) -> Option<MatmulKernel> {
     }
 }
 
-/// `lhs · rhs`: with [`crate::Precision::Mixed`] on a GPU, the operands in 16 bits (`rhs` may
-/// be in that type already) and the result cast back to `f32`; in `f32` on a CubeCL device
-/// without autodiff, with `fused` and `shaped_matmul` on, through [`kernel_for_shape`]'s
-/// kernel; otherwise burn's `matmul`. The same values to float rounding.
+/// `lhs · rhs`: through a vendor BLAS where `kernels` allows one and it runs
+/// ([`KernelSettings::vendor_blas`]); else with [`crate::Precision::Mixed`] on a GPU, the
+/// operands in 16 bits (`rhs` may be in that type already) and the result cast back to `f32`; in
+/// `f32` on a CubeCL device without autodiff, with `fused` and `shaped_matmul` on, through
+/// [`kernel_for_shape`]'s kernel; otherwise burn's `matmul`. The same values to float rounding.
 ///
 /// # Shapes
 /// - lhs: `[.., M, K]`; rhs: `[.., K, N]`; output: `[.., M, N]`
@@ -44,8 +45,12 @@ pub fn product<const D: usize>(
     rhs: Tensor<D>,
     kernels: KernelSettings,
 ) -> Tensor<D> {
-    if let Some(half) = kernels.precision.half_for(&lhs) {
-        return half_product(lhs, rhs, Some(half));
+    let mode = kernels.product_mode(&lhs);
+    if let Some(out) = vendor_product(&lhs, &rhs, mode) {
+        return out;
+    }
+    if mode.half.is_some() {
+        return half_product(lhs, rhs, mode);
     }
     #[cfg(feature = "cubecl")]
     if kernels.shaped_matmul && kernels.fused && !lhs.device().is_autodiff() {
@@ -59,24 +64,52 @@ pub fn product<const D: usize>(
     lhs.matmul(rhs)
 }
 
-/// `lhs · rhs` with its operands in `half` (a 16-bit float type; either may be in it already)
-/// and the result cast back to `f32`, under autodiff too (the cast's gradient is cast back, so
-/// the backward products run in `half` as well); burn's `matmul` in `f32` with `None`. For the
-/// products that [`crate::Precision::half_for`] puts in 16 bits.
+/// `lhs · rhs` as `mode` says: through a vendor BLAS where it allows one and it runs; else with
+/// its operands in its 16-bit type (either may be in it already) and the result cast back to
+/// `f32`, under autodiff too (the cast's gradient is cast back, so the backward products run in
+/// 16 bits as well); burn's `matmul` in `f32` otherwise. For the products that
+/// [`KernelSettings::product_mode`] describes.
 ///
 /// # Shapes
 /// - lhs: `[.., M, K]`; rhs: `[.., K, N]`; output: `[.., M, N]`
 pub fn half_product<const D: usize>(
     lhs: Tensor<D>,
     rhs: Tensor<D>,
-    half: Option<FloatDType>,
+    mode: ProductMode,
 ) -> Tensor<D> {
-    match half {
-        Some(_) => to_half(lhs, half)
-            .matmul(to_half(rhs, half))
+    if let Some(out) = vendor_product(&lhs, &rhs, mode) {
+        return out;
+    }
+    match mode.half {
+        Some(_) => to_half(lhs, mode.half)
+            .matmul(to_half(rhs, mode.half))
             .cast(FloatDType::F32),
         None => lhs.matmul(rhs),
     }
+}
+
+/// The product through cuBLAS where `mode` allows a vendor BLAS and it runs (this crate's
+/// `cublas` feature, a CUDA device, cuBLAS found, no autodiff); `None` otherwise.
+#[cfg(feature = "cublas")]
+fn vendor_product<const D: usize>(
+    lhs: &Tensor<D>,
+    rhs: &Tensor<D>,
+    mode: ProductMode,
+) -> Option<Tensor<D>> {
+    if !mode.vendor_blas {
+        return None;
+    }
+    crate::cublas_product(lhs.clone(), rhs.clone(), mode.half).ok()
+}
+
+/// `None`: without the `cublas` feature there is no vendor BLAS.
+#[cfg(not(feature = "cublas"))]
+fn vendor_product<const D: usize>(
+    _lhs: &Tensor<D>,
+    _rhs: &Tensor<D>,
+    _mode: ProductMode,
+) -> Option<Tensor<D>> {
+    None
 }
 
 /// `tensor` in `half` (a 16-bit float type): a weight cast once for many [`half_product`]s;

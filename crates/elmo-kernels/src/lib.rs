@@ -17,8 +17,11 @@ mod cube_norm;
 mod cube_reduce;
 #[cfg(feature = "cubecl")]
 mod cube_tensor;
+#[cfg(feature = "cublas")]
+mod cuda_blas;
 mod dropout_mask;
 mod gate_activation;
+mod gemm_plan;
 mod host_gemm;
 mod host_lstm;
 mod index_add;
@@ -38,8 +41,11 @@ pub use cube_norm::fused_squared_norm;
 pub use cube_reduce::{RowReduction, reduce_rows, sum_columns};
 #[cfg(feature = "cubecl")]
 pub use cube_tensor::{contiguous, empty_buffer};
+#[cfg(feature = "cublas")]
+pub use cuda_blas::{cublas_available, cublas_product, cublas_runs_on};
 pub use dropout_mask::{MaskKey, dropout_mask};
 pub use gate_activation::{EXP_LIMIT, GateActivation};
+pub use gemm_plan::{GemmPlan, StridedLayout, gemm_plan};
 pub use host_gemm::{PackedMatrix, matmul_packed};
 pub use host_lstm::{HostLstm, HostLstmOutput, HostLstmWeights};
 pub use index_add::{add_elements, add_rows, embedding};
@@ -47,7 +53,8 @@ pub use index_add::{add_elements, add_rows, embedding};
 pub use large_product::kernel_for_shape;
 pub use large_product::{half_product, product, to_half};
 pub use settings::{
-    DEFAULT_BUFFER_BYTES, KernelSettings, Precision, largest_buffer_bytes, on_cube_device,
+    DEFAULT_BUFFER_BYTES, KernelSettings, Precision, ProductMode, largest_buffer_bytes,
+    on_cube_device,
 };
 pub use split_product::{
     SplitLayout, SplitWeight, slices_for, slices_for_grid, slices_over_rows, slices_when,

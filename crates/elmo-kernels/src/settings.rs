@@ -36,6 +36,17 @@ pub struct KernelSettings {
     /// The precision of the large products on a GPU, in inference and training ([`Precision`];
     /// `F32` by default, as AllenNLP).
     pub precision: Precision,
+    /// With `fused`: the large products on a CUDA device through NVIDIA's cuBLAS, where this
+    /// crate is built with its `cublas` feature and the library loads (`f32` without TF32; with
+    /// [`Precision::Mixed`], 16-bit operands on the tensor cores and `f32` results): the LSTM's
+    /// input projection, weight and input gradients, the softmax's products, the large
+    /// inference products; the products under autodiff (the token encoder in training) keep
+    /// burn's. Off, or where it does not run: cubek's kernels.
+    pub vendor_blas: bool,
+    /// With `vendor_blas`: the LSTM's per-step products too (hundreds a training step, each
+    /// small; a cuBLAS call first waits for CubeCL's queue to reach the GPU, host time that
+    /// cubek's split kernels do not cost). Off (the default): cubek's.
+    pub vendor_blas_steps: bool,
     /// The largest intermediate buffer, in bytes, that the large operations make at once (the
     /// LSTM's input projection, the char CNN's convolutions, the embedder's read-back; on a GPU
     /// the training softmax's logits, a quarter each): larger work runs in pieces. Lowered to
@@ -60,6 +71,8 @@ impl KernelSettings {
         shaped_matmul: true,
         shaped_step_products: false,
         precision: Precision::F32,
+        vendor_blas: true,
+        vendor_blas_steps: false,
         buffer_bytes: DEFAULT_BUFFER_BYTES,
     };
 
@@ -72,6 +85,8 @@ impl KernelSettings {
         shaped_matmul: false,
         shaped_step_products: false,
         precision: Precision::F32,
+        vendor_blas: false,
+        vendor_blas_steps: false,
         buffer_bytes: DEFAULT_BUFFER_BYTES,
     };
 
@@ -83,6 +98,26 @@ impl KernelSettings {
     /// Whether products on `tensor` are split: [`Self::fused_for`] and `split_products`.
     pub fn split_for<const D: usize>(&self, tensor: &Tensor<D>) -> bool {
         self.split_products && self.fused_for(tensor)
+    }
+
+    /// How the products of `tensor` run: their operands' 16-bit type ([`Precision::half_for`])
+    /// and whether a vendor BLAS runs them (`vendor_blas`, [`Self::fused_for`], and one there
+    /// for `tensor`'s device: cuBLAS loaded and a CUDA device, with the `cublas` feature).
+    pub fn product_mode<const D: usize>(&self, tensor: &Tensor<D>) -> ProductMode {
+        ProductMode {
+            half: self.precision.half_for(tensor),
+            vendor_blas: self.vendor_blas && self.fused_for(tensor) && vendor_blas_on(tensor),
+        }
+    }
+
+    /// [`Self::product_mode`] for the LSTM's per-step products: a vendor BLAS only with
+    /// `vendor_blas_steps`.
+    pub fn step_product_mode<const D: usize>(&self, tensor: &Tensor<D>) -> ProductMode {
+        let mode = self.product_mode(tensor);
+        ProductMode {
+            vendor_blas: mode.vendor_blas && self.vendor_blas_steps,
+            ..mode
+        }
     }
 
     /// Whether the two directions run as one group on `tensor`: [`Self::fused_for`] and
@@ -104,6 +139,36 @@ impl KernelSettings {
         let limit = self.buffer_bytes.min(device_buffer_limit(like));
         (limit / bytes_per_row.max(1)).max(1)
     }
+}
+
+/// Whether a vendor BLAS runs products on `tensor`'s device: cuBLAS found and a CUDA device.
+#[cfg(feature = "cublas")]
+fn vendor_blas_on<const D: usize>(tensor: &Tensor<D>) -> bool {
+    crate::cublas_runs_on(tensor)
+}
+
+/// Without the `cublas` feature there is no vendor BLAS.
+#[cfg(not(feature = "cublas"))]
+fn vendor_blas_on<const D: usize>(_tensor: &Tensor<D>) -> bool {
+    false
+}
+
+/// How one product runs ([`KernelSettings::product_mode`], [`crate::half_product`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ProductMode {
+    /// The 16-bit type of its operands (mixed precision; the result in `f32`); `None`: `f32`.
+    pub half: Option<FloatDType>,
+    /// Whether a vendor BLAS (cuBLAS on a CUDA device, with the `cublas` feature) runs it (the
+    /// products it is asked for are not split along K: the library splits them itself).
+    pub vendor_blas: bool,
+}
+
+impl ProductMode {
+    /// In `f32` through burn's (cubek's) kernels.
+    pub const F32: Self = Self {
+        half: None,
+        vendor_blas: false,
+    };
 }
 
 /// The largest buffer, in bytes, that `device` allocates at once (a CubeCL device's page size:
@@ -259,6 +324,41 @@ mod tests {
                 ..KernelSettings::default()
             }
         );
+    }
+
+    /// A vendor BLAS runs only where the fused kernels run on a CUDA device with cuBLAS, and a
+    /// time step's products only with `vendor_blas_steps`: never here (no CUDA device), and a
+    /// product that asks for one anyway is burn's.
+    #[test]
+    fn a_vendor_blas_is_asked_for_where_the_kernels_run() {
+        let on = |device: &Device| Tensor::<2>::ones([3, 4], device);
+        let cpu = on(&Device::flex());
+        let all = KernelSettings::ALL;
+        assert_eq!(all.product_mode(&cpu), ProductMode::F32);
+        assert_eq!(all.step_product_mode(&cpu), ProductMode::F32);
+        let Some(gpu) = elmo_test_support::wgpu_device_or_skip(
+            "a_vendor_blas_is_asked_for_where_the_kernels_run",
+        ) else {
+            return;
+        };
+        let gpu = on(&gpu);
+        let steps = KernelSettings {
+            vendor_blas_steps: true,
+            ..all
+        };
+        for settings in [all, steps, KernelSettings::COMPOSED] {
+            assert!(!settings.product_mode(&gpu).vendor_blas);
+            assert!(!settings.step_product_mode(&gpu).vendor_blas);
+        }
+        // A product that asks for one anyway is burn's.
+        let rhs = Tensor::<2>::ones([4, 5], &gpu.device()).mul_scalar(0.5);
+        let mode = ProductMode {
+            vendor_blas: true,
+            ..all.product_mode(&gpu)
+        };
+        crate::half_product(gpu.clone(), rhs.clone(), mode)
+            .into_data()
+            .assert_eq(&gpu.matmul(rhs).into_data(), true);
     }
 
     #[test]

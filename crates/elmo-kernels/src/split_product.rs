@@ -14,9 +14,9 @@
 //! over the slices, in a fixed order: inside the fused LSTM kernels that read the partial
 //! products, one reduction kernel elsewhere.
 
-use burn::tensor::{FloatDType, Tensor};
+use burn::tensor::Tensor;
 
-use crate::{KernelSettings, contiguous, half_product, to_half};
+use crate::{KernelSettings, ProductMode, contiguous, half_product, to_half};
 
 /// The least inner dimension of one slice.
 const MIN_SLICE: usize = 128;
@@ -82,8 +82,9 @@ pub fn slices_over_rows(split: bool, rows: usize, width: usize) -> usize {
 /// [`slices_over_rows`] slices: one batched product of `[S, M, N]` partial products, then
 /// their sum.
 ///
-/// With `half` (mixed precision, [`crate::Precision::half_for`]) the factors are multiplied in
-/// that 16-bit type and the partial products summed in `f32`.
+/// `mode` ([`KernelSettings::product_mode`]): with its `half` (mixed precision) the factors are
+/// multiplied in that 16-bit type and the partial products summed in `f32`; with a vendor BLAS
+/// the product goes to it whole (cuBLAS splits K itself).
 ///
 /// # Shapes
 /// - lhs: `[R, M]`; rhs: `[R, N]`; output: `[M, N]`
@@ -91,19 +92,19 @@ pub fn transposed_product(
     lhs: Tensor<2>,
     rhs: Tensor<2>,
     split: bool,
-    half: Option<FloatDType>,
+    mode: ProductMode,
 ) -> Tensor<2> {
     let [rows, m] = lhs.dims();
     let n = rhs.dims()[1];
-    let n_slices = slices_over_rows(split, rows, m * n);
+    let n_slices = slices_over_rows(split && !mode.vendor_blas, rows, m * n);
     if n_slices == 1 {
-        return half_product(lhs.transpose(), rhs, half);
+        return half_product(lhs.transpose(), rhs, mode);
     }
     let slice = rows / n_slices;
     half_product(
         lhs.reshape([n_slices, slice, m]).swap_dims(1, 2),
         rhs.reshape([n_slices, slice, n]),
-        half,
+        mode,
     )
     .sum_dim(0)
     .reshape([m, n])
@@ -162,7 +163,15 @@ impl SplitLayout {
 /// Right-hand factors `[K, N]`, one per group of rows, prepared once for many products `x · W`
 /// (one per time step).
 #[derive(Clone, Debug)]
-pub enum SplitWeight {
+pub struct SplitWeight {
+    factors: Factors,
+    /// Whether the products may run through a vendor BLAS ([`ProductMode::vendor_blas`]).
+    vendor_blas: bool,
+}
+
+/// The factors of a [`SplitWeight`].
+#[derive(Clone, Debug)]
+enum Factors {
     /// `[K, N]`: one weight, the products not split.
     Whole(Tensor<2>),
     /// `[G·S, K / S, N]`: the slices of K of each of G weights, group-major, contiguous (S = 1
@@ -199,18 +208,22 @@ impl SplitWeight {
             "{n_slices} slices do not divide an inner dimension of {k}"
         );
         let shape = [n_groups * n_slices, k / n_slices, n];
-        match (n_groups, n_slices) {
-            (1, 1) => Self::Whole(weights.remove(0)),
+        let factors = match (n_groups, n_slices) {
+            (1, 1) => Factors::Whole(weights.remove(0)),
             // Contiguous once here: a transposed weight reshapes to a strided view, which the
             // matmul would otherwise repack at every product.
-            (1, _) => Self::Sliced {
+            (1, _) => Factors::Sliced {
                 slices: contiguous(weights.remove(0).reshape(shape)),
                 n_groups,
             },
-            _ => Self::Sliced {
+            _ => Factors::Sliced {
                 slices: Tensor::stack::<3>(weights, 0).reshape(shape),
                 n_groups,
             },
+        };
+        Self {
+            factors,
+            vendor_blas: false,
         }
     }
 
@@ -227,12 +240,12 @@ impl SplitWeight {
 
     /// The layout of the products' left factors and partial products.
     pub fn layout(&self) -> SplitLayout {
-        match self {
-            Self::Whole(_) => SplitLayout {
+        match &self.factors {
+            Factors::Whole(_) => SplitLayout {
                 n_groups: 1,
                 n_slices: 1,
             },
-            Self::Sliced { slices, n_groups } => SplitLayout {
+            Factors::Sliced { slices, n_groups } => SplitLayout {
                 n_groups: *n_groups,
                 n_slices: slices.dims()[0] / n_groups,
             },
@@ -247,14 +260,16 @@ impl SplitWeight {
     /// `lhs · W` (each group's rows times its weight). Split, `lhs` is first rearranged into
     /// the split layout (on a GPU, copies: the fused LSTM kernels write their outputs in that
     /// layout instead, for [`split_left_partials`](Self::split_left_partials)). Weights in a
-    /// 16-bit type ([`Self::in_half`]): the product in it, the result in `f32`.
+    /// 16-bit type ([`Self::prepared`]): the product in it, the result in `f32`.
     ///
     /// # Shapes
     /// - lhs: `[G·B, K]`; output: `[G·B, N]`
     pub fn left_product(&self, lhs: Tensor<2>) -> Tensor<2> {
-        match self {
-            Self::Whole(whole) => half_product(lhs.clone(), whole.clone(), self.half_against(&lhs)),
-            Self::Sliced { .. } => {
+        match &self.factors {
+            Factors::Whole(whole) => {
+                half_product(lhs.clone(), whole.clone(), self.mode_against(&lhs))
+            }
+            Factors::Sliced { .. } => {
                 let SplitLayout { n_groups, n_slices } = self.layout();
                 let partials = self.left_partials(lhs);
                 let [_, batch, n] = partials.dims();
@@ -275,30 +290,34 @@ impl SplitWeight {
     /// # Shapes
     /// - lhs: `[G·S, B, K / S]`; output: `[G·S, B, N]`
     ///
-    /// Weights in a 16-bit type ([`Self::in_half`]): `lhs` is cast to it and the partial
+    /// Weights in a 16-bit type ([`Self::prepared`]): `lhs` is cast to it and the partial
     /// products back to `f32`.
     pub fn split_left_partials(&self, lhs: Tensor<3>) -> Tensor<3> {
         let [n_slices, batch, k_slice] = lhs.dims();
-        let half = self.half_against(&lhs);
-        match self {
-            Self::Whole(whole) => half_product(
+        let mode = self.mode_against(&lhs);
+        match &self.factors {
+            Factors::Whole(whole) => half_product(
                 lhs.reshape([batch, n_slices * k_slice]),
                 whole.clone(),
-                half,
+                mode,
             )
             .unsqueeze_dim(0),
-            Self::Sliced { slices, .. } => half_product(lhs, slices.clone(), half),
+            Factors::Sliced { slices, .. } => half_product(lhs, slices.clone(), mode),
         }
     }
 
-    /// The 16-bit type of these weights ([`Self::in_half`]) when `lhs` is not in it: the type
-    /// of their [`half_product`]s; `None` when they are in `lhs`'s type.
-    fn half_against<const D: usize>(&self, lhs: &Tensor<D>) -> Option<FloatDType> {
-        let weight = match self {
-            Self::Whole(whole) => whole.dtype(),
-            Self::Sliced { slices, .. } => slices.dtype(),
+    /// How products of `lhs` and these weights run ([`Self::prepared`]): in the weights' 16-bit
+    /// type when `lhs` is not in it (`half` `None` when they share a type), through a vendor
+    /// BLAS where these weights allow it.
+    fn mode_against<const D: usize>(&self, lhs: &Tensor<D>) -> ProductMode {
+        let weight = match &self.factors {
+            Factors::Whole(whole) => whole.dtype(),
+            Factors::Sliced { slices, .. } => slices.dtype(),
         };
-        (weight != lhs.dtype()).then(|| weight.into())
+        ProductMode {
+            half: (weight != lhs.dtype()).then(|| weight.into()),
+            vendor_blas: self.vendor_blas,
+        }
     }
 
     /// [`Self::split_left_partials`], where a whole (unsplit) product runs as
@@ -308,8 +327,8 @@ impl SplitWeight {
     /// # Shapes
     /// As [`Self::split_left_partials`].
     pub fn split_left_partials_in(&self, lhs: Tensor<3>, kernels: KernelSettings) -> Tensor<3> {
-        match self {
-            Self::Whole(whole) if kernels.shaped_step_products => {
+        match &self.factors {
+            Factors::Whole(whole) if kernels.shaped_step_products => {
                 let [n_slices, batch, k_slice] = lhs.dims();
                 crate::product(
                     lhs.reshape([batch, n_slices * k_slice]),
@@ -322,15 +341,20 @@ impl SplitWeight {
         }
     }
 
-    /// These weights in `half` (a 16-bit float type), for products with `f32` results
-    /// ([`crate::Precision::Mixed`]); unchanged with `None`.
-    pub fn in_half(self, half: Option<FloatDType>) -> Self {
-        match self {
-            Self::Whole(whole) => Self::Whole(to_half(whole, half)),
-            Self::Sliced { slices, n_groups } => Self::Sliced {
-                slices: to_half(slices, half),
+    /// These weights for the products of `mode` ([`KernelSettings::product_mode`]): in its
+    /// 16-bit type where it has one ([`crate::Precision::Mixed`], the products' results in
+    /// `f32`), through a vendor BLAS where it allows one.
+    pub fn prepared(self, mode: ProductMode) -> Self {
+        let factors = match self.factors {
+            Factors::Whole(whole) => Factors::Whole(to_half(whole, mode.half)),
+            Factors::Sliced { slices, n_groups } => Factors::Sliced {
+                slices: to_half(slices, mode.half),
                 n_groups,
             },
+        };
+        Self {
+            factors,
+            vendor_blas: mode.vendor_blas,
         }
     }
 
@@ -461,14 +485,18 @@ mod tests {
             let expected = lhs.clone().transpose().matmul(rhs.clone()).into_data();
             assert_eq!(slices_over_rows(true, 1_536, 45), 12);
             for split in [false, true] {
-                transposed_product(lhs.clone(), rhs.clone(), split, None)
+                transposed_product(lhs.clone(), rhs.clone(), split, ProductMode::F32)
                     .into_data()
                     .assert_approx_eq::<f32>(&expected, Tolerance::absolute(1e-3));
                 // In f16 (wgpu only; none on a CPU): sums of 1,536 products of ~1, each
                 // factor rounded to 11 bits.
                 let half = crate::Precision::Mixed.half_for(&lhs);
                 if half.is_some() {
-                    let mixed = transposed_product(lhs.clone(), rhs.clone(), split, half);
+                    let mode = ProductMode {
+                        half,
+                        vendor_blas: false,
+                    };
+                    let mixed = transposed_product(lhs.clone(), rhs.clone(), split, mode);
                     assert_eq!(mixed.dtype(), burn::tensor::DType::F32);
                     mixed
                         .into_data()

@@ -216,11 +216,11 @@ fn windows_product(windows: Tensor<2>, weight: Tensor<2>, kernels: KernelSetting
     if n_slices == 1 {
         return product(windows, weight, kernels);
     }
-    let half = kernels.precision.half_for(&weight);
+    let mode = kernels.product_mode(&weight);
     half_product(
         windows.reshape([n_slices, n_windows / n_slices, d_window]),
         weight.unsqueeze_dim(0),
-        half,
+        mode,
     )
     .reshape([n_windows, n_filters])
 }

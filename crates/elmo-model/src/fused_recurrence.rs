@@ -94,7 +94,11 @@ pub(crate) fn forward_group(
     }
     let activation = GateActivation::new(d_cell, &device);
     // Mixed precision: every product's operands in 16 bits, results and state in `f32`.
-    let half = kernels.precision.half_for(&inputs);
+    let mode = kernels.product_mode(&inputs);
+    let step_mode = kernels.step_product_mode(&inputs);
+    let half = mode.half;
+    // A vendor BLAS splits K itself.
+    let split = split && !step_mode.vendor_blas;
     // A reversed layer reads its inputs flipped in time: step `s` of every layer is plane `s`.
     let timed: Vec<Tensor<3>> = (0..n_groups)
         .map(|g| {
@@ -114,12 +118,12 @@ pub(crate) fn forward_group(
             .collect(),
         slices_for_grid(split, n_groups, batch, d_projection, 4 * d_cell),
     )
-    .in_half(half);
+    .prepared(step_mode);
     let projection_product = SplitWeight::grouped(
         layers.iter().map(|l| l.projection.clone()).collect(),
         slices_for_grid(split, n_groups, batch, d_cell, d_projection),
     )
-    .in_half(half);
+    .prepared(step_mode);
     let lengths_tensor = Tensor::<1>::from_floats(
         lengths
             .iter()

@@ -256,7 +256,8 @@ impl LstmWithProjection {
         // AllenNLP (`x·W_x + (h·W_h + b)`), which keeps float32 rounding close.
         let activation = GateActivation::new(d_cell, &device);
         // Mixed precision: the weights cast to 16 bits once, each product's result in `f32`.
-        let half = self.kernels.precision.half_for(&inputs);
+        let mode = self.kernels.product_mode(&inputs);
+        let half = mode.half;
         let input_weight = to_half(activation.prepare(self.input_weight.val()), half);
         let chunk_steps = projection_chunk_steps(self.kernels, &inputs, batch, gates_width);
         let project = |start: usize| {
@@ -265,7 +266,7 @@ impl LstmWithProjection {
                 .clone()
                 .narrow(1, start, len)
                 .reshape([batch * len, d_input]);
-            half_product(rows, input_weight.clone(), half).reshape([batch, len, gates_width])
+            half_product(rows, input_weight.clone(), mode).reshape([batch, len, gates_width])
         };
         // The chunk of projected inputs in use and the step it starts at.
         let mut projected: Option<(usize, Tensor<3>)> = None;
@@ -301,7 +302,7 @@ impl LstmWithProjection {
                     c.clone().narrow(0, 0, n_active),
                 )
             };
-            let gates = x_t + (half_product(h_active, state_weight.clone(), half) + bias.clone());
+            let gates = x_t + (half_product(h_active, state_weight.clone(), mode) + bias.clone());
             let activated = activation.activate(gates);
             let gate = |k: usize| activated.clone().narrow(1, k * d_cell, d_cell);
             let (input_gate, forget_gate, cell_input, output_gate) =
@@ -311,7 +312,7 @@ impl LstmWithProjection {
                 memory = memory.clamp(-clip, clip);
             }
             let cell_output = output_gate * memory.clone().tanh();
-            let mut hidden = half_product(cell_output, projection.clone(), half);
+            let mut hidden = half_product(cell_output, projection.clone(), mode);
             if let Some(clip) = self.projection_clip {
                 hidden = hidden.clamp(-clip, clip);
             }

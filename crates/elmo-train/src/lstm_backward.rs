@@ -236,7 +236,8 @@ impl<'a> LstmGroup<'a> {
             .unwrap_or_else(|| layer.zero_state(rows, &device));
         let activation = GateActivation::new(d_cell, &device);
         // Mixed precision: every product's operands in 16 bits, its result in `f32`.
-        let half = self.kernels.precision.half_for(&inputs);
+        let mode = self.kernels.product_mode(&inputs);
+        let step_mode = self.kernels.step_product_mode(&inputs);
         let flat_inputs: Vec<Tensor<2>> = (0..n_layers)
             .map(|g| time_major(Self::rows_of(&inputs, g, n_layers)))
             .collect();
@@ -246,7 +247,7 @@ impl<'a> LstmGroup<'a> {
                 .iter()
                 .zip(&weights)
                 .map(|(x, w)| {
-                    (half_product(x.clone(), activation.prepare(w.input.clone()), half)
+                    (half_product(x.clone(), activation.prepare(w.input.clone()), mode)
                         + activation.prepare(w.bias.clone()))
                     .reshape([n_steps, batch, 4 * d_cell])
                 })
@@ -271,8 +272,9 @@ impl<'a> LstmGroup<'a> {
         };
         let (mut h, mut c) = (initial.hidden.clone(), initial.memory.clone());
         // With the fused kernels (a GPU) the step products are split along K (`split_product`),
-        // and the kernels write the products' left factors in the split layout.
-        let split = fused && self.kernels.split_products;
+        // and the kernels write the products' left factors in the split layout; not where a
+        // vendor BLAS runs them (it splits K itself).
+        let split = fused && self.kernels.split_products && !step_mode.vendor_blas;
         let state_product = SplitWeight::for_group(
             weights
                 .iter()
@@ -280,12 +282,12 @@ impl<'a> LstmGroup<'a> {
                 .collect(),
             split,
         )
-        .in_half(half);
+        .prepared(step_mode);
         let projection_product = SplitWeight::for_group(
             weights.iter().map(|w| w.projection.clone()).collect(),
             split,
         )
-        .in_half(half);
+        .prepared(step_mode);
         let mut split_state: Option<Tensor<3>> = None;
         for t in 0..n_steps {
             if fused {
@@ -398,16 +400,17 @@ impl<'a> LstmGroup<'a> {
             };
         }
         let split = kernels == CellKernels::Fused && self.kernels.split_products;
-        let half = self.kernels.precision.half_for(&grad_outputs);
+        let mode = self.kernels.product_mode(&grad_outputs);
+        let step_mode = self.kernels.step_product_mode(&grad_outputs);
         let transposed = |weight: fn(&PlainWeights) -> &Tensor<2>| {
             SplitWeight::for_group(
                 weights
                     .iter()
                     .map(|w| weight(w).clone().transpose())
                     .collect(),
-                split,
+                split && !step_mode.vendor_blas,
             )
-            .in_half(half)
+            .prepared(step_mode)
         };
         let transposed = TransposedWeights {
             state: transposed(|w| &w.state),
@@ -449,26 +452,26 @@ impl<'a> LstmGroup<'a> {
                     grad_gates.clone().transpose(),
                     w.input.clone().transpose(),
                     split,
-                    half,
+                    mode,
                 )
                 .reshape([n_steps, batch, d_input])
                 .swap_dims(0, 1),
             );
             // Products over all T·B rows: split over them where the fused kernels run.
             grad_weights.push(LstmWeightGradients {
-                input_weight: transposed_product(inputs, grad_gates.clone(), split, half),
+                input_weight: transposed_product(inputs, grad_gates.clone(), split, mode),
                 state_weight: transposed_product(
                     rows_of(&hidden_prev, g),
                     grad_gates.clone(),
                     split,
-                    half,
+                    mode,
                 ),
                 bias: sum_columns(grad_gates, self.kernels),
                 projection: transposed_product(
                     rows_of(&projection_inputs, g),
                     rows_of(&grad_projected, g),
                     split,
-                    half,
+                    mode,
                 ),
             });
         }

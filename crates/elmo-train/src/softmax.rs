@@ -251,11 +251,14 @@ impl Softmax {
         };
         let candidate_weight_t = candidate_weight.clone().transpose();
         // `∂/∂z · W` has a long inner dimension (the candidates) and a small output: split
-        // along it on a GPU (`split_product`).
+        // along it on a GPU (`split_product`), unless a vendor BLAS runs it.
         let kernels = self.kernels;
-        let candidate_product =
-            SplitWeight::for_products(candidate_weight.clone(), kernels.split_for(&weight))
-                .in_half(kernels.precision.half_for(&weight));
+        let mode = kernels.product_mode(&weight);
+        let candidate_product = SplitWeight::for_products(
+            candidate_weight.clone(),
+            kernels.split_for(&weight) && !mode.vendor_blas,
+        )
+        .prepared(mode);
         let candidate_bias = candidate_bias.unsqueeze_dim::<2>(0);
         // The targets' weights, true logits and whether they are outside the candidates.
         let target_ids = ids_tensor(targets, &device);

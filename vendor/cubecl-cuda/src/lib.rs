@@ -8,6 +8,8 @@ mod device;
 mod runtime;
 
 pub use compiler::{CudaCompilationOptions, CudaCompiler, CudaRepresentation};
+// elmo-rs: the server and its buffers' resources, for `ComputeClient::get_resource`.
+pub use compute::{CudaServer, GpuResource};
 pub use device::*;
 pub use runtime::*;
 

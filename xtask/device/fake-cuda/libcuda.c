@@ -126,6 +126,7 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d) { T(); *c = &the_con
 CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d) { T(); return OK; }
 CUresult cuCtxSetCurrent(CUcontext c) { T(); return OK; }
 CUresult cuCtxGetCurrent(CUcontext *c) { T(); *c = &the_context; return OK; }
+CUresult cuStreamGetCtx(CUstream s, CUcontext *c) { T(); *c = &the_context; return OK; }
 CUresult cuCtxSynchronize(void) { T(); return OK; }
 CUresult cuCtxGetStreamPriorityRange(int *least, int *greatest) { T(); *least = 0; *greatest = -5; return OK; }
 CUresult cuCtxGetDevice(CUdevice *d) { T(); *d = 0; return OK; }

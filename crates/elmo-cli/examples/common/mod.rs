@@ -9,41 +9,52 @@ use elmo_model::{KernelSettings, Precision};
 #[path = "../../src/kernel_cache.rs"]
 mod kernel_cache;
 
-/// A child's backend and kernels from its name, `BACKEND[-VARIANT]`: `flex-composed` and
-/// `wgpu-composed` (also `-unfused`) run burn's operations only; `-apart` (directions not
+/// A child's backend and kernels from its name, `BACKEND[-VARIANT[-VARIANT…]]`: `flex-composed`
+/// and `wgpu-composed` (also `-unfused`) run burn's operations only; `-apart` (directions not
 /// paired), `-whole` (step products not split), `-burnmm` (burn's matmul choice for the large
 /// products), `-stepshaped` (an inference step's whole products through the kernel of their
-/// shape too) and `-mixed` (`Precision::Mixed`) are the GPU backend (`wgpu`, `cuda`) with one
-/// setting changed; a name without a variant is a backend with every kernel.
+/// shape too), `-mixed` (`Precision::Mixed`), `-cubek` (cubek's kernels, not cuBLAS, on CUDA:
+/// `vendor_blas` off) and `-blassteps` (cuBLAS for the LSTM's per-step products too) are the
+/// GPU backend (`wgpu`, `cuda`) with one setting changed each, in the order named
+/// (`cuda-mixed-cubek`); a name without a variant is a backend with every kernel.
 pub fn backend_and_kernels(name: &str) -> (&str, KernelSettings) {
-    let all = KernelSettings::ALL;
-    let Some((backend, variant)) = name.split_once('-') else {
-        return (name, all);
-    };
-    let kernels = match variant {
-        "composed" | "unfused" => KernelSettings::COMPOSED,
-        "apart" => KernelSettings {
-            paired_directions: false,
-            ..all
-        },
-        "whole" => KernelSettings {
-            split_products: false,
-            ..all
-        },
-        "burnmm" => KernelSettings {
-            shaped_matmul: false,
-            ..all
-        },
-        "stepshaped" => KernelSettings {
-            shaped_step_products: true,
-            ..all
-        },
-        "mixed" => KernelSettings {
-            precision: Precision::Mixed,
-            ..all
-        },
-        other => panic!("unknown backend variant {other} in {name}"),
-    };
+    let mut parts = name.split('-');
+    let backend = parts.next().unwrap_or(name);
+    let mut kernels = KernelSettings::ALL;
+    for variant in parts {
+        kernels = match variant {
+            "composed" | "unfused" => KernelSettings::COMPOSED,
+            "apart" => KernelSettings {
+                paired_directions: false,
+                ..kernels
+            },
+            "whole" => KernelSettings {
+                split_products: false,
+                ..kernels
+            },
+            "burnmm" => KernelSettings {
+                shaped_matmul: false,
+                ..kernels
+            },
+            "stepshaped" => KernelSettings {
+                shaped_step_products: true,
+                ..kernels
+            },
+            "mixed" => KernelSettings {
+                precision: Precision::Mixed,
+                ..kernels
+            },
+            "cubek" => KernelSettings {
+                vendor_blas: false,
+                ..kernels
+            },
+            "blassteps" => KernelSettings {
+                vendor_blas_steps: true,
+                ..kernels
+            },
+            other => panic!("unknown backend variant {other} in {name}"),
+        };
+    }
     (backend, kernels)
 }
 

@@ -9,6 +9,7 @@ pub(crate) mod stream;
 mod server;
 
 pub use server::*;
+pub use storage::gpu::GpuResource;
 
 /// One unit of work against the device — the shared
 /// [`Command`](cubecl_server::command::Command), driven by [`driver::Cuda`].

@@ -1,0 +1,246 @@
+//! Matrix products through NVIDIA's cuBLAS on a CUDA device (`cublasGemmStridedBatchedEx`, the
+//! library PyTorch's peer runs its products with): `f32` operands in `f32` arithmetic
+//! (`CUBLAS_COMPUTE_32F` without TF32, PyTorch's default), 16-bit operands on the tensor cores with
+//! `f32` accumulation and an `f32` result. cuBLAS is loaded at run time (cudarc's dynamic loading:
+//! `libcublas.so.*`, a CUDA toolkit's or the `nvidia-cublas` wheel's); where it is missing, or
+//! a tensor is not a CUDA one, the caller's cubek kernel runs instead.
+//!
+//! The call reads the operands and writes a fresh output in place through their device pointers
+//! (`ComputeClient::get_resource` of the patched cubecl-cuda of `vendor/`, which also names the
+//! CUDA stream of the memory), on that stream, so it is ordered with CubeCL's kernels before and
+//! after it without a synchronisation.
+
+use std::any::TypeId;
+use std::cell::RefCell;
+use std::ffi::c_void;
+use std::sync::OnceLock;
+
+use burn::tensor::{DType, FloatDType, Tensor};
+use burn_cubecl::CubeBackend;
+use burn_cubecl::tensor::CubeTensor;
+use cubecl_cuda::CudaServer;
+use cudarc::cublas::sys as blas;
+use cudarc::driver::sys as driver;
+
+use crate::cube_tensor::cube_primitive;
+use crate::gemm_plan::{GemmPlan, StridedLayout, gemm_plan};
+use crate::{contiguous, to_half};
+
+/// Whether cuBLAS loads on this machine (checked once).
+pub fn cublas_available() -> bool {
+    static PRESENT: OnceLock<bool> = OnceLock::new();
+    // SAFETY: only tries to open the library by its names.
+    *PRESENT.get_or_init(|| unsafe { blas::is_culib_present() })
+}
+
+/// Whether cuBLAS runs products of `tensor`: it loads and `tensor` is on a CUDA device.
+pub fn cublas_runs_on<const D: usize>(tensor: &Tensor<D>) -> bool {
+    cublas_available()
+        && cube_primitive(tensor)
+            .is_some_and(|p| p.client.service_id().service == TypeId::of::<CudaServer>())
+}
+
+/// `lhs · rhs` through cuBLAS, its operands in `half` where given (cast first unless they are in
+/// it), the result in `f32`. An error (as text) where it does not run: cuBLAS missing, not CUDA
+/// tensors, under autodiff, another element type, a layout cuBLAS does not read even after a
+/// contiguous copy, or cuBLAS failing.
+///
+/// # Shapes
+/// - lhs: `[.., M, K]`; rhs: `[.., K, N]` (batch dimensions equal, or all 1); output:
+///   `[.., M, N]`
+pub fn cublas_product<const D: usize>(
+    lhs: Tensor<D>,
+    rhs: Tensor<D>,
+    half: Option<FloatDType>,
+) -> Result<Tensor<D>, String> {
+    if lhs.device().is_autodiff() || rhs.device().is_autodiff() {
+        return Err("autodiff tensors".into());
+    }
+    if !cublas_available() {
+        return Err("cuBLAS (libcublas) not found".into());
+    }
+    let (lhs, rhs) = (to_half(lhs, half), to_half(rhs, half));
+    let (Some(left), Some(right)) = (cube_primitive(&lhs), cube_primitive(&rhs)) else {
+        return Err("not CubeCL tensors".into());
+    };
+    let data_type = blas_type(left.dtype)?;
+    if right.dtype != left.dtype {
+        return Err(format!(
+            "operands in {:?} and {:?}",
+            left.dtype, right.dtype
+        ));
+    }
+    let [l_shape, r_shape] = [left.meta.shape().to_vec(), right.meta.shape().to_vec()];
+    let mut out_shape = [0; D];
+    for i in 0..D - 2 {
+        out_shape[i] = l_shape[i].max(r_shape[i]);
+    }
+    out_shape[D - 2] = l_shape[D - 2];
+    out_shape[D - 1] = r_shape[D - 1];
+    let out = Tensor::<D>::empty(out_shape, &lhs.device());
+    let Some(output) = cube_primitive(&out) else {
+        return Err("not a CubeCL output".into());
+    };
+    let plan = match plan_for(&left, &right, &output) {
+        Some(plan) => Some((plan, left, right)),
+        None => {
+            let (lhs, rhs) = (contiguous(lhs), contiguous(rhs));
+            let (left, right) = (cube_primitive(&lhs), cube_primitive(&rhs));
+            let (left, right) = (
+                left.expect("a CubeCL tensor"),
+                right.expect("a CubeCL tensor"),
+            );
+            plan_for(&left, &right, &output).map(|plan| (plan, left, right))
+        }
+    };
+    let Some((plan, left, right)) = plan else {
+        return Err(format!(
+            "no cuBLAS call for {l_shape:?}·{r_shape:?} at these strides"
+        ));
+    };
+    launch(&plan, &left, &right, &output, data_type)?;
+    Ok(Tensor::from_primitive::<CubeBackend>(output))
+}
+
+/// The cuBLAS call for these tensors' shapes and strides, where their layouts allow one.
+fn plan_for(left: &CubeTensor, right: &CubeTensor, out: &CubeTensor) -> Option<GemmPlan> {
+    if left.meta.is_tiled() || right.meta.is_tiled() || out.meta.is_tiled() {
+        return None;
+    }
+    let layout =
+        |tensor: &CubeTensor| (tensor.meta.shape().to_vec(), tensor.meta.strides().to_vec());
+    let [(ls, lt), (rs, rt), (os, ot)] = [layout(left), layout(right), layout(out)];
+    gemm_plan(
+        StridedLayout {
+            shape: &ls,
+            strides: &lt,
+        },
+        StridedLayout {
+            shape: &rs,
+            strides: &rt,
+        },
+        StridedLayout {
+            shape: &os,
+            strides: &ot,
+        },
+    )
+}
+
+/// cuBLAS's type for an operand of `dtype`.
+fn blas_type(dtype: DType) -> Result<blas::cudaDataType, String> {
+    match dtype {
+        DType::F32 => Ok(blas::cudaDataType::CUDA_R_32F),
+        DType::F16 => Ok(blas::cudaDataType::CUDA_R_16F),
+        DType::BF16 => Ok(blas::cudaDataType::CUDA_R_16BF),
+        other => Err(format!("no cuBLAS product in {other:?}")),
+    }
+}
+
+/// Runs `plan` on the stream of the output's memory (the operands' too, else an error).
+fn launch(
+    plan: &GemmPlan,
+    left: &CubeTensor,
+    right: &CubeTensor,
+    out: &CubeTensor,
+    data_type: blas::cudaDataType,
+) -> Result<(), String> {
+    // Each buffer as CUDA memory (its device pointer and the stream of its memory), held until
+    // the call is queued: the buffers stay where the pointers say.
+    let cuda_buffer = |tensor: &CubeTensor| {
+        tensor
+            .client
+            .get_resource::<CudaServer>(tensor.handle.clone())
+            .map_err(|error| format!("not a CUDA buffer: {error:?}"))
+    };
+    let (c, b, a) = (cuda_buffer(out)?, cuda_buffer(left)?, cuda_buffer(right)?);
+    let (c, b, a) = (c.resource(), b.resource(), a.resource());
+    let stream = c.stream;
+    if b.stream != stream || a.stream != stream {
+        return Err("operands on another stream than the output".into());
+    }
+    let operation = |transposed: bool| match transposed {
+        true => blas::cublasOperation_t::CUBLAS_OP_T,
+        false => blas::cublasOperation_t::CUBLAS_OP_N,
+    };
+    let (alpha, beta) = (1.0f32, 0.0f32);
+    // SAFETY: the pointers are the live buffers of the three tensors (held in place above until
+    // the call is queued; the stream orders any later reuse of their memory after it); the plan
+    // keeps every read and write within their shapes and strides (`gemm_plan`); `handle_for`
+    // makes the stream's context current on this thread.
+    let status = unsafe {
+        let handle = handle_for(stream)?;
+        check(blas::cublasSetStream_v2(
+            handle,
+            stream as blas::cudaStream_t,
+        ))?;
+        blas::cublasGemmStridedBatchedEx(
+            handle,
+            operation(plan.transpose_a),
+            operation(plan.transpose_b),
+            plan.m,
+            plan.n,
+            plan.k,
+            (&alpha as *const f32).cast::<c_void>(),
+            a.ptr as *const c_void,
+            data_type,
+            plan.lda,
+            plan.stride_a,
+            b.ptr as *const c_void,
+            data_type,
+            plan.ldb,
+            plan.stride_b,
+            (&beta as *const f32).cast::<c_void>(),
+            c.ptr as *mut c_void,
+            blas::cudaDataType::CUDA_R_32F,
+            plan.ldc,
+            plan.stride_c,
+            plan.batch,
+            blas::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+            blas::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+        )
+    };
+    check(status)
+}
+
+fn check(status: blas::cublasStatus_t) -> Result<(), String> {
+    match status {
+        blas::cublasStatus_t::CUBLAS_STATUS_SUCCESS => Ok(()),
+        other => Err(format!("cuBLAS: {other:?}")),
+    }
+}
+
+thread_local! {
+    /// This thread's cuBLAS handle per CUDA context (a handle belongs to the context current at
+    /// its creation). Kept for the thread's life: destroying one at exit could outlive the
+    /// context.
+    static HANDLES: RefCell<Vec<(usize, usize)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// This thread's cuBLAS handle for `stream`'s context, made current on this thread (CubeCL may
+/// have set it on another).
+///
+/// # Safety
+/// `stream` is a live CUDA stream.
+unsafe fn handle_for(stream: driver::CUstream) -> Result<blas::cublasHandle_t, String> {
+    let mut context: driver::CUcontext = std::ptr::null_mut();
+    // SAFETY: the caller's stream; `context` is written on success.
+    unsafe {
+        driver::cuStreamGetCtx(stream, &mut context)
+            .result()
+            .map_err(|error| format!("cuStreamGetCtx: {error:?}"))?;
+        driver::cuCtxSetCurrent(context)
+            .result()
+            .map_err(|error| format!("cuCtxSetCurrent: {error:?}"))?;
+    }
+    HANDLES.with(|handles| {
+        let mut handles = handles.borrow_mut();
+        if let Some(&(_, handle)) = handles.iter().find(|(c, _)| *c == context as usize) {
+            return Ok(handle as blas::cublasHandle_t);
+        }
+        let mut handle: blas::cublasHandle_t = std::ptr::null_mut();
+        // SAFETY: the context is current; `handle` is written on success.
+        check(unsafe { blas::cublasCreate_v2(&mut handle) })?;
+        handles.push((context as usize, handle as usize));
+        Ok(handle)
+    })
+}
