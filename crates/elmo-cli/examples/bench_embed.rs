@@ -132,8 +132,8 @@ struct ChildSettings<'a> {
     token_cache_mib: usize,
 }
 
-fn child(shape: &str, backend: &str, s: &ChildSettings) {
-    let (backend, kernels) = backend_and_kernels(backend);
+fn child(shape: &str, name: &str, s: &ChildSettings) {
+    let (backend, kernels) = backend_and_kernels(name);
     let device = bench_device(backend);
     device.seed(0);
     let options = options(shape);
@@ -195,6 +195,9 @@ fn child(shape: &str, backend: &str, s: &ChildSettings) {
     let hit_rate = cache.map_or(0.0, |c| {
         100.0 * c.hits() as f64 / (c.hits() + c.misses()).max(1) as f64
     });
+    if let Some(line) = common::cublas_line(&format!("{name} {shape}"), backend) {
+        println!("{line}");
+    }
     println!(
         "RESULT shape={shape} backend={backend} batch={} tokens={tokens} seconds={seconds:.3} tokens_per_s={:.1} peak_rss_mib={:.0} cache_hit_percent={hit_rate:.1} first_pass_s={first_pass:.3}",
         s.batch_size,
@@ -388,6 +391,9 @@ fn main() {
             }
             let output = command.output().expect("run child");
             let stdout = String::from_utf8_lossy(&output.stdout);
+            for line in stdout.lines().filter(|l| l.starts_with("CUBLAS ")) {
+                println!("{line}");
+            }
             match stdout.lines().find(|l| l.starts_with("RESULT")) {
                 Some(line) => {
                     let speed = field(line, "tokens_per_s");

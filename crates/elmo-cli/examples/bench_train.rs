@@ -162,6 +162,9 @@ fn child(name: &str, s: &Settings) {
             loss_scale.scale
         );
     }
+    if let Some(line) = common::cublas_line(name, backend) {
+        println!("{line}");
+    }
     println!(
         "RESULT backend={name} targets={targets} seconds={seconds:.3} tokens_per_s={:.1} peak_rss_mib={:.0} parameters={}",
         targets as f64 / seconds,
@@ -618,7 +621,9 @@ fn main() {
         for ((name, command), (speeds, rss)) in runs.iter_mut().zip(&mut measured) {
             let output = command.output().expect("run benchmark child");
             let stdout = String::from_utf8_lossy(&output.stdout);
-            for line in stdout.lines().filter(|l| l.starts_with("PHASE ")) {
+            for line in
+                (stdout.lines()).filter(|l| l.starts_with("PHASE ") || l.starts_with("CUBLAS "))
+            {
                 println!("{line}");
             }
             for line in stdout.lines().filter_map(|l| l.strip_prefix("LOSSES ")) {

@@ -13,7 +13,8 @@
 use std::any::TypeId;
 use std::cell::RefCell;
 use std::ffi::c_void;
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
 
 use burn::tensor::{DType, FloatDType, Tensor};
 use burn_cubecl::CubeBackend;
@@ -31,6 +32,42 @@ pub fn cublas_available() -> bool {
     static PRESENT: OnceLock<bool> = OnceLock::new();
     // SAFETY: only tries to open the library by its names.
     *PRESENT.get_or_init(|| unsafe { blas::is_culib_present() })
+}
+
+/// The products this process ran through cuBLAS, and those it handed cuBLAS that failed (the
+/// caller's cubek kernel ran instead), with the last failure: for a program to say whether
+/// cuBLAS ran.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CublasStats {
+    /// Products cuBLAS ran.
+    pub calls: u64,
+    /// Products on CUDA tensors that cuBLAS did not run: a layout it does not read, a stream
+    /// other than the output's, an error of cuBLAS.
+    pub failures: u64,
+    /// Why the last of those did not run.
+    pub last_failure: Option<String>,
+}
+
+static CALLS: AtomicU64 = AtomicU64::new(0);
+static FAILURES: AtomicU64 = AtomicU64::new(0);
+static LAST_FAILURE: Mutex<Option<String>> = Mutex::new(None);
+
+/// [`CublasStats`] so far.
+pub fn cublas_stats() -> CublasStats {
+    CublasStats {
+        calls: CALLS.load(Ordering::Relaxed),
+        failures: FAILURES.load(Ordering::Relaxed),
+        last_failure: LAST_FAILURE.lock().map_or(None, |last| last.clone()),
+    }
+}
+
+/// Counts a product on CUDA tensors that cuBLAS did not run, and returns its error.
+fn failed(error: String) -> String {
+    FAILURES.fetch_add(1, Ordering::Relaxed);
+    if let Ok(mut last) = LAST_FAILURE.lock() {
+        *last = Some(error.clone());
+    }
+    error
 }
 
 /// Whether cuBLAS runs products of `tensor`: it loads and `tensor` is on a CUDA device.
@@ -94,11 +131,12 @@ pub fn cublas_product<const D: usize>(
         }
     };
     let Some((plan, left, right)) = plan else {
-        return Err(format!(
+        return Err(failed(format!(
             "no cuBLAS call for {l_shape:?}·{r_shape:?} at these strides"
-        ));
+        )));
     };
-    launch(&plan, &left, &right, &output, data_type)?;
+    launch(&plan, &left, &right, &output, data_type).map_err(failed)?;
+    CALLS.fetch_add(1, Ordering::Relaxed);
     Ok(Tensor::from_primitive::<CubeBackend>(output))
 }
 

@@ -42,7 +42,7 @@ pub use cube_reduce::{RowReduction, reduce_rows, sum_columns};
 #[cfg(feature = "cubecl")]
 pub use cube_tensor::{contiguous, empty_buffer};
 #[cfg(feature = "cublas")]
-pub use cuda_blas::{cublas_available, cublas_product, cublas_runs_on};
+pub use cuda_blas::{CublasStats, cublas_available, cublas_product, cublas_runs_on, cublas_stats};
 pub use dropout_mask::{MaskKey, dropout_mask};
 pub use gate_activation::{EXP_LIMIT, GateActivation};
 pub use gemm_plan::{GemmPlan, StridedLayout, gemm_plan};

@@ -12,6 +12,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "report.h"
+
 typedef int CUresult;
 typedef unsigned long long CUdeviceptr;
 typedef int CUdevice;
@@ -55,11 +57,7 @@ static int n_modules;
 static unsigned long long n_launches;
 
 static void report(void) {
-    const char *path = getenv("FAKECUDA_REPORT");
-    if (!path) return;
-    char file[4096];
-    snprintf(file, sizeof file, "%s.%d", path, (int)getpid());
-    FILE *f = fopen(file, "w");
+    FILE *f = open_report("FAKECUDA_REPORT");
     if (!f) return;
     fprintf(f, "modules %d\nlaunches %llu\n", n_modules, n_launches);
     for (int i = 0; i < n_calls; i++) fprintf(f, "call\t%llu\t%s\n", calls[i].calls, calls[i].name);

@@ -58,6 +58,25 @@ pub fn backend_and_kernels(name: &str) -> (&str, KernelSettings) {
     (backend, kernels)
 }
 
+/// How many products of this process cuBLAS ran and how many it was handed but did not run
+/// (with the last reason), as a `CUBLAS` line for the parent to print: whether the `cuda` rows
+/// ran cuBLAS at all. `None` in a build without the `cuda` feature or on another backend.
+pub fn cublas_line(name: &str, backend: &str) -> Option<String> {
+    #[cfg(feature = "cuda")]
+    if backend == "cuda" {
+        let stats = elmo_kernels::cublas_stats();
+        let last = stats
+            .last_failure
+            .map_or(String::new(), |why| format!(" (last: {why})"));
+        return Some(format!(
+            "CUBLAS {name}: {} products run, {} not run{last}",
+            stats.calls, stats.failures
+        ));
+    }
+    let _ = (name, backend);
+    None
+}
+
 /// The device of `backend`, with the CLI's matmul setting on flex (`vulkan`: wgpu pinned to
 /// Vulkan, SPIR-V kernels, in a build with the `vulkan` feature; `cuda` in one with `cuda`).
 pub fn bench_device(backend: &str) -> Device {
