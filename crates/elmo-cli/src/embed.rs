@@ -69,6 +69,11 @@ pub struct EmbedArgs {
     /// of `f32`'s (docs/benchmarks.md); GPU backends only.
     #[arg(long, value_enum, default_value_t = PrecisionArg::F32)]
     pub precision: PrecisionArg,
+    /// With `--backend cuda`: the products through CubeCL's kernels instead of NVIDIA's cuBLAS
+    /// (the same values to float rounding; for comparisons and as a workaround).
+    #[cfg(feature = "cuda")]
+    #[arg(long)]
+    pub no_cublas: bool,
     /// Refuse lines with more tokens than this (a line's output is held in memory while written).
     #[arg(long, default_value_t = 10_000)]
     pub max_tokens: usize,
@@ -333,6 +338,8 @@ pub fn run(args: &EmbedArgs) -> Result<()> {
     .init(
         model.bilm.with_kernels(KernelSettings {
             precision: args.precision.into(),
+            #[cfg(feature = "cuda")]
+            vendor_blas: !args.no_cublas,
             ..KernelSettings::default()
         }),
         &device,

@@ -93,6 +93,11 @@ pub struct TrainArgs {
     /// backends only. A run resumes in the precision it started with.
     #[arg(long, value_enum, default_value_t = PrecisionArg::F32)]
     pub precision: PrecisionArg,
+    /// With `--backend cuda`: the products through CubeCL's kernels instead of NVIDIA's cuBLAS
+    /// (the same values to float rounding; for comparisons and as a workaround).
+    #[cfg(feature = "cuda")]
+    #[arg(long)]
+    pub no_cublas: bool,
     /// Remove a lock on --out left by an `elmo` process that is no longer running (another
     /// process writing the run is always refused).
     #[arg(long)]
@@ -444,6 +449,8 @@ pub fn run(args: &TrainArgs) -> Result<()> {
         init_from,
         kernels: KernelSettings {
             precision: args.precision.into(),
+            #[cfg(feature = "cuda")]
+            vendor_blas: !args.no_cublas && !args.no_fused_kernels,
             ..match args.no_fused_kernels {
                 true => KernelSettings::COMPOSED,
                 false => KernelSettings::default(),
