@@ -6,6 +6,10 @@
 //! - `cargo xtask spirv`: `cargo test --workspace` again with the `elmo` binary's opt-in `vulkan`
 //!   feature, so that every wgpu test (f32 and mixed precision) runs through burn's SPIR-V
 //!   compiler; a second build of burn. CI runs it after `ci`.
+//! - `cargo xtask cublas`: the `cuda` build's cuBLAS path (device pointers, strides, streams:
+//!   `bench_train --blas-check cuda`) against the stand-in CUDA driver and cuBLAS of
+//!   `xtask/device/fake-cuda/` (built with `cc`), which compute its products on the host; no GPU
+//!   and no CUDA toolkit. Also clippy on that build. Another build of burn; CI runs it last.
 //! - `cargo xtask cycles`: no import cycles among the modules of any workspace crate.
 //! - `cargo xtask fuzz [-- --cases N]`: mutation fuzzing of every reader of user files.
 //! - `cargo xtask bench [embed|train] [-- ARGS]`: the benchmarks (tokens/s, peak RSS), built in the
@@ -67,6 +71,61 @@ fn spirv() -> Result<(), String> {
     run(test)
 }
 
+/// The `cuda` build's cuBLAS products of uploaded operands, in every layout the build hands
+/// cuBLAS, against the host's products, through the stand-in driver and cuBLAS (no kernel of
+/// CubeCL runs, so nothing needs NVRTC); and clippy on that build, whose cuBLAS code the default
+/// build does not compile.
+fn cublas() -> Result<(), String> {
+    let mut clippy = cargo();
+    clippy.args([
+        "clippy",
+        "-p",
+        "elmo-cli",
+        "--features",
+        "cuda",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]);
+    run(clippy)?;
+    let mut build = cargo();
+    build.args([
+        "build",
+        "-p",
+        "elmo-cli",
+        "--features",
+        "cuda",
+        "--example",
+        "bench_train",
+    ]);
+    run(build)?;
+    let root = workspace_root();
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
+    let libraries = target.join("cublas-check");
+    std::fs::create_dir_all(&libraries).map_err(|e| format!("{}: {e}", libraries.display()))?;
+    let stand_ins = root.join("xtask/device/fake-cuda");
+    for (source, library) in [
+        ("libcuda.c", "libcuda.so.1"),
+        ("libcublas.c", "libcublas.so"),
+    ] {
+        let mut cc = Command::new("cc");
+        cc.args(["-O1", "-shared", "-fPIC", "-Wall", "-o"])
+            .arg(libraries.join(library))
+            .arg(stand_ins.join(source))
+            .arg("-lm");
+        run(cc)?;
+    }
+    let mut check = Command::new(target.join("debug/examples/bench_train"));
+    check
+        .args(["--blas-check", "cuda"])
+        .env("LD_LIBRARY_PATH", &libraries)
+        .env("FAKECUBLAS_COMPUTE", "1")
+        .env("CUBECL_ENVIRONMENT", "elmo-cublas-check");
+    run(check)
+}
+
 fn bench(args: &[String]) -> Result<(), String> {
     let (which, rest) = match args.split_first() {
         Some((first, rest)) if !first.starts_with('-') => (first.as_str(), rest),
@@ -116,11 +175,12 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("ci") => ci(),
         Some("spirv") => spirv(),
+        Some("cublas") => cublas(),
         Some("cycles") => module_cycles::check(&workspace_root()),
         Some("bench") => bench(&args[1..]),
         Some("fuzz") => fuzz(&args[1..]),
         _ => Err(
-            "usage: cargo xtask ci | cargo xtask spirv | cargo xtask cycles | cargo xtask bench [embed|train] [-- ARGS] | cargo xtask fuzz [-- ARGS]"
+            "usage: cargo xtask ci | cargo xtask spirv | cargo xtask cublas | cargo xtask cycles | cargo xtask bench [embed|train] [-- ARGS] | cargo xtask fuzz [-- ARGS]"
                 .into(),
         ),
     };

@@ -322,7 +322,8 @@ impl SplitWeight {
 
     /// [`Self::split_left_partials`], where a whole (unsplit) product runs as
     /// [`crate::product`] runs a large one when `kernels.shaped_step_products` (inference: the
-    /// kernel of its shape at 256 rows and more).
+    /// kernel of its shape at 256 rows and more; a vendor BLAS only as these weights allow,
+    /// [`KernelSettings::step_product_mode`]).
     ///
     /// # Shapes
     /// As [`Self::split_left_partials`].
@@ -333,7 +334,10 @@ impl SplitWeight {
                 crate::product(
                     lhs.reshape([batch, n_slices * k_slice]),
                     whole.clone(),
-                    kernels,
+                    KernelSettings {
+                        vendor_blas: kernels.vendor_blas && self.vendor_blas,
+                        ..kernels
+                    },
                 )
                 .unsqueeze_dim(0)
             }
