@@ -1,7 +1,8 @@
 //! The tensor operations under ELMo's LSTMP cell, char CNN, softmax and optimizer, in the form
 //! that suits each device: custom CubeCL kernels (fused LSTM cells, row reductions, Adagrad, the
 //! gradient norm, a named matmul) and split-K products on a CubeCL device with this crate's
-//! `cubecl` feature, the LSTMP inference recurrence as one host loop on the CPU (packed-weight
+//! `cubecl` feature, the large products through NVIDIA's cuBLAS on a CUDA device with its
+//! `cublas` feature, the LSTMP inference recurrence as one host loop on the CPU (packed-weight
 //! products, a vectorised cell pass), burn's composed operations everywhere else, with the same
 //! results.
 //!

@@ -1,7 +1,8 @@
-//! Which custom kernels run, and in which precision the large products of inference run on a
-//! GPU: [`KernelSettings`], a typed value that a model or a training step carries (no environment
-//! variable steers the library), every kernel on by default where it can run, products in `f32`.
-//! The switches exist so that one program can measure a kernel against burn's operations.
+//! Which custom kernels run, in which precision the large products run on a GPU and whether a
+//! vendor BLAS runs them: [`KernelSettings`], a typed value that a model or a training step
+//! carries (no environment variable steers the library), every kernel on by default where it can
+//! run, products in `f32`; [`ProductMode`], how one product runs. The switches exist so that one
+//! program can measure a kernel against burn's operations.
 
 use burn::tensor::{Device, FloatDType, Tensor};
 use serde::{Deserialize, Serialize};
