@@ -450,7 +450,7 @@ pub fn run(args: &TrainArgs) -> Result<()> {
         kernels: KernelSettings {
             precision: args.precision.into(),
             #[cfg(feature = "cuda")]
-            vendor_blas: !args.no_cublas && !args.no_fused_kernels,
+            vendor_blas: !args.no_cublas,
             ..match args.no_fused_kernels {
                 true => KernelSettings::COMPOSED,
                 false => KernelSettings::default(),

@@ -50,6 +50,11 @@ pub fn product<const D: usize>(
         return out;
     }
     if mode.half.is_some() {
+        // The vendor BLAS was tried above.
+        let mode = ProductMode {
+            vendor_blas: false,
+            ..mode
+        };
         return half_product(lhs, rhs, mode);
     }
     #[cfg(feature = "cubecl")]
