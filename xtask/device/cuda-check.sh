@@ -56,11 +56,9 @@ rm -f .device-cuda/kernel-cache.tar.xz target/environment/elmo-device.db*
 rm -rf "$work/ptx" "$work/launches" && mkdir -p "$work/ptx" "$work/launches"
 log="$work/log.md"
 echo "cuda-check of $(cat .device-cuda/commit), $(date -u)" | tee "$log"
-# gpu-table.sh's `cudatrain` rows of one training shape (the arguments): cuBLAS's products
-# and cubek's, in f32 and mixed precision.
-train_backends=cuda,cuda-mixed,cuda-cubek,cuda-mixed-cubek,cuda-blassteps
+# gpu-table.sh's `cudatrain` rows of one training shape (the arguments).
 train_rows() {
-    "$work/bin/bench_train_cuda" --backends "$train_backends" --steps "$train_steps" "$@"
+    "$work/bin/bench_train_cuda" --backends "$cuda_train_backends" --steps "$train_steps" "$@"
 }
 SECONDS=0
 {
@@ -96,7 +94,7 @@ printf '[compilation.logger]\nlevel = "basic"\nfile = "%s/compiled.log"\nappend 
 compiled_again() {
     local name="$1" compiled
     shift
-    (cd "$again" && "$work/bin/bench_train_cuda" --backends "$train_backends" \
+    (cd "$again" && "$work/bin/bench_train_cuda" --backends "$cuda_train_backends" \
         --steps "$train_steps" "$@" > /dev/null 2>&1)
     compiled="$(grep -c 'Compiling' "$again/compiled.log" 2>/dev/null || true)"
     echo "training rows again ($name): ${compiled:-0} kernels compiled" | tee -a "$log"

@@ -30,7 +30,7 @@
 #      inference rows (`cuda` with every kernel and its products through cuBLAS, `cuda-mixed`
 #      with f16 operands), its training rows (`original` 128 × 20 and `ptb-large` 256 × 35;
 #      `cuda`, `cuda-mixed`, both with cubek's products instead of cuBLAS's, `-cubek`, and
-#      `cuda-blassteps`, the LSTM's per-step products through cuBLAS too)
+#      with the LSTM's per-step products through cuBLAS too, `-blassteps`)
 #      against the peer in f32 and with bf16 autocast, then that build's `wgpu` (WGSL, as the
 #      default build), `cuda-cubek` and `cuda-blassteps` inference rows, and
 #      `--matmul-probe cuda` in f32 and f16 (each cubek kernel per shape; NVRTC compiles each,
@@ -103,7 +103,7 @@ train_spirv() { train_with /tmp/bench_train_spirv --backends wgpu-mixed --peer-a
 cuda() { embed_with /tmp/bench_embed_cuda "$@"; }
 train_cuda() {
     train_with /tmp/bench_train_cuda \
-        --backends cuda,cuda-mixed,cuda-cubek,cuda-mixed-cubek,cuda-blassteps \
+        --backends "$cuda_train_backends" \
         --peer-amp bf16 "$@"
 }
 

@@ -9,3 +9,6 @@ ptb_large_256=(--preset "$PWD/examples/configs/ptb-large.json" --batch-size 256
     --unroll-steps 35 --vocab-size 10002)
 # Timed steps of a training row (after one warm-up step).
 train_steps=8
+# The `cuda` build's training rows: cuBLAS's products and cubek's (`-cubek`), the LSTM's
+# per-step products through cuBLAS too (`-blassteps`), in f32 and mixed precision.
+cuda_train_backends=cuda,cuda-mixed,cuda-cubek,cuda-mixed-cubek,cuda-blassteps,cuda-mixed-blassteps

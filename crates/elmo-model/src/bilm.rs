@@ -166,20 +166,47 @@ struct EncodedTokens {
     row_of: Vec<usize>,
 }
 
-/// `[B, T, P]` from rows of `values`, one per position of `batch`.
+/// The distinct tokens of a batch through the token encoder's convolutions
+/// ([`BiLm::convolve_tokens`]).
+#[derive(Debug, Clone)]
+pub struct ConvolvedTokens {
+    /// `[U, n_filters]`: each distinct token's activated max-pooled convolutions.
+    pub convolutions: Tensor<2>,
+    /// For every position of the batch (row-major), its row of `convolutions`.
+    pub rows: Vec<usize>,
+    /// `[B, T]`: the batch's sentences and positions.
+    pub shape: [usize; 2],
+}
+
+impl ConvolvedTokens {
+    /// Every position's row of `values` (`convolutions` carried through the rest of the
+    /// encoder).
+    ///
+    /// # Shapes
+    /// - values: `[U, d]`; output: `[B, T, d]`
+    pub fn place(&self, values: Tensor<2>) -> Tensor<3> {
+        let device = values.device();
+        gather_rows(values, &self.rows, self.shape, &device)
+    }
+}
+
+/// `[B, T]` of a host batch.
+fn batch_shape(batch: &CharIdBatch) -> [usize; 2] {
+    [batch.n_sentences, batch.n_tokens]
+}
+
+/// `[B, T, P]` from rows of `values`, one per position of a batch of `[B, T]` positions.
 fn gather_rows(
     values: Tensor<2>,
     rows: &[usize],
-    batch: &CharIdBatch,
+    [n_sentences, n_tokens]: [usize; 2],
     device: &Device,
 ) -> Tensor<3> {
     let d = values.dims()[1];
     let rows: Vec<i64> = rows.iter().map(|&r| r as i64).collect();
     let n_positions = rows.len();
     let rows = Tensor::<1, Int>::from_data(TensorData::new(rows, [n_positions]), device);
-    values
-        .select(0, rows)
-        .reshape([batch.n_sentences, batch.n_tokens, d])
+    values.select(0, rows).reshape([n_sentences, n_tokens, d])
 }
 
 impl BiLm {
@@ -267,7 +294,28 @@ impl BiLm {
             .iter()
             .map(|&u| encoded.row_of[u])
             .collect();
-        gather_rows(encoded.values, &gather, batch, device)
+        gather_rows(encoded.values, &gather, batch_shape(batch), device)
+    }
+
+    /// The token encoder up to its highways ([`CharCnnEncoder::convolutions_with_extent`]) over
+    /// each distinct token of a host batch, for a caller that runs the highways and the
+    /// projection itself ([`CharCnnEncoder::dense_recorded`]: the training step, which
+    /// differentiates them by hand) and places the rows with [`ConvolvedTokens::place`]:
+    /// [`Self::encode_tokens`] in two parts.
+    pub fn convolve_tokens(&self, batch: &CharIdBatch, device: &Device) -> ConvolvedTokens {
+        let distinct = DistinctTokens::of(batch);
+        let encoder = &self.token_encoder;
+        let convolved = self.encode_distinct_with(&distinct.tokens, device, |ids, extent| {
+            encoder.convolutions_with_extent(ids, extent)
+        });
+        let rows = (distinct.positions.iter())
+            .map(|&u| convolved.row_of[u])
+            .collect();
+        ConvolvedTokens {
+            convolutions: convolved.values,
+            rows,
+            shape: batch_shape(batch),
+        }
     }
 
     /// [`encode_tokens`](Self::encode_tokens) that takes the tokens it has seen before from
@@ -314,12 +362,34 @@ impl BiLm {
         }
         let unique =
             Tensor::<2>::from_data(TensorData::new(values, [distinct.tokens.len(), d]), device);
-        Ok(gather_rows(unique, &distinct.positions, batch, device))
+        Ok(gather_rows(
+            unique,
+            &distinct.positions,
+            batch_shape(batch),
+            device,
+        ))
     }
 
     /// Encodes distinct tokens, sorted by extent (characters before the padding) so that a
     /// chunk of similar words only convolves the windows its longest word needs.
     fn encode_distinct(&self, tokens: &[&[u16]], device: &Device) -> EncodedTokens {
+        self.encode_distinct_with(tokens, device, |ids, extent| {
+            let encoded = (self.token_encoder)
+                .forward_stages_with_extent(ids, extent)
+                .token_embedding;
+            let [n_rows, _, d_output] = encoded.dims();
+            encoded.reshape([n_rows, d_output])
+        })
+    }
+
+    /// [`Self::encode_distinct`] with `stage` (char ids `[N, 1, 50]` of the tokens whose last
+    /// non-padding slot is before `extent` → `[N, d]`) as the encoder.
+    fn encode_distinct_with(
+        &self,
+        tokens: &[&[u16]],
+        device: &Device,
+        stage: impl Fn(Tensor<3, Int>, usize) -> Tensor<2>,
+    ) -> EncodedTokens {
         let extents: Vec<usize> = tokens.iter().map(|token| char_extent(token)).collect();
         let mut order: Vec<usize> = (0..tokens.len()).collect();
         order.sort_by_key(|&u| extents[u]);
@@ -348,12 +418,7 @@ impl BiLm {
                     TensorData::new(ids, [n_rows, 1, MAX_CHARS_PER_TOKEN]),
                     device,
                 );
-                let encoded = self
-                    .token_encoder
-                    .forward_stages_with_extent(ids, extent)
-                    .token_embedding;
-                let d_output = encoded.dims()[2];
-                encoded.reshape([n_rows, d_output]).narrow(0, 0, n)
+                stage(ids, extent).narrow(0, 0, n)
             })
             .collect();
         EncodedTokens {

@@ -10,7 +10,7 @@ use burn::tensor::{Device, Distribution, Int, Tensor, TensorData};
 use elmo_kernels::{KernelSettings, half_product, product, slices_when};
 
 use crate::char_ids::MAX_CHARS_PER_TOKEN;
-use crate::highway::{Highway, HighwayConfig, linear_in};
+use crate::highway::{Highway, HighwayConfig, HighwayRecord, linear_in};
 use crate::options::{BiLmOptions, CnnActivation};
 
 /// Configuration of a [`CharCnnEncoder`], taken from [`BiLmOptions`].
@@ -254,6 +254,18 @@ pub struct CharCnnEncoder {
     pub kernels: KernelSettings,
 }
 
+/// The encoder's highways and projection over given convolutions
+/// ([`CharCnnEncoder::dense_recorded`]).
+#[derive(Debug, Clone)]
+pub struct DenseRecord {
+    /// Each highway layer's pass, in order.
+    pub highways: Vec<HighwayRecord>,
+    /// After the highway layers (the projection's input), `[N, n_filters]`.
+    pub highway: Tensor<2>,
+    /// The token embeddings, `[N, d_output]`.
+    pub token_embedding: Tensor<2>,
+}
+
 /// Every stage of the token encoder, for inspection and parity tests.
 #[derive(Debug, Clone)]
 pub struct CharCnnOutput {
@@ -302,32 +314,9 @@ impl CharCnnEncoder {
         char_ids: Tensor<3, Int>,
         extent: usize,
     ) -> CharCnnOutput {
-        let [batch, n_tokens, n_slots] = char_ids.dims();
-        debug_assert_eq!(n_slots, MAX_CHARS_PER_TOKEN);
-        let flat = char_ids.reshape([batch * n_tokens, n_slots]);
-        // Tokens in pieces whose largest intermediate fits one buffer (the widest
-        // convolution's values before the max: 180 KiB a token at `original`'s 1,024 filters
-        // of width 7 over 50 slots), each piece as the whole batch would run.
-        let n_rows = batch * n_tokens;
-        let piece = (self.kernels)
-            .rows_per_buffer(&self.char_embedding.val(), self.bytes_per_token(extent));
-        let (convolutions, highway, token_embedding) = if n_rows <= piece {
-            self.token_stages(flat, extent)
-        } else {
-            let mut parts = (Vec::new(), Vec::new(), Vec::new());
-            for start in (0..n_rows).step_by(piece) {
-                let len = piece.min(n_rows - start);
-                let (c, h, e) = self.token_stages(flat.clone().narrow(0, start, len), extent);
-                parts.0.push(c);
-                parts.1.push(h);
-                parts.2.push(e);
-            }
-            (
-                Tensor::cat(parts.0, 0),
-                Tensor::cat(parts.1, 0),
-                Tensor::cat(parts.2, 0),
-            )
-        };
+        let [batch, n_tokens, _] = char_ids.dims();
+        let stages = self.in_pieces(char_ids, extent, |flat| self.token_stages(flat, extent));
+        let [convolutions, highway, token_embedding] = stages;
         let n_filters = highway.dims()[1];
         let d_output = token_embedding.dims()[1];
         CharCnnOutput {
@@ -337,16 +326,97 @@ impl CharCnnEncoder {
         }
     }
 
+    /// The activated max-pooled convolutions of every token, concatenated: the encoder up to its
+    /// highways ([`Self::forward_stages_with_extent`]'s `convolutions`, flat), for a caller that
+    /// runs the rest itself ([`Self::dense_recorded`]).
+    ///
+    /// # Shapes
+    /// - char_ids: `[B, T, 50]`; output: `[B·T, n_filters]`
+    pub fn convolutions_with_extent(&self, char_ids: Tensor<3, Int>, extent: usize) -> Tensor<2> {
+        let [convolutions] = self.in_pieces(char_ids, extent, |flat| {
+            [self.convolution_stage(flat, extent)]
+        });
+        convolutions
+    }
+
+    /// The highways and the projection over `convolutions`, with each highway's record
+    /// ([`Highway::forward_recorded`]), for a hand-written backward pass.
+    ///
+    /// # Shapes
+    /// - convolutions: `[N, n_filters]`
+    pub fn dense_recorded(&self, convolutions: Tensor<2>) -> DenseRecord {
+        let mut highways: Vec<HighwayRecord> = Vec::with_capacity(self.highways.len());
+        for layer in &self.highways {
+            let x = highways
+                .last()
+                .map_or(convolutions.clone(), |r| r.output.clone());
+            highways.push(layer.forward_recorded(x, self.kernels));
+        }
+        let highway = highways.last().map_or(convolutions, |r| r.output.clone());
+        let token_embedding = linear_in(&self.projection, highway.clone(), self.kernels);
+        DenseRecord {
+            highways,
+            highway,
+            token_embedding,
+        }
+    }
+
+    /// `stage` over the tokens of `char_ids` flattened, in pieces whose largest intermediate
+    /// fits one buffer (the widest convolution's values before the max: 180 KiB a token at
+    /// `original`'s 1,024 filters of width 7 over 50 slots), each piece as the whole batch
+    /// would run; the pieces' outputs concatenated.
+    ///
+    /// # Shapes
+    /// - char_ids: `[B, T, 50]`; each output of `stage` and of this: `[rows, _]`
+    fn in_pieces<const S: usize>(
+        &self,
+        char_ids: Tensor<3, Int>,
+        extent: usize,
+        stage: impl Fn(Tensor<2, Int>) -> [Tensor<2>; S],
+    ) -> [Tensor<2>; S] {
+        let [batch, n_tokens, n_slots] = char_ids.dims();
+        debug_assert_eq!(n_slots, MAX_CHARS_PER_TOKEN);
+        let flat = char_ids.reshape([batch * n_tokens, n_slots]);
+        let n_rows = batch * n_tokens;
+        let piece = (self.kernels)
+            .rows_per_buffer(&self.char_embedding.val(), self.bytes_per_token(extent));
+        if n_rows <= piece {
+            return stage(flat);
+        }
+        let mut parts: [Vec<Tensor<2>>; S] = std::array::from_fn(|_| Vec::new());
+        for start in (0..n_rows).step_by(piece) {
+            let len = piece.min(n_rows - start);
+            for (part, out) in parts
+                .iter_mut()
+                .zip(stage(flat.clone().narrow(0, start, len)))
+            {
+                part.push(out);
+            }
+        }
+        parts.map(|part| Tensor::cat(part, 0))
+    }
+
     /// The token encoder's stages over a flat list of tokens.
     ///
     /// # Shapes
     /// - flat: `[N, 50]`
     /// - output: `[N, n_filters]` (convolutions), `[N, n_filters]` (highway), `[N, d_output]`
-    fn token_stages(
-        &self,
-        flat: Tensor<2, Int>,
-        extent: usize,
-    ) -> (Tensor<2>, Tensor<2>, Tensor<2>) {
+    fn token_stages(&self, flat: Tensor<2, Int>, extent: usize) -> [Tensor<2>; 3] {
+        let convolutions = self.convolution_stage(flat, extent);
+        let DenseRecord {
+            highway,
+            token_embedding,
+            ..
+        } = self.dense_recorded(convolutions.clone());
+        [convolutions, highway, token_embedding]
+    }
+
+    /// The char lookup, the convolutions, their max over positions and the activation, the
+    /// filters concatenated.
+    ///
+    /// # Shapes
+    /// - flat: `[N, 50]`; output: `[N, n_filters]`
+    fn convolution_stage(&self, flat: Tensor<2, Int>, extent: usize) -> Tensor<2> {
         let n_slots = flat.dims()[1];
         let table = self.char_embedding.val();
         let padding_char = (extent < n_slots).then(|| {
@@ -367,12 +437,7 @@ impl CharCnnEncoder {
                 }
             })
             .collect();
-        let convolutions = Tensor::cat(pooled, 1);
-        let highway = self.highways.iter().fold(convolutions.clone(), |x, layer| {
-            layer.forward_in(x, self.kernels)
-        });
-        let token_embedding = linear_in(&self.projection, highway.clone(), self.kernels);
-        (convolutions, highway, token_embedding)
+        Tensor::cat(pooled, 1)
     }
 
     /// The bytes of the largest intermediate per token in [`Self::token_stages`]: a

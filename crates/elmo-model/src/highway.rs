@@ -53,10 +53,38 @@ impl Highway {
     /// # Shapes
     /// - input, output: `[n, d_model]`
     pub fn forward_in(&self, x: Tensor<2>, kernels: KernelSettings) -> Tensor<2> {
-        let gate = sigmoid(linear_in(&self.carry, x.clone(), kernels));
-        let transformed = relu(linear_in(&self.transform, x.clone(), kernels));
-        x.clone() + gate * (transformed - x)
+        self.forward_recorded(x, kernels).output
     }
+
+    /// [`Self::forward_in`], keeping what a hand-written backward pass needs (the training
+    /// step's, `elmo_train`'s `encoder_backward`).
+    ///
+    /// # Shapes
+    /// - input: `[n, d_model]`; every tensor of the output: `[n, d_model]`
+    pub fn forward_recorded(&self, x: Tensor<2>, kernels: KernelSettings) -> HighwayRecord {
+        let gate = sigmoid(linear_in(&self.carry, x.clone(), kernels));
+        let transform = linear_in(&self.transform, x.clone(), kernels);
+        let output = x.clone() + gate.clone() * (relu(transform.clone()) - x.clone());
+        HighwayRecord {
+            input: x,
+            gate,
+            transform,
+            output,
+        }
+    }
+}
+
+/// One highway layer's pass ([`Highway::forward_recorded`]).
+#[derive(Debug, Clone)]
+pub struct HighwayRecord {
+    /// `x`, `[n, d_model]`.
+    pub input: Tensor<2>,
+    /// `g = σ(x·W_carry + b_carry)`, `[n, d_model]`.
+    pub gate: Tensor<2>,
+    /// `x·W_transform + b_transform` before the ReLU, `[n, d_model]`.
+    pub transform: Tensor<2>,
+    /// The layer's output `x + g·(relu(transform) − x)`, `[n, d_model]`.
+    pub output: Tensor<2>,
 }
 
 /// `layer`'s `x·W + b` with the product run as `kernels` asks ([`product`]).

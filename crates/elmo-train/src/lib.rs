@@ -11,6 +11,7 @@ pub mod config;
 pub mod contiguous;
 pub mod corpus;
 mod dropout;
+mod encoder_backward;
 pub mod error;
 pub mod evaluate;
 pub mod init_from;

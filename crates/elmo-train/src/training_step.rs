@@ -1,8 +1,9 @@
 //! A training step's loss and gradients, fast path ([`BiLanguageModel::loss_and_gradients`]):
 //! the LSTM stacks outside autodiff with hand-written backpropagation through time
 //! ([`crate::recorded_stack`]), the softmax's gradients by hand
-//! ([`Softmax::nll_with_gradients`](crate::softmax::Softmax::nll_with_gradients)), and autodiff
-//! only for the token encoder. Same gradients as plain autodiff through
+//! ([`Softmax::nll_with_gradients`](crate::softmax::Softmax::nll_with_gradients)), the token
+//! encoder's highways and projection by hand too ([`crate::encoder_backward`]), and autodiff
+//! only for its char lookup and convolutions. Same gradients as plain autodiff through
 //! [`BiLanguageModel::loss`] (tested in `tests/training.rs`, on wgpu with the directions paired).
 
 use burn::optim::GradientsParams;
@@ -11,13 +12,13 @@ use elmo_kernels::add_rows;
 use elmo_model::lstm_stack::both_directions;
 use elmo_model::{LstmState, LstmWithProjection};
 
+use crate::encoder_backward::EncoderPass;
 use crate::language_model::{
     BiLanguageModel, CarriedState, GradientOptions, LmGradients, LmLoss, LmStep, SoftmaxMode,
     grid_char_ids, is_finite, positions_tensor, register_if_trained,
 };
 use crate::lm_batch::{LmBatch, Targets};
 use crate::lstm_backward::LstmGroup;
-use crate::optimizer::move_gradients;
 use crate::recorded_stack::{RecordedStack, StackGradients, backward_stack, forward_stack};
 use crate::softmax::SampledCandidates;
 
@@ -61,7 +62,9 @@ impl BiLanguageModel {
     /// outside autodiff, one thread per direction on a CPU and both as one where the fused
     /// kernels run (`KernelSettings::paired_for`: one batched product and one launch of each
     /// fused kernel for both directions), and are backpropagated by hand; the softmax
-    /// (full or sampled) is differentiated by hand too; the token encoder goes through autodiff, receiving both stacks' input gradients in one backward pass.
+    /// (full or sampled) and the token encoder's dense layers are differentiated by hand too; its
+    /// convolutions go through autodiff, receiving both stacks' input gradients in one backward
+    /// pass.
     /// Sentence batches (rows of different lengths) use autodiff throughout. Both paths give
     /// the same gradients up to float rounding (tested). `grads` is `None` when the loss is not
     /// finite; they are multiplied by `options.loss_scale`.
@@ -98,9 +101,9 @@ impl BiLanguageModel {
             return LmGradients { step, grads };
         };
         let n_rows = forward.rows.len();
-        let embedded = self
-            .bilm
-            .encode_tokens(&grid_char_ids(&[forward, backward]), device);
+        let encoder_pass =
+            EncoderPass::forward(&self.bilm, &grid_char_ids(&[forward, backward]), device);
+        let embedded = encoder_pass.embedded();
         mark("encoder forward");
         let (f_start, b_start) = match state {
             Some(s) => (Some(s.forward), Some(s.backward)),
@@ -188,13 +191,8 @@ impl BiLanguageModel {
                 register_if_trained(&mut grads, &layer.projection, g.projection);
             }
         }
-        if embedded.is_tracked() {
-            let encoder = &self.bilm.token_encoder;
-            let surrogate = (embedded * grad_embedded).sum();
-            let encoder_grads = GradientsParams::from_grads(surrogate.backward(), encoder);
-            move_gradients(encoder, encoder_grads, &mut grads);
-            mark("encoder backward");
-        }
+        encoder_pass.backward(&self.bilm.token_encoder, grad_embedded, kernels, &mut grads);
+        mark("encoder backward");
         LmGradients {
             step,
             grads: Some(grads),

@@ -1,0 +1,148 @@
+//! The training fast path of the token encoder's dense layers (its highways and projection:
+//! Peters et al. 2018 §3.4, bilm-tf's gate form as in `elmo_model::highway`): a forward pass
+//! outside autodiff over each distinct token's convolutions, and their backward pass by hand.
+//!
+//! Why by hand: under autodiff burn's matmul runs their products (and on a CubeCL device cannot
+//! be told otherwise), where by hand they run as the LSTM's and the softmax's do
+//! ([`product`], [`transposed_product`]: cuBLAS on CUDA, the kernel of their shape on wgpu,
+//! 16-bit operands with `Precision::Mixed`, weight gradients split over the rows where products
+//! are split), over all of a batch's distinct tokens at once (U rows: ~2,400 at `original` 128 ×
+//! 20), not in the convolutions' chunks: ~15% of a training step's FLOPs at `original`. Autodiff
+//! keeps the char lookup and the convolutions, fed the gradient of their output.
+
+use burn::module::{Module, Param};
+use burn::optim::GradientsParams;
+use burn::tensor::activation::relu;
+use burn::tensor::{Device, Tensor};
+use elmo_kernels::{KernelSettings, add_rows, product, sum_columns, transposed_product};
+use elmo_model::bilm::ConvolvedTokens;
+use elmo_model::char_cnn::DenseRecord;
+use elmo_model::highway::HighwayRecord;
+use elmo_model::{BiLm, CharCnnEncoder, CharIdBatch};
+
+use crate::language_model::{positions_tensor, register_if_trained};
+use crate::optimizer::move_gradients;
+
+/// A token encoder's pass over a batch with its dense layers recorded
+/// ([`Self::forward`]), consumed by [`Self::backward`].
+pub(crate) struct EncoderPass {
+    /// The distinct tokens' convolutions (tracked by autodiff where the encoder trains).
+    convolved: ConvolvedTokens,
+    /// The dense layers' pass over them, outside autodiff.
+    record: DenseRecord,
+}
+
+impl EncoderPass {
+    /// Encodes `batch` with `bilm`'s token encoder, the dense layers outside autodiff.
+    ///
+    /// # Shapes
+    /// - the token embeddings ([`Self::embedded`]): `[B, T, P]`, without autodiff
+    pub(crate) fn forward(bilm: &BiLm, batch: &CharIdBatch, device: &Device) -> Self {
+        let convolved = bilm.convolve_tokens(batch, device);
+        let plain = bilm.token_encoder.valid();
+        let record = plain.dense_recorded(convolved.convolutions.clone().inner());
+        Self { convolved, record }
+    }
+
+    /// Every position's token embedding.
+    ///
+    /// # Shapes
+    /// - output: `[B, T, P]`
+    pub(crate) fn embedded(&self) -> Tensor<3> {
+        self.convolved.place(self.record.token_embedding.clone())
+    }
+
+    /// Backpropagates `grad_embedded` (the gradient of [`Self::embedded`]) into the gradients
+    /// of `encoder`'s trained parameters, added to `grads`: the dense layers' by hand, then
+    /// the convolutions' and the char embedding's through autodiff.
+    ///
+    /// # Shapes
+    /// - grad_embedded: `[B, T, P]`
+    pub(crate) fn backward(
+        self,
+        encoder: &CharCnnEncoder,
+        grad_embedded: Tensor<3>,
+        kernels: KernelSettings,
+        grads: &mut GradientsParams,
+    ) {
+        let Self { convolved, record } = self;
+        let convolutions_tracked = convolved.convolutions.is_tracked();
+        if !convolutions_tracked && !dense_trains(encoder) {
+            return;
+        }
+        let [batch, n_steps, d_output] = grad_embedded.dims();
+        let n_distinct = record.token_embedding.dims()[0];
+        let device = grad_embedded.device();
+        // Positions sharing a token add their gradients into its row.
+        let grad = add_rows(
+            Tensor::zeros([n_distinct, d_output], &device),
+            positions_tensor(convolved.rows.iter().map(|&r| r as i64).collect(), &device),
+            grad_embedded.reshape([batch * n_steps, d_output]),
+            kernels,
+        );
+        let mode = kernels.product_mode(&grad);
+        let split = kernels.split_for(&grad);
+        let weight = |param: &Param<Tensor<2>>| param.val().inner();
+        let projection = &encoder.projection;
+        register_if_trained(
+            grads,
+            &projection.weight,
+            transposed_product(record.highway, grad.clone(), split, mode),
+        );
+        if let Some(bias) = &projection.bias {
+            register_if_trained(grads, bias, sum_columns(grad.clone(), kernels));
+        }
+        let mut grad = product(grad, weight(&projection.weight).transpose(), kernels);
+        for (layer, pass) in encoder.highways.iter().zip(record.highways).rev() {
+            let HighwayRecord {
+                input,
+                gate,
+                transform,
+                ..
+            } = pass;
+            // y = x + g·(relu(t) − x): ∂g = ∂y·(relu(t) − x), ∂t = ∂y·g where t > 0.
+            let grad_gate = grad.clone() * (relu(transform.clone()) - input.clone());
+            let grad_carry = grad_gate * gate.clone() * (gate.clone().neg() + 1.0);
+            let grad_transform =
+                (grad.clone() * gate.clone()).mask_fill(transform.lower_equal_elem(0.0), 0.0);
+            for (linear, grad_out) in [
+                (&layer.carry, &grad_carry),
+                (&layer.transform, &grad_transform),
+            ] {
+                register_if_trained(
+                    grads,
+                    &linear.weight,
+                    transposed_product(input.clone(), grad_out.clone(), split, mode),
+                );
+                if let Some(bias) = &linear.bias {
+                    register_if_trained(grads, bias, sum_columns(grad_out.clone(), kernels));
+                }
+            }
+            grad = grad * (gate.neg() + 1.0)
+                + product(grad_carry, weight(&layer.carry.weight).transpose(), kernels)
+                + product(
+                    grad_transform,
+                    weight(&layer.transform.weight).transpose(),
+                    kernels,
+                );
+        }
+        if convolutions_tracked {
+            let surrogate = (convolved.convolutions * grad).sum();
+            let encoder_grads = GradientsParams::from_grads(surrogate.backward(), encoder);
+            move_gradients(encoder, encoder_grads, grads);
+        }
+    }
+}
+
+/// Whether any of `encoder`'s highway or projection parameters trains.
+fn dense_trains(encoder: &CharCnnEncoder) -> bool {
+    let linears = (encoder.highways.iter())
+        .flat_map(|h| [&h.carry, &h.transform])
+        .chain([&encoder.projection]);
+    linears
+        .flat_map(|l| {
+            let bias = l.bias.as_ref().map(|b| b.val().is_require_grad());
+            [Some(l.weight.val().is_require_grad()), bias]
+        })
+        .any(|trains| trains == Some(true))
+}
