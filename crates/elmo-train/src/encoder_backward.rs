@@ -20,7 +20,7 @@ use elmo_model::char_cnn::DenseRecord;
 use elmo_model::highway::HighwayRecord;
 use elmo_model::{BiLm, CharCnnEncoder, CharIdBatch};
 
-use crate::language_model::{positions_tensor, register_if_trained};
+use crate::language_model::register_if_trained;
 use crate::optimizer::move_gradients;
 
 /// A token encoder's pass over a batch with its dense layers recorded
@@ -76,7 +76,7 @@ impl EncoderPass {
         // Positions sharing a token add their gradients into its row.
         let grad = add_rows(
             Tensor::zeros([n_distinct, d_output], &device),
-            positions_tensor(convolved.rows.iter().map(|&r| r as i64).collect(), &device),
+            convolved.rows,
             grad_embedded.reshape([batch * n_steps, d_output]),
             kernels,
         );
@@ -101,8 +101,9 @@ impl EncoderPass {
                 ..
             } = pass;
             // y = x + g·(relu(t) − x): ∂g = ∂y·(relu(t) − x), ∂t = ∂y·g where t > 0.
+            let one_minus_gate = gate.clone().neg() + 1.0;
             let grad_gate = grad.clone() * (relu(transform.clone()) - input.clone());
-            let grad_carry = grad_gate * gate.clone() * (gate.clone().neg() + 1.0);
+            let grad_carry = grad_gate * gate.clone() * one_minus_gate.clone();
             let grad_transform =
                 (grad.clone() * gate.clone()).mask_fill(transform.lower_equal_elem(0.0), 0.0);
             for (linear, grad_out) in [
@@ -118,7 +119,7 @@ impl EncoderPass {
                     register_if_trained(grads, bias, sum_columns(grad_out.clone(), kernels));
                 }
             }
-            grad = grad * (gate.neg() + 1.0)
+            grad = grad * one_minus_gate
                 + product(grad_carry, weight(&layer.carry.weight).transpose(), kernels)
                 + product(
                     grad_transform,
