@@ -27,10 +27,10 @@ use burn::tensor::Tensor;
 use crate::KernelSettings;
 #[cfg(feature = "cubecl")]
 use crate::cube_tensor::{
-    ElementwiseOutput, empty_buffer, kernel_in_place, kernel_input, kernel_input_or,
-    kernel_rows_input,
+    ElementwiseOutput, element_type, empty_buffer_of, kernel_in_place, kernel_input,
+    kernel_input_or, kernel_rows_input,
 };
-use crate::split_product::SplitLayout;
+use crate::split_product::SplitWeight;
 
 /// Why the fused cell functions cannot run in a build without the `cubecl` feature: there
 /// [`CellKernels::for_tensor`] never chooses them.
@@ -152,22 +152,23 @@ pub(crate) mod kernels {
 
     /// One step of the cell, one unit per `(b, j)`: activates the gates, updates and clips the
     /// memory, and writes the gates, memory and `tanh(memory)` of step `t` and `o·tanh(memory)`
-    /// (in the split layout of `cell_output`'s shape, for the projection's product).
+    /// (in the split layout of `cell_output`'s shape and in its type `L`, for the projection's
+    /// product).
     #[cube(launch)]
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn cell_forward_kernel<F: Float>(
+    pub(super) fn cell_forward_kernel<F: Float, L: Float>(
         projected: &Tensor<F>,
         recurrent: &Tensor<F>,
         initial_memory: &Tensor<F>,
         gates: &mut Tensor<F>,
         memory: &mut Tensor<F>,
         tanh_memory: &mut Tensor<F>,
-        cell_output: &mut Tensor<F>,
+        cell_output: &mut Tensor<L>,
         step: u32,
         cell_clip: f32,
         n_groups: u32,
         #[comptime] has_clip: bool,
-        #[define(F)] _dtype: ElemType,
+        #[define(F, L)] _dtypes: [ElemType; 2],
     ) {
         let position = ABSOLUTE_POS;
         if position >= initial_memory.len() {
@@ -205,22 +206,23 @@ pub(crate) mod kernels {
             cell_output.shape(2),
         );
         cell_output[split_index(row, unit, n_planes, split_batch, width, n_groups)] =
-            output_gate * squashed;
+            L::cast_from(output_gate * squashed);
     }
 
     /// The projection's clip at step `t`: writes the clipped hidden state into the record and into
-    /// the state carried to the next step (in the split layout of `state`'s shape).
+    /// the state carried to the next step (in the split layout of `state`'s shape and in its
+    /// type `L`).
     #[cube(launch)]
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn hidden_forward_kernel<F: Float>(
+    pub(super) fn hidden_forward_kernel<F: Float, L: Float>(
         projected: &Tensor<F>,
         hidden: &mut Tensor<F>,
-        state: &mut Tensor<F>,
+        state: &mut Tensor<L>,
         step: u32,
         projection_clip: f32,
         n_groups: u32,
         #[comptime] has_clip: bool,
-        #[define(F)] _dtype: ElemType,
+        #[define(F, L)] _dtypes: [ElemType; 2],
     ) {
         let position = ABSOLUTE_POS;
         let batch = hidden.shape(1);
@@ -237,26 +239,27 @@ pub(crate) mod kernels {
         }
         hidden[step as usize * size + position] = value;
         let (n_planes, split_batch, width) = (state.shape(0), state.shape(1), state.shape(2));
-        state[split_index(row, unit, n_planes, split_batch, width, n_groups)] = value;
+        state[split_index(row, unit, n_planes, split_batch, width, n_groups)] = L::cast_from(value);
     }
 
     /// The gradient of the hidden state before its clip at step `t`: the output's gradient (read
     /// from the batch-major `[B, T, P]`) plus the one from step `t + 1`, masked by the clip; written
-    /// into the record and returned (in the split layout of `grad_hidden`'s shape).
+    /// into the record and returned (in the split layout of `grad_hidden`'s shape and in its
+    /// type `L`).
     #[cube(launch)]
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn hidden_backward_kernel<F: Float>(
+    pub(super) fn hidden_backward_kernel<F: Float, L: Float>(
         grad_outputs: &Tensor<F>,
         hidden: &Tensor<F>,
         grad_next: &Tensor<F>,
         grad_projected: &mut Tensor<F>,
-        grad_hidden: &mut Tensor<F>,
+        grad_hidden: &mut Tensor<L>,
         step: u32,
         projection_clip: f32,
         n_groups: u32,
         #[comptime] has_next: bool,
         #[comptime] has_clip: bool,
-        #[define(F)] _dtype: ElemType,
+        #[define(F, L)] _dtypes: [ElemType; 2],
     ) {
         let position = ABSOLUTE_POS;
         if position >= grad_hidden.len() {
@@ -279,16 +282,18 @@ pub(crate) mod kernels {
             grad_hidden.shape(1),
             grad_hidden.shape(2),
         );
-        grad_hidden[split_index(row, unit, n_planes, split_batch, width, n_groups)] = value;
+        grad_hidden[split_index(row, unit, n_planes, split_batch, width, n_groups)] =
+            L::cast_from(value);
     }
 
     /// The gates' gradients at step `t` from the gradient of `o·tanh(memory)` and the memory
     /// gradient carried from step `t + 1`; writes them into the record and, in the split layout
-    /// of its shape, into `grad_gates_split` (for the product with `Wᵀ`), and returns the
-    /// memory gradient carried to step `t − 1` (`· f_t`, masked by the clip of memory `t − 1`).
+    /// of its shape and in its type `L`, into `grad_gates_split` (for the product with `Wᵀ`),
+    /// and returns the memory gradient carried to step `t − 1` (`· f_t`, masked by the clip of
+    /// memory `t − 1`).
     #[cube(launch)]
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn cell_backward_kernel<F: Float>(
+    pub(super) fn cell_backward_kernel<F: Float, L: Float>(
         grad_cell_output: &Tensor<F>,
         gates: &Tensor<F>,
         memory: &Tensor<F>,
@@ -296,14 +301,14 @@ pub(crate) mod kernels {
         initial_memory: &Tensor<F>,
         grad_memory_next: &Tensor<F>,
         grad_gates: &mut Tensor<F>,
-        grad_gates_split: &mut Tensor<F>,
+        grad_gates_split: &mut Tensor<L>,
         grad_memory_previous: &mut Tensor<F>,
         step: u32,
         cell_clip: f32,
         n_groups: u32,
         #[comptime] has_next: bool,
         #[comptime] has_clip: bool,
-        #[define(F)] _dtype: ElemType,
+        #[define(F, L)] _dtypes: [ElemType; 2],
     ) {
         let position = ABSOLUTE_POS;
         if position >= initial_memory.len() {
@@ -349,25 +354,28 @@ pub(crate) mod kernels {
             grad_gates_split.shape(1),
             grad_gates_split.shape(2),
         );
-        grad_gates_split[split_index(row, unit, n_planes, split_batch, width, n_groups)] = grad_i;
-        grad_gates_split[split_index(row, unit + d_cell, n_planes, split_batch, width, n_groups)] =
-            grad_f;
-        grad_gates_split[split_index(
+        let at_i = split_index(row, unit, n_planes, split_batch, width, n_groups);
+        let at_f = split_index(row, unit + d_cell, n_planes, split_batch, width, n_groups);
+        let at_g = split_index(
             row,
             unit + 2 * d_cell,
             n_planes,
             split_batch,
             width,
             n_groups,
-        )] = grad_g;
-        grad_gates_split[split_index(
+        );
+        let at_o = split_index(
             row,
             unit + 3 * d_cell,
             n_planes,
             split_batch,
             width,
             n_groups,
-        )] = grad_o;
+        );
+        grad_gates_split[at_i] = L::cast_from(grad_i);
+        grad_gates_split[at_f] = L::cast_from(grad_f);
+        grad_gates_split[at_g] = L::cast_from(grad_g);
+        grad_gates_split[at_o] = L::cast_from(grad_o);
         if t > 0 {
             grad_memory_previous[position] =
                 grad_memory * forget_gate * kept::<F>(previous, clip, has_clip);
@@ -416,8 +424,10 @@ pub struct CellRecords<'a> {
 }
 
 /// Step `t` of the cell: writes the step's gates, memory and `tanh(memory)` and returns
-/// `o·tanh(memory)`, the projection's input, in the split `layout`. The partial products read
-/// here are in the layout of the same groups (any number of slices).
+/// `o·tanh(memory)` as the left factor of `next`'s products (the projection): in its split
+/// layout and its element type ([`SplitWeight::factor_dtype`]: 16 bits in mixed precision, so
+/// that the product casts nothing). The partial products read here are in the layout of the
+/// same groups (any number of slices).
 ///
 /// # Shapes
 /// - projected: `[T, B, 4C]`, the prepared input contributions (bias included) of all steps
@@ -432,14 +442,16 @@ pub fn cell_forward(
     records: &CellRecords<'_>,
     step: usize,
     cell_clip: Option<f64>,
-    layout: SplitLayout,
+    next: &SplitWeight,
 ) -> Tensor<3> {
     #[cfg(not(feature = "cubecl"))]
     unreachable!("{NOT_BUILT}");
     #[cfg(feature = "cubecl")]
     {
+        let layout = next.layout();
         let shape = layout.shape(initial_memory.dims());
-        let out = ElementwiseOutput::new(shape, &initial_memory.device());
+        let out = ElementwiseOutput::of(shape, &initial_memory.device(), next.factor_dtype());
+        let state_type = element_type(initial_memory);
         let (clip, has_clip) = clip_arguments(cell_clip);
         kernels::cell_forward_kernel::launch(
             &out.client,
@@ -456,14 +468,15 @@ pub fn cell_forward(
             clip,
             layout.n_groups as u32,
             has_clip,
-            out.dtype,
+            [state_type, out.dtype],
         );
         out.tensor
     }
 }
 
-/// Step `t`'s projection clip: writes the hidden state into its record and returns it, in the
-/// split `layout` (the next step's product).
+/// Step `t`'s projection clip: writes the hidden state into its record and returns it as the
+/// left factor of `next`'s products (the next step's state product), in its split layout and
+/// element type.
 ///
 /// # Shapes
 /// - projected: `[G·S', B / G, P]`, the projection's partial products (summed here)
@@ -474,15 +487,17 @@ pub fn hidden_forward(
     records: &CellRecords<'_>,
     step: usize,
     projection_clip: Option<f64>,
-    layout: SplitLayout,
+    next: &SplitWeight,
 ) -> Tensor<3> {
     #[cfg(not(feature = "cubecl"))]
     unreachable!("{NOT_BUILT}");
     #[cfg(feature = "cubecl")]
     {
+        let layout = next.layout();
         let [_, batch, d_projection] = records.hidden.dims();
         let shape = layout.shape([batch, d_projection]);
-        let out = ElementwiseOutput::new(shape, &projected.device());
+        let out = ElementwiseOutput::of(shape, &projected.device(), next.factor_dtype());
+        let state_type = element_type(records.hidden);
         let (clip, has_clip) = clip_arguments(projection_clip);
         kernels::hidden_forward_kernel::launch(
             &out.client,
@@ -495,15 +510,15 @@ pub fn hidden_forward(
             clip,
             layout.n_groups as u32,
             has_clip,
-            out.dtype,
+            [state_type, out.dtype],
         );
         out.tensor
     }
 }
 
 /// Step `t`'s gradient of the hidden state before its clip (the output's plus `grad_next`
-/// from step `t + 1`), written into `grad_projected` and returned in the split `layout` (the
-/// product with `Pᵀ`).
+/// from step `t + 1`), written into `grad_projected` and returned as the left factor of
+/// `next`'s products (the product with `Pᵀ`), in its split layout and element type.
 ///
 /// # Shapes
 /// - grad_outputs: `[B, T, P]`; hidden, grad_projected: `[T, B, P]`
@@ -517,15 +532,17 @@ pub fn hidden_backward(
     grad_projected: &Tensor<3>,
     step: usize,
     projection_clip: Option<f64>,
-    layout: SplitLayout,
+    next: &SplitWeight,
 ) -> Tensor<3> {
     #[cfg(not(feature = "cubecl"))]
     unreachable!("{NOT_BUILT}");
     #[cfg(feature = "cubecl")]
     {
+        let layout = next.layout();
         let [_, batch, d_projection] = hidden.dims();
         let shape = layout.shape([batch, d_projection]);
-        let out = ElementwiseOutput::new(shape, &hidden.device());
+        let out = ElementwiseOutput::of(shape, &hidden.device(), next.factor_dtype());
+        let state_type = element_type(hidden);
         let (clip, has_clip) = clip_arguments(projection_clip);
         let has_next = grad_next.is_some();
         // Without a next step the kernel reads no `grad_next`.
@@ -547,7 +564,7 @@ pub fn hidden_backward(
             layout.n_groups as u32,
             has_next,
             has_clip,
-            out.dtype,
+            [state_type, out.dtype],
         );
         out.tensor
     }
@@ -557,15 +574,15 @@ pub fn hidden_backward(
 pub struct CellBackwardOutput {
     /// `[B, C]`: the memory gradient carried to step `t − 1` (`None` at step 0).
     pub grad_memory_previous: Option<Tensor<2>>,
-    /// `[G·S, B / G, 4C / S]`: step `t`'s gate gradients in the split layout (the product with
-    /// `Wᵀ`).
+    /// `[G·S, B / G, 4C / S]`: step `t`'s gate gradients as the left factor of the product with
+    /// `Wᵀ` (its split layout and element type).
     pub grad_gates: Tensor<3>,
 }
 
 /// Step `t`'s gate gradients from the gradient of `o·tanh(memory)` (`[G·S', B / G, C]` partial
 /// products, summed here) and the memory gradient carried from step `t + 1`, written into
-/// `grad_gates` (`[T, B, 4C]`) and returned in the split `layout`, with the memory gradient
-/// carried to step `t − 1`.
+/// `grad_gates` (`[T, B, 4C]`) and returned as the left factor of `next`'s products (`Wᵀ`),
+/// in its split layout and element type, with the memory gradient carried to step `t − 1`.
 #[allow(clippy::too_many_arguments)]
 #[cfg_attr(not(feature = "cubecl"), allow(unused_variables))]
 pub fn cell_backward(
@@ -576,16 +593,19 @@ pub fn cell_backward(
     grad_gates: &Tensor<3>,
     step: usize,
     cell_clip: Option<f64>,
-    layout: SplitLayout,
+    next: &SplitWeight,
 ) -> CellBackwardOutput {
     #[cfg(not(feature = "cubecl"))]
     unreachable!("{NOT_BUILT}");
     #[cfg(feature = "cubecl")]
     {
+        let layout = next.layout();
         let out = ElementwiseOutput::new(initial_memory.dims(), &initial_memory.device());
         let [batch, d_cell] = initial_memory.dims();
         let split = layout.shape([batch, 4 * d_cell]);
-        let grad_gates_split = empty_buffer(split, &initial_memory.device());
+        let grad_gates_split =
+            empty_buffer_of(split, &initial_memory.device(), next.factor_dtype());
+        let factor_type = element_type(&grad_gates_split);
         let (clip, has_clip) = clip_arguments(cell_clip);
         let has_next = grad_memory_next.is_some();
         // Without a next step the kernel reads no `grad_memory_next`.
@@ -608,7 +628,7 @@ pub fn cell_backward(
             layout.n_groups as u32,
             has_next,
             has_clip,
-            out.dtype,
+            [out.dtype, factor_type],
         );
         CellBackwardOutput {
             grad_memory_previous: (step > 0).then_some(out.tensor),
@@ -620,8 +640,9 @@ pub fn cell_backward(
 #[cfg(all(test, feature = "cubecl"))]
 mod tests {
     use super::*;
-    use crate::cube_tensor::cube_primitive;
-    use burn::tensor::{Device, Distribution, TensorData};
+    use crate::ProductMode;
+    use crate::cube_tensor::{cube_primitive, empty_buffer};
+    use burn::tensor::{DType, Device, Distribution, TensorData};
 
     /// `x` `[A, R, N]` as a view into rows of `N + pad` values (the rest other values), as
     /// CubeCL's CUDA runtime pads a matmul's output rows: the same values, other strides (burn
@@ -651,46 +672,55 @@ mod tests {
         Tensor::random(shape, Distribution::Normal(0.0, 1.0), device)
     }
 
-    /// One forward and one backward step of the cell kernels with their large inputs (the
-    /// input contributions, every partial product) padded as on CUDA, against the same inputs
-    /// contiguous: the kernels read them at their strides, with the same values to the bit,
-    /// and `kernel_rows_input` passes the padded tensor without a copy.
-    #[test]
-    fn the_cell_kernels_read_padded_rows_at_their_strides() {
-        let Some(device) = elmo_test_support::wgpu_device_or_skip(
-            "the_cell_kernels_read_padded_rows_at_their_strides",
-        ) else {
-            return;
-        };
-        // Two groups of 3 rows, 5 cells, a projection of 4, 3 steps; the partial products in
-        // 2 slices, the products' left factors whole.
-        let (groups, batch, d_cell, d_projection, n_steps) = (2, 3, 5, 4, 3);
-        let rows = groups * batch;
-        let layout = SplitLayout {
-            n_groups: groups,
-            n_slices: 1,
-        };
-        let projected = random([n_steps, rows, 4 * d_cell], &device);
-        let recurrent = random([2 * groups, batch, 4 * d_cell], &device);
-        let initial_memory = random([rows, d_cell], &device);
-        let hidden_partials = random([2 * groups, batch, d_projection], &device);
-        let grad_outputs = random([rows, n_steps, d_projection], &device);
-        let grad_next = random([2 * groups, batch, d_projection], &device);
-        let grad_cell_output = random([2 * groups, batch, d_cell], &device);
-        let kept = kernel_rows_input(&padded(&recurrent, PAD));
-        assert_eq!(
-            kept.meta.strides()[1],
-            4 * d_cell + PAD,
-            "no copy of padded rows"
-        );
+    /// The inputs of one forward and one backward step of the cell kernels: two groups of 3
+    /// rows, 5 cells, a projection of 4, 3 steps; the partial products in 2 slices.
+    struct StepInputs {
+        projected: Tensor<3>,
+        recurrent: Tensor<3>,
+        initial_memory: Tensor<2>,
+        hidden_partials: Tensor<3>,
+        grad_outputs: Tensor<3>,
+        grad_next: Tensor<3>,
+        grad_cell_output: Tensor<3>,
+    }
 
-        let run = |pad: usize| {
+    const GROUPS: usize = 2;
+    const BATCH: usize = 3;
+    const CELLS: usize = 5;
+    const PROJECTION: usize = 4;
+    const STEPS: usize = 3;
+
+    impl StepInputs {
+        fn random(device: &Device) -> Self {
+            let rows = GROUPS * BATCH;
+            Self {
+                projected: random([STEPS, rows, 4 * CELLS], device),
+                recurrent: random([2 * GROUPS, BATCH, 4 * CELLS], device),
+                initial_memory: random([rows, CELLS], device),
+                hidden_partials: random([2 * GROUPS, BATCH, PROJECTION], device),
+                grad_outputs: random([rows, STEPS, PROJECTION], device),
+                grad_next: random([2 * GROUPS, BATCH, PROJECTION], device),
+                grad_cell_output: random([2 * GROUPS, BATCH, CELLS], device),
+            }
+        }
+
+        /// Step 1 forward and backward, the large inputs padded by `pad` values a row (0: as
+        /// they are), the products' left factors whole and in the type of weights prepared for
+        /// `mode`: the outputs, the left factors at 0, 1, 5 and 8.
+        fn run(&self, pad: usize, mode: ProductMode) -> Vec<TensorData> {
+            let device = self.projected.device();
+            let rows = GROUPS * BATCH;
             let view = |x: &Tensor<3>| match pad {
                 0 => x.clone(),
                 _ => padded(x, pad),
             };
-            let records = [4 * d_cell, d_cell, d_cell, d_projection]
-                .map(|width| empty_buffer([n_steps, rows, width], &device));
+            // The weights whose products take the left factors (only their type and layout
+            // matter here).
+            let next = |k: usize, n: usize| {
+                SplitWeight::grouped(vec![Tensor::zeros([k, n], &device); GROUPS], 1).prepared(mode)
+            };
+            let records = [4 * CELLS, CELLS, CELLS, PROJECTION]
+                .map(|width| empty_buffer([STEPS, rows, width], &device));
             let cell_records = CellRecords {
                 gates: &records[0],
                 memory: &records[1],
@@ -699,41 +729,41 @@ mod tests {
             };
             let step = 1;
             let cell_output = cell_forward(
-                &view(&projected),
-                view(&recurrent),
-                &initial_memory,
+                &view(&self.projected),
+                view(&self.recurrent),
+                &self.initial_memory,
                 &cell_records,
                 step,
                 Some(0.8),
-                layout,
+                &next(CELLS, PROJECTION),
             );
             let state = hidden_forward(
-                view(&hidden_partials),
+                view(&self.hidden_partials),
                 &cell_records,
                 step,
                 Some(0.5),
-                layout,
+                &next(PROJECTION, 4 * CELLS),
             );
-            let grad_projected = empty_buffer([n_steps, rows, d_projection], &device);
+            let grad_projected = empty_buffer([STEPS, rows, PROJECTION], &device);
             let grad_hidden = hidden_backward(
-                &grad_outputs,
+                &self.grad_outputs,
                 &records[3],
-                Some(view(&grad_next)),
+                Some(view(&self.grad_next)),
                 &grad_projected,
                 step,
                 Some(0.5),
-                layout,
+                &next(PROJECTION, CELLS),
             );
-            let grad_gates = empty_buffer([n_steps, rows, 4 * d_cell], &device);
+            let grad_gates = empty_buffer([STEPS, rows, 4 * CELLS], &device);
             let cell = cell_backward(
-                view(&grad_cell_output),
+                view(&self.grad_cell_output),
                 &cell_records,
-                &initial_memory,
+                &self.initial_memory,
                 None,
                 &grad_gates,
                 step,
                 Some(0.8),
-                layout,
+                &next(4 * CELLS, PROJECTION),
             );
             let at_step = |x: &Tensor<3>| values(&x.clone().narrow(0, step, 1));
             vec![
@@ -752,10 +782,74 @@ mod tests {
                         .expect("step 1 has a previous one"),
                 ),
             ]
+        }
+    }
+
+    /// The left factors among [`StepInputs::run`]'s outputs.
+    const LEFT_FACTORS: [usize; 4] = [0, 1, 5, 8];
+
+    /// One forward and one backward step of the cell kernels with their large inputs (the
+    /// input contributions, every partial product) padded as on CUDA, against the same inputs
+    /// contiguous: the kernels read them at their strides, with the same values to the bit,
+    /// and `kernel_rows_input` passes the padded tensor without a copy.
+    #[test]
+    fn the_cell_kernels_read_padded_rows_at_their_strides() {
+        let Some(device) = elmo_test_support::wgpu_device_or_skip(
+            "the_cell_kernels_read_padded_rows_at_their_strides",
+        ) else {
+            return;
         };
-        let (contiguous, padded) = (run(0), run(PAD));
+        let inputs = StepInputs::random(&device);
+        let kept = kernel_rows_input(&padded(&inputs.recurrent, PAD));
+        assert_eq!(
+            kept.meta.strides()[1],
+            4 * CELLS + PAD,
+            "no copy of padded rows"
+        );
+        let (contiguous, padded) = (
+            inputs.run(0, ProductMode::F32),
+            inputs.run(PAD, ProductMode::F32),
+        );
         for (i, (a, b)) in contiguous.iter().zip(&padded).enumerate() {
             assert_eq!(a, b, "output {i} differs with padded inputs");
+        }
+    }
+
+    /// With the next products' weights in 16 bits (mixed precision), the kernels write those
+    /// products' left factors in 16 bits, each the `f32` value's rounding (as the cast that
+    /// ran after them before), and every record as in `f32`.
+    #[test]
+    fn the_cell_kernels_write_left_factors_in_the_weights_type() {
+        let Some(device) = elmo_test_support::wgpu_device_or_skip(
+            "the_cell_kernels_write_left_factors_in_the_weights_type",
+        ) else {
+            return;
+        };
+        let Some(half) = crate::Precision::Mixed.half_for(&Tensor::<1>::zeros([1], &device)) else {
+            eprintln!("skipping: no 16-bit type on this wgpu device");
+            return;
+        };
+        let inputs = StepInputs::random(&device);
+        let full = inputs.run(0, ProductMode::F32);
+        let mode = ProductMode {
+            half: Some(half),
+            vendor_blas: false,
+        };
+        let mixed = inputs.run(0, mode);
+        for (i, (a, b)) in full.iter().zip(&mixed).enumerate() {
+            if LEFT_FACTORS.contains(&i) {
+                assert_eq!(
+                    b.dtype(),
+                    DType::from(half),
+                    "output {i} is a 16-bit factor"
+                );
+                let rounded = Tensor::<3>::from_data(a.clone().convert::<f32>(), &device)
+                    .cast(half)
+                    .into_data();
+                assert_eq!(b, &rounded, "output {i} is not the f32 value rounded");
+            } else {
+                assert_eq!(a, b, "record {i} differs in mixed precision");
+            }
         }
     }
 }

@@ -17,7 +17,7 @@ use burn::tensor::Tensor;
 
 #[cfg(feature = "cubecl")]
 use crate::cube_tensor::{kernel_in_place, kernel_input, kernel_rows_input};
-use crate::split_product::SplitLayout;
+use crate::split_product::{SplitLayout, SplitWeight};
 
 /// The kernels (CubeCL's `Tensor` is not burn's, hence a module of their own).
 #[cfg(feature = "cubecl")]
@@ -48,15 +48,16 @@ mod kernels {
 
     /// One step of the cell, one unit per `(row, j)`: for a running row, activates the gates,
     /// updates and clips the memory in place and writes `o·tanh(memory)` (in the split layout
-    /// of `cell_output`'s shape, for the projection's product); zero there for the others.
+    /// of `cell_output`'s shape and in its type `L`, for the projection's product); zero there
+    /// for the others.
     #[cube(launch)]
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn inference_cell_kernel<F: Float>(
+    pub(super) fn inference_cell_kernel<F: Float, L: Float>(
         projected: &Tensor<F>,
         recurrent: &Tensor<F>,
         lengths: &Tensor<F>,
         memory: &mut Tensor<F>,
-        cell_output: &mut Tensor<F>,
+        cell_output: &mut Tensor<L>,
         plane: u32,
         step: u32,
         n_steps: u32,
@@ -64,7 +65,7 @@ mod kernels {
         cell_clip: f32,
         n_groups: u32,
         #[comptime] has_clip: bool,
-        #[define(F)] _dtype: ElemType,
+        #[define(F, L)] _dtypes: [ElemType; 2],
     ) {
         let position = ABSOLUTE_POS;
         if position >= memory.len() {
@@ -96,22 +97,23 @@ mod kernels {
                 has_clip,
             );
             memory[position] = next;
-            cell_output[at] = output_gate * next.tanh();
+            cell_output[at] = L::cast_from(output_gate * next.tanh());
         } else {
-            cell_output[at] = F::new(0.0);
+            cell_output[at] = L::new(0.0);
         }
     }
 
     /// The projection's clip at step `step`, one unit per `(row, j)`: for a running row, writes
     /// the clipped hidden state into the outputs `[G·B, T, P]` at the row's position and into the
     /// state carried to the next step (in place, in the split layout of `state`'s shape); zero
-    /// into the outputs for the others, whose state is kept.
+    /// into the outputs for the others, whose state is kept. The state is in its own type `L`
+    /// (the state product's, 16 bits in mixed precision).
     #[cube(launch)]
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn inference_hidden_kernel<F: Float>(
+    pub(super) fn inference_hidden_kernel<F: Float, L: Float>(
         projected: &Tensor<F>,
         lengths: &Tensor<F>,
-        state: &mut Tensor<F>,
+        state: &mut Tensor<L>,
         outputs: &mut Tensor<F>,
         step: u32,
         n_steps: u32,
@@ -119,7 +121,7 @@ mod kernels {
         projection_clip: f32,
         n_groups: u32,
         #[comptime] has_clip: bool,
-        #[define(F)] _dtype: ElemType,
+        #[define(F, L)] _dtypes: [ElemType; 2],
     ) {
         let position = ABSOLUTE_POS;
         let rows = outputs.shape(0);
@@ -138,7 +140,8 @@ mod kernels {
             }
             outputs[out] = value;
             let (n_planes, split_batch, width) = (state.shape(0), state.shape(1), state.shape(2));
-            state[split_index(row, unit, n_planes, split_batch, width, n_groups)] = value;
+            state[split_index(row, unit, n_planes, split_batch, width, n_groups)] =
+                L::cast_from(value);
         } else {
             outputs[out] = F::new(0.0);
         }
@@ -150,8 +153,9 @@ mod kernels {
 /// # Shapes
 /// - lengths: `[B]`, each row's length as a float (the rows of every layer of the group)
 /// - memory: `[G·B, C]`, contiguous, held by this recurrence alone
-/// - state: `[G·S, B, P / S]`, the hidden state in the split layout of the state product,
-///   contiguous, held by this recurrence alone
+/// - state: `[G·S, B, P / S]`, the hidden state in the split layout of the state product and
+///   in the type of its weights (`SplitWeight::factor_dtype`: 16 bits in mixed precision, the
+///   product's left factor as it is), contiguous, held by this recurrence alone
 /// - outputs: `[G·B, T, P]`, contiguous, every position written once over the `T` steps
 pub struct InferenceBuffers<'a> {
     /// Each row's length.
@@ -177,8 +181,10 @@ pub struct InferenceStep {
 }
 
 /// Step `step` of the cell for a group of layers: updates the running rows' memory in place and
-/// returns `o·tanh(memory)` (zero for rows not running), the projection's input, in the split
-/// `layout`. `plane` is the plane of `projected` that holds step `step` (a chunk of steps).
+/// returns `o·tanh(memory)` (zero for rows not running) as the left factor of `next`'s
+/// products (the projection), in its split layout and element type
+/// ([`SplitWeight::factor_dtype`]). `plane` is the plane of `projected` that holds step `step`
+/// (a chunk of steps).
 ///
 /// # Shapes
 /// - projected: `[T', G·B, 4C]`, the prepared input contributions (bias included), step `s`
@@ -193,15 +199,16 @@ pub fn inference_cell(
     buffers: &InferenceBuffers<'_>,
     at: InferenceStep,
     cell_clip: Option<f64>,
-    layout: SplitLayout,
+    next: &SplitWeight,
 ) -> Tensor<3> {
     #[cfg(not(feature = "cubecl"))]
     unreachable!("the fused LSTM kernels need elmo-kernels' `cubecl` feature");
     #[cfg(feature = "cubecl")]
     {
-        use crate::cube_tensor::{ElementwiseOutput, elementwise_grid};
+        use crate::cube_tensor::{ElementwiseOutput, element_type, elementwise_grid};
+        let layout = next.layout();
         let shape = layout.shape(buffers.memory.dims());
-        let out = ElementwiseOutput::new(shape, &buffers.memory.device());
+        let out = ElementwiseOutput::of(shape, &buffers.memory.device(), next.factor_dtype());
         // One unit per memory cell (the output's shape is the same count of values).
         let (count, dim) = elementwise_grid(&out.client, buffers.memory.dims().iter().product());
         kernels::inference_cell_kernel::launch(
@@ -220,7 +227,7 @@ pub fn inference_cell(
             cell_clip.unwrap_or(0.0) as f32,
             layout.n_groups as u32,
             cell_clip.is_some(),
-            out.dtype,
+            [element_type(buffers.memory), out.dtype],
         );
         out.tensor
     }
@@ -243,12 +250,12 @@ pub fn inference_hidden(
     unreachable!("the fused LSTM kernels need elmo-kernels' `cubecl` feature");
     #[cfg(feature = "cubecl")]
     {
-        use crate::cube_tensor::elementwise_grid;
+        use crate::cube_tensor::{element_type, elementwise_grid};
         let outputs = kernel_in_place(buffers.outputs);
         let [rows, _, d_projection] = buffers.outputs.dims();
         let client = outputs.client.clone();
         let (count, dim) = elementwise_grid(&client, rows * d_projection);
-        let dtype = burn::backend::cubecl::dtype_to_storage_type(outputs.dtype);
+        let dtypes = [element_type(buffers.outputs), element_type(buffers.state)];
         kernels::inference_hidden_kernel::launch(
             &client,
             count,
@@ -263,7 +270,7 @@ pub fn inference_hidden(
             projection_clip.unwrap_or(0.0) as f32,
             layout.n_groups as u32,
             projection_clip.is_some(),
-            dtype,
+            dtypes,
         );
     }
 }

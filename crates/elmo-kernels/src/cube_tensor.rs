@@ -11,7 +11,7 @@ use burn::cubecl;
 use burn::cubecl::client::Client;
 use burn::cubecl::ir::ElemType;
 use burn::cubecl::prelude::{CubeCount, CubeDim};
-use burn::tensor::{Device, Tensor};
+use burn::tensor::{DType, Device, Int, Tensor};
 use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::{CubeBackend, tensor::CubeTensor};
 
@@ -32,6 +32,21 @@ pub fn kernel_input<const D: usize>(tensor: &Tensor<D>) -> CubeTensor {
     into_contiguous(
         cube_primitive(tensor).expect("a CubeCL tensor (see `KernelSettings::fused_for`)"),
     )
+}
+
+/// [`kernel_input`] of an integer tensor (indices): its primitive, contiguous, with the
+/// element type a kernel's `#[define]` takes.
+///
+/// # Panics
+/// As [`kernel_input`].
+pub fn int_kernel_input<const D: usize>(tensor: &Tensor<D, Int>) -> (CubeTensor, ElemType) {
+    let primitive = tensor
+        .clone()
+        .inner()
+        .try_into_primitive::<CubeBackend>()
+        .expect("a CubeCL tensor (see `KernelSettings::fused_for`)");
+    let dtype = dtype_to_storage_type(primitive.dtype);
+    (into_contiguous(primitive), dtype)
 }
 
 /// A kernel input that the kernel reads at its strides, row by row: the tensor's primitive as
@@ -83,7 +98,22 @@ pub fn contiguous<const D: usize>(tensor: Tensor<D>) -> Tensor<D> {
 /// e.g. 1,200 `f32`s to 1,280) where a row's bytes are not a multiple, as `cuMemAllocPitch`
 /// would. A one-dimensional tensor has no rows to pad, and reshaping it only sets strides.
 pub fn empty_buffer<const D: usize>(shape: [usize; D], device: &Device) -> Tensor<D> {
-    Tensor::<1>::empty([shape.iter().product::<usize>()], device).reshape(shape)
+    empty_buffer_of(shape, device, DType::F32)
+}
+
+/// [`empty_buffer`] of elements of `dtype` (a 16-bit left factor of a product that a kernel
+/// writes in that type).
+pub(crate) fn empty_buffer_of<const D: usize>(
+    shape: [usize; D],
+    device: &Device,
+    dtype: DType,
+) -> Tensor<D> {
+    Tensor::<1>::empty([shape.iter().product::<usize>()], (device, dtype)).reshape(shape)
+}
+
+/// The element type of `tensor` as a kernel's `#[define]` takes it.
+pub(crate) fn element_type<const D: usize>(tensor: &Tensor<D>) -> ElemType {
+    dtype_to_storage_type(tensor.dtype())
 }
 
 /// The input of an optional kernel argument: `tensor`'s, or where there is none (and the kernel,
@@ -140,12 +170,20 @@ pub struct ElementwiseOutput<const D: usize> {
 }
 
 impl<const D: usize> ElementwiseOutput<D> {
-    /// An uninitialised output of `shape` on `device`.
+    /// An uninitialised `f32` output of `shape` on `device`.
     ///
     /// # Panics
     /// If `device` is not a CubeCL device.
     pub fn new(shape: [usize; D], device: &Device) -> Self {
-        let tensor = empty_buffer(shape, device);
+        Self::of(shape, device, DType::F32)
+    }
+
+    /// An uninitialised output of `shape` and `dtype` on `device`.
+    ///
+    /// # Panics
+    /// If `device` is not a CubeCL device.
+    pub fn of(shape: [usize; D], device: &Device, dtype: DType) -> Self {
+        let tensor = empty_buffer_of(shape, device, dtype);
         let primitive = kernel_in_place(&tensor);
         let client = primitive.client.clone();
         let (count, dim) = elementwise_grid(&client, primitive.meta.shape().num_elements());

@@ -8,9 +8,14 @@
 //! ([`KernelSettings::fused_for`]) these use `gather` / `scatter` with `Add`, which burn runs with
 //! atomic float additions where the device has them: the order of the additions into one row
 //! then varies between runs (last-bit differences, as with PyTorch's CUDA `index_add_`). On
-//! the CPU backends the deterministic `select` / `select_assign` stay.
+//! the CPU backends the deterministic `select` / `select_assign` stay. Where the host knows
+//! the indices ([`RowGroups`]: the token encoder's positions sharing a token), the rows are
+//! added in a fixed order instead, one unit per output value walking its own rows
+//! ([`sum_row_groups`]), so a training step gives the same gradients run after run.
 
-use burn::tensor::{Int, Tensor, module::embedding as select_embedding, ops::IndexingUpdateOp};
+use burn::tensor::{
+    Device, Int, Tensor, TensorData, module::embedding as select_embedding, ops::IndexingUpdateOp,
+};
 
 use crate::KernelSettings;
 
@@ -54,6 +59,130 @@ pub fn add_elements(
         kernels,
     )
     .reshape([n_rows])
+}
+
+/// For each of `n_groups` output rows, the rows of a matrix that add into it, in ascending
+/// order, as the kernel of [`sum_row_groups`] reads them: made on the host from each row's
+/// output row, uploaded once.
+#[derive(Debug, Clone)]
+pub struct RowGroups {
+    /// `[n_groups + 1]`: group `g`'s members are `members[offsets[g]..offsets[g + 1]]`.
+    offsets: Tensor<1, Int>,
+    /// `[n]`: the rows of the matrix, grouped, each group in ascending order.
+    members: Tensor<1, Int>,
+    /// `[n]`: each row's group (burn's `select_assign` where the kernel does not run).
+    groups: Tensor<1, Int>,
+    /// The output rows.
+    n_groups: usize,
+}
+
+impl RowGroups {
+    /// The groups of the rows `0..group_of.len()`, row `i` adding into output row
+    /// `group_of[i]`.
+    ///
+    /// # Panics
+    /// If a group is `n_groups` or more.
+    pub fn new(group_of: &[usize], n_groups: usize, device: &Device) -> Self {
+        let mut offsets = vec![0i64; n_groups + 1];
+        for &group in group_of {
+            assert!(group < n_groups, "row group {group} of {n_groups}");
+            offsets[group + 1] += 1;
+        }
+        for g in 0..n_groups {
+            offsets[g + 1] += offsets[g];
+        }
+        let mut next: Vec<i64> = offsets[..n_groups].to_vec();
+        let mut members = vec![0i64; group_of.len()];
+        for (row, &group) in group_of.iter().enumerate() {
+            members[next[group] as usize] = row as i64;
+            next[group] += 1;
+        }
+        let upload = |values: Vec<i64>| {
+            let n = values.len();
+            Tensor::<1, Int>::from_data(TensorData::new(values, [n]), device)
+        };
+        Self {
+            offsets: upload(offsets),
+            members: upload(members),
+            groups: upload(group_of.iter().map(|&g| g as i64).collect()),
+            n_groups,
+        }
+    }
+}
+
+/// The sum of the rows of `values` in each of `groups` (repeated indices add up, as
+/// [`add_rows`] into zeros): where `kernels` runs the fused kernels, one unit per output value,
+/// adding its group's rows in ascending order (the same result at every run); burn's
+/// `select_assign` elsewhere.
+///
+/// # Shapes
+/// - values: `[n, d]`; output: `[n_groups, d]`
+pub fn sum_row_groups(values: Tensor<2>, groups: &RowGroups, kernels: KernelSettings) -> Tensor<2> {
+    let [n, d] = values.dims();
+    assert_eq!(
+        n,
+        groups.members.dims()[0],
+        "rows of values and of their groups"
+    );
+    #[cfg(feature = "cubecl")]
+    if kernels.fused_for(&values) && n > 0 && d > 0 && groups.n_groups > 0 {
+        use crate::cube_tensor::{ElementwiseOutput, int_kernel_input, kernel_input};
+        let out = ElementwiseOutput::new([groups.n_groups, d], &values.device());
+        let (offsets, index_type) = int_kernel_input(&groups.offsets);
+        let (members, _) = int_kernel_input(&groups.members);
+        kernels::sum_row_groups_kernel::launch(
+            &out.client,
+            out.count.clone(),
+            out.dim,
+            kernel_input(&values).into_tensor_arg(),
+            offsets.into_tensor_arg(),
+            members.into_tensor_arg(),
+            out.primitive.into_tensor_arg(),
+            [out.dtype, index_type],
+        );
+        return out.tensor;
+    }
+    #[cfg(not(feature = "cubecl"))]
+    let _ = kernels;
+    Tensor::zeros([groups.n_groups, d], &values.device()).select_assign(
+        0,
+        groups.groups.clone(),
+        values,
+        IndexingUpdateOp::Add,
+    )
+}
+
+/// The kernel (CubeCL's `Tensor` is not burn's, hence a module of its own).
+#[cfg(feature = "cubecl")]
+mod kernels {
+    use burn::cubecl;
+    use burn::cubecl::prelude::*;
+
+    /// `out[g, j] = Σ values[members[k], j]` over `k` in `offsets[g]..offsets[g + 1]`, in that
+    /// order: one unit per output value.
+    #[cube(launch)]
+    pub(super) fn sum_row_groups_kernel<F: Float, I: Int>(
+        values: &Tensor<F>,
+        offsets: &Tensor<I>,
+        members: &Tensor<I>,
+        out: &mut Tensor<F>,
+        #[define(F, I)] _dtypes: [ElemType; 2],
+    ) {
+        let position = ABSOLUTE_POS;
+        if position >= out.len() {
+            terminate!();
+        }
+        let d = out.shape(1);
+        let group = position / d;
+        let column = position % d;
+        let start = usize::cast_from(offsets[group]);
+        let end = usize::cast_from(offsets[group + 1]);
+        let mut total = F::new(0.0);
+        for k in start..end {
+            total += values[usize::cast_from(members[k]) * d + column];
+        }
+        out[position] = total;
+    }
 }
 
 /// The rows of `table` at `ids` (an embedding lookup), differentiable; its gradient is
@@ -177,6 +306,47 @@ mod tests {
             );
             assert_eq!(kept.sum().into_scalar::<f32>(), 20.0);
             assert_eq!(kept_elements.sum().into_scalar::<f32>(), 5.0);
+        }
+    }
+
+    /// Grouped rows sum to the host's sums (repeats, a group nobody adds into, an empty input),
+    /// and on wgpu, where the kernel runs, to the same bits at every run: many rows (300, of
+    /// values whose sums depend on their order) into few groups.
+    #[test]
+    fn grouped_rows_sum_in_a_fixed_order() {
+        for device in flex_and_wgpu("grouped_rows_sum_in_a_fixed_order") {
+            let (n, d, n_groups) = (300, 7, 4);
+            // Group 2 gets no row.
+            let group_of: Vec<usize> = (0..n).map(|i| [0, 1, 3, 0, 3][i % 5]).collect();
+            let values: Vec<f32> = (0..n * d)
+                .map(|v| (v as f32 * 0.731).sin() * 10f32.powi((v % 7) as i32 - 3))
+                .collect();
+            let mut expected = vec![0f64; n_groups * d];
+            for (row, &group) in group_of.iter().enumerate() {
+                for column in 0..d {
+                    expected[group * d + column] += values[row * d + column] as f64;
+                }
+            }
+            let matrix = Tensor::<2>::from_data(TensorData::new(values, [n, d]), &device);
+            let groups = RowGroups::new(&group_of, n_groups, &device);
+            let sums = |matrix: &Tensor<2>| sum_row_groups(matrix.clone(), &groups, ON);
+            let first = sums(&matrix).into_data();
+            let expected: Vec<f32> = expected.into_iter().map(|v| v as f32).collect();
+            first.assert_approx_eq::<f32>(
+                &TensorData::new(expected, [n_groups, d]),
+                Tolerance::absolute(1e-3),
+            );
+            for _ in 0..5 {
+                assert_eq!(
+                    sums(&matrix).into_data(),
+                    first,
+                    "another order of additions"
+                );
+            }
+            let empty = RowGroups::new(&[], 3, &device);
+            let none = sum_row_groups(Tensor::zeros([0, d], &device), &empty, ON);
+            assert_eq!(none.dims(), [3, d]);
+            assert_eq!(none.abs().sum().into_scalar::<f32>(), 0.0);
         }
     }
 }

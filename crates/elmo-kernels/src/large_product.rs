@@ -11,8 +11,14 @@
 //! ran 19.1 (default 5.1). Small products (a time step's, below 256 in some dimension) keep
 //! burn's kernel and the split of `split_product.rs`.
 
+#[cfg(feature = "cubecl")]
+use burn::tensor::DType;
 use burn::tensor::{FloatDType, Tensor};
+#[cfg(feature = "cubecl")]
+use burn_cubecl::CubeBackend;
 
+#[cfg(feature = "cubecl")]
+use crate::cube_tensor::cube_primitive;
 use crate::{KernelSettings, ProductMode};
 #[cfg(feature = "cubecl")]
 use crate::{MatmulKernel, matmul_with};
@@ -70,9 +76,11 @@ pub fn product<const D: usize>(
 }
 
 /// `lhs · rhs` as `mode` says: through a vendor BLAS where it allows one and it runs; else with
-/// its operands in its 16-bit type (either may be in it already) and the result cast back to
-/// `f32`, under autodiff too (the cast's gradient is cast back, so the backward products run in
-/// 16 bits as well); burn's `matmul` in `f32` otherwise. For the products that
+/// its operands in its 16-bit type (either may be in it already) and the result in `f32`:
+/// written in `f32` by the matmul kernel itself on a CubeCL device without autodiff
+/// (`f32_product_of_halves`), cast back after a 16-bit result otherwise, under autodiff too
+/// (the cast's gradient is cast back, so the backward products run in 16 bits as well); burn's
+/// `matmul` in `f32` without a 16-bit type. For the products that
 /// [`KernelSettings::product_mode`] describes.
 ///
 /// # Shapes
@@ -86,11 +94,36 @@ pub fn half_product<const D: usize>(
         return out;
     }
     match mode.half {
-        Some(_) => to_half(lhs, mode.half)
-            .matmul(to_half(rhs, mode.half))
-            .cast(FloatDType::F32),
+        Some(_) => {
+            let (lhs, rhs) = (to_half(lhs, mode.half), to_half(rhs, mode.half));
+            #[cfg(feature = "cubecl")]
+            if let Some(out) = f32_product_of_halves(&lhs, &rhs) {
+                return out;
+            }
+            lhs.matmul(rhs).cast(FloatDType::F32)
+        }
         None => lhs.matmul(rhs),
     }
+}
+
+/// `lhs · rhs` for 16-bit operands with the result written in `f32` by the matmul kernel
+/// itself (burn-cubecl's `matmul` with an `f32` output: cubek accumulates in `f32` and stores
+/// it), where burn's `Tensor::matmul` would round the result to 16 bits and a cast kernel then
+/// read it back: one launch and one 16-bit rounding less per product. `None` off a CubeCL
+/// device, under autodiff (whose graph needs burn's operations), or where the kernel does not
+/// launch.
+///
+/// # Shapes
+/// - lhs: `[.., M, K]`; rhs: `[.., K, N]`; output: `[.., M, N]`
+#[cfg(feature = "cubecl")]
+fn f32_product_of_halves<const D: usize>(lhs: &Tensor<D>, rhs: &Tensor<D>) -> Option<Tensor<D>> {
+    use burn_cubecl::kernel::matmul::{MatmulStrategy, matmul};
+    if lhs.device().is_autodiff() || rhs.device().is_autodiff() {
+        return None;
+    }
+    let (left, right) = (cube_primitive(lhs)?, cube_primitive(rhs)?);
+    let out = matmul(left, right, None, MatmulStrategy::default(), DType::F32).ok()?;
+    Some(Tensor::from_primitive::<CubeBackend>(out))
 }
 
 /// The product through cuBLAS where `mode` allows a vendor BLAS and it runs (this crate's
@@ -129,7 +162,7 @@ pub fn to_half<const D: usize>(tensor: Tensor<D>, half: Option<FloatDType>) -> T
 #[cfg(all(test, feature = "cubecl"))]
 mod tests {
     use super::*;
-    use burn::tensor::{Distribution, Tolerance};
+    use burn::tensor::{DType, Distribution, Tolerance};
 
     #[test]
     fn large_shapes_take_the_probes_kernel() {
@@ -143,6 +176,69 @@ mod tests {
         for ([m, k, n], expected) in cases {
             assert_eq!(kernel_for_shape(m, k, n), expected, "{m} x {k} x {n}");
         }
+    }
+
+    /// On wgpu a product of 16-bit operands (mixed precision) comes out of the matmul kernel in
+    /// `f32`, not rounded to 16 bits: it equals the `f32` product of the same (rounded)
+    /// operands to `f32`'s rounding, where a 16-bit result would be off by up to ~0.03 on
+    /// these sums (values up to ~80, f16 keeping 11 bits).
+    #[test]
+    fn products_of_halves_are_written_in_f32() {
+        let Some(device) =
+            elmo_test_support::wgpu_device_or_skip("products_of_halves_are_written_in_f32")
+        else {
+            return;
+        };
+        let half = crate::Precision::Mixed.half_for(&Tensor::<1>::zeros([1], &device));
+        let Some(half) = half else {
+            eprintln!("skipping: no 16-bit type on this wgpu device");
+            return;
+        };
+        let normal = Distribution::Normal(0.0, 1.0);
+        let lhs = to_half(
+            Tensor::<3>::random([2, 70, 300], normal, &device),
+            Some(half),
+        );
+        let rhs = to_half(
+            Tensor::<3>::random([2, 300, 90], normal, &device),
+            Some(half),
+        );
+        let expected = lhs
+            .clone()
+            .cast(FloatDType::F32)
+            .matmul(rhs.clone().cast(FloatDType::F32));
+        let direct = f32_product_of_halves(&lhs, &rhs).expect("a wgpu product of halves");
+        assert_eq!(direct.dtype(), DType::F32);
+        let mode = ProductMode {
+            half: Some(half),
+            vendor_blas: false,
+        };
+        let difference = |product: Tensor<3>| {
+            (product - expected.clone())
+                .abs()
+                .max()
+                .into_scalar::<f32>()
+        };
+        for product in [direct, half_product(lhs.clone(), rhs.clone(), mode)] {
+            let difference = difference(product);
+            assert!(difference < 1e-3, "{difference} from the f32 product");
+        }
+        // The tolerance tells a 16-bit result apart.
+        let rounded = difference(lhs.clone().matmul(rhs.clone()).cast(FloatDType::F32));
+        assert!(rounded > 1e-3, "a 16-bit result only {rounded} off");
+        // Under autodiff burn's operations run, with the result cast back.
+        let autodiff = device.autodiff();
+        let tracked = to_half(
+            Tensor::<3>::random([2, 70, 300], normal, &autodiff),
+            Some(half),
+        );
+        let tracked_rhs = to_half(
+            Tensor::<3>::random([2, 300, 90], normal, &autodiff),
+            Some(half),
+        );
+        assert!(tracked.device().is_autodiff());
+        assert!(f32_product_of_halves(&tracked, &tracked_rhs).is_none());
+        assert_eq!(half_product(tracked, tracked_rhs, mode).dtype(), DType::F32);
     }
 
     /// On wgpu a large product (a strided left factor, as the softmax's `∂zᵀ · h`) through the

@@ -14,7 +14,7 @@
 //! over the slices, in a fixed order: inside the fused LSTM kernels that read the partial
 //! products, one reduction kernel elsewhere.
 
-use burn::tensor::Tensor;
+use burn::tensor::{DType, Tensor};
 
 use crate::{KernelSettings, ProductMode, contiguous, half_product, to_half};
 
@@ -306,16 +306,29 @@ impl SplitWeight {
         }
     }
 
-    /// How products of `lhs` and these weights run ([`Self::prepared`]): in the weights' 16-bit
-    /// type when `lhs` is not in it (`half` `None` when they share a type), through a vendor
-    /// BLAS where these weights allow it.
-    fn mode_against<const D: usize>(&self, lhs: &Tensor<D>) -> ProductMode {
-        let weight = match &self.factors {
+    /// The element type of these weights, in which their products' left factors are multiplied
+    /// ([`Self::prepared`]): a kernel that writes a left factor writes it in this type, so that
+    /// the product casts nothing.
+    pub fn factor_dtype(&self) -> DType {
+        match &self.factors {
             Factors::Whole(whole) => whole.dtype(),
             Factors::Sliced { slices, .. } => slices.dtype(),
-        };
+        }
+    }
+
+    /// How products of `lhs` and these weights run ([`Self::prepared`]): in the weights' 16-bit
+    /// type where they are in one (`lhs`, in `f32` or in that type, cast to it unless it is in
+    /// it already; the result in `f32` either way), through a vendor BLAS where these weights
+    /// allow it.
+    fn mode_against<const D: usize>(&self, lhs: &Tensor<D>) -> ProductMode {
+        let weight = self.factor_dtype();
+        debug_assert!(
+            lhs.dtype() == weight || lhs.dtype() == DType::F32,
+            "a left factor in {:?} against weights in {weight:?}",
+            lhs.dtype()
+        );
         ProductMode {
-            half: (weight != lhs.dtype()).then(|| weight.into()),
+            half: matches!(weight, DType::F16 | DType::BF16).then(|| weight.into()),
             vendor_blas: self.vendor_blas,
         }
     }

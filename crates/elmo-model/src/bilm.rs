@@ -173,8 +173,10 @@ pub struct ConvolvedTokens {
     /// `[U, n_filters]`: each distinct token's activated max-pooled convolutions.
     pub convolutions: Tensor<2>,
     /// `[B·T]`: for every position of the batch (row-major), its row of `convolutions`
-    /// (uploaded once: [`Self::place`] gathers with it, a backward pass adds into its rows).
+    /// ([`Self::place`] gathers with it).
     pub rows: Tensor<1, Int>,
+    /// The same rows on the host (a backward pass groups the positions by row with them).
+    pub host_rows: Vec<usize>,
     /// `[B, T]`: the batch's sentences and positions.
     pub shape: [usize; 2],
 }
@@ -327,6 +329,7 @@ impl BiLm {
         ConvolvedTokens {
             convolutions: convolved.values,
             rows: rows_tensor(&rows, device),
+            host_rows: rows,
             shape: batch_shape(batch),
         }
     }

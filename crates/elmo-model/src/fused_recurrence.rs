@@ -5,7 +5,7 @@
 //! (AllenNLP's `LstmCellWithProjection`: rows of any length and order, a reversed row starting
 //! at its own last token, zero outputs and kept state where a row does not run).
 
-use burn::tensor::Tensor;
+use burn::tensor::{FloatDType, Tensor};
 use elmo_kernels::{
     GateActivation, InferenceBuffers, InferenceStep, KernelSettings, SplitWeight, inference_cell,
     inference_hidden, product, slices_for_grid, to_half,
@@ -135,7 +135,14 @@ pub(crate) fn forward_group(
     let (hidden, memory): (Vec<_>, Vec<_>) =
         initial.into_iter().map(|s| (s.hidden, s.memory)).unzip();
     let memory = owned(Tensor::cat(memory, 0));
-    let state = owned(state_product.layout().arrange(Tensor::cat(hidden, 0)));
+    // The hidden state in the state product's split layout and type (16 bits in mixed
+    // precision: the kernels update it in place and the product reads it as it is).
+    let state = owned(
+        state_product
+            .layout()
+            .arrange(Tensor::cat(hidden, 0))
+            .cast(state_product.factor_dtype()),
+    );
     let outputs = elmo_kernels::empty_buffer([rows, n_steps, d_projection], &device);
     let buffers = InferenceBuffers {
         lengths: &lengths_tensor,
@@ -179,7 +186,7 @@ pub(crate) fn forward_group(
                 &buffers,
                 at,
                 first.cell_clip,
-                projection_product.layout(),
+                &projection_product,
             );
             inference_hidden(
                 projection_product.split_left_partials_in(cell_output, kernels),
@@ -190,7 +197,7 @@ pub(crate) fn forward_group(
             );
         }
     }
-    let hidden = state_product.layout().gather(state);
+    let hidden = state_product.layout().gather(state).cast(FloatDType::F32);
     let final_states = (0..n_groups)
         .map(|g| LstmState {
             hidden: hidden.clone().narrow(0, g * batch, batch),

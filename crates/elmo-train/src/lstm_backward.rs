@@ -308,14 +308,14 @@ impl<'a> LstmGroup<'a> {
                     &records,
                     t,
                     layer.cell_clip,
-                    projection_product.layout(),
+                    &projection_product,
                 );
                 split_state = Some(elmo_kernels::hidden_forward(
                     projection_product.split_left_partials(cell_output),
                     &records,
                     t,
                     layer.projection_clip,
-                    state_product.layout(),
+                    &state_product,
                 ));
                 continue;
             }
@@ -609,7 +609,7 @@ impl<'a> LstmGroup<'a> {
                 &grad_projected,
                 t,
                 layer.projection_clip,
-                projection_product.layout(),
+                projection_product,
             );
             let cell = elmo_kernels::cell_backward(
                 projection_product.split_left_partials(grad_raw_hidden),
@@ -619,7 +619,7 @@ impl<'a> LstmGroup<'a> {
                 &grad_gates,
                 t,
                 layer.cell_clip,
-                state_product.layout(),
+                state_product,
             );
             grad_memory_next = cell.grad_memory_previous;
             if t > 0 {
