@@ -9,12 +9,12 @@
 //! atomic float additions where the device has them: the order of the additions into one row
 //! then varies between runs (last-bit differences, as with PyTorch's CUDA `index_add_`). On
 //! the CPU backends the deterministic `select` / `select_assign` stay. Where the host knows
-//! the indices ([`RowGroups`]: the token encoder's positions sharing a token), the rows are
-//! added in a fixed order instead, one unit per output value walking its own rows
-//! ([`sum_row_groups`]), so a training step gives the same gradients run after run.
+//! the indices (the token encoder's positions sharing a token), [`sum_row_groups`] adds the
+//! rows in a fixed order instead, one unit per output value walking its own rows, so a
+//! training step gives the same gradients run after run.
 
 use burn::tensor::{
-    Device, Int, Tensor, TensorData, module::embedding as select_embedding, ops::IndexingUpdateOp,
+    Int, Tensor, TensorData, module::embedding as select_embedding, ops::IndexingUpdateOp,
 };
 
 use crate::KernelSettings;
@@ -61,75 +61,53 @@ pub fn add_elements(
     .reshape([n_rows])
 }
 
-/// For each of `n_groups` output rows, the rows of a matrix that add into it, in ascending
-/// order, as the kernel of [`sum_row_groups`] reads them: made on the host from each row's
-/// output row, uploaded once.
-#[derive(Debug, Clone)]
-pub struct RowGroups {
-    /// `[n_groups + 1]`: group `g`'s members are `members[offsets[g]..offsets[g + 1]]`.
-    offsets: Tensor<1, Int>,
-    /// `[n]`: the rows of the matrix, grouped, each group in ascending order.
-    members: Tensor<1, Int>,
-    /// `[n]`: each row's group (burn's `select_assign` where the kernel does not run).
-    groups: Tensor<1, Int>,
-    /// The output rows.
+/// The sum of the rows of `values` by group, row `i` into output row `group_of[i]` (as
+/// [`add_rows`] into zeros, for indices known on the host): where `kernels` runs the fused
+/// kernels, the rows are grouped on the host (offsets and members, each group in ascending
+/// order) and one unit per output value adds its group's rows in that order (the same result
+/// at every run); burn's `select_assign` elsewhere.
+///
+/// # Shapes
+/// - values: `[n, d]`; group_of: `n` values below `n_groups`; output: `[n_groups, d]`
+///
+/// # Panics
+/// If `group_of` has not `n` values or one is `n_groups` or more.
+pub fn sum_row_groups(
+    values: Tensor<2>,
+    group_of: &[usize],
     n_groups: usize,
-}
-
-impl RowGroups {
-    /// The groups of the rows `0..group_of.len()`, row `i` adding into output row
-    /// `group_of[i]`.
-    ///
-    /// # Panics
-    /// If a group is `n_groups` or more.
-    pub fn new(group_of: &[usize], n_groups: usize, device: &Device) -> Self {
+    kernels: KernelSettings,
+) -> Tensor<2> {
+    let [n, d] = values.dims();
+    assert_eq!(n, group_of.len(), "rows of values and of their groups");
+    if let Some(&group) = group_of.iter().find(|&&g| g >= n_groups) {
+        panic!("row group {group} of {n_groups}");
+    }
+    let device = values.device();
+    let upload = |values: Vec<i64>| {
+        let n = values.len();
+        Tensor::<1, Int>::from_data(TensorData::new(values, [n]), &device)
+    };
+    #[cfg(feature = "cubecl")]
+    if kernels.fused_for(&values) && n > 0 && d > 0 && n_groups > 0 {
+        use crate::cube_tensor::{ElementwiseOutput, int_kernel_input, kernel_input};
+        // Group g's members are `members[offsets[g]..offsets[g + 1]]`, in ascending order.
         let mut offsets = vec![0i64; n_groups + 1];
         for &group in group_of {
-            assert!(group < n_groups, "row group {group} of {n_groups}");
             offsets[group + 1] += 1;
         }
         for g in 0..n_groups {
             offsets[g + 1] += offsets[g];
         }
         let mut next: Vec<i64> = offsets[..n_groups].to_vec();
-        let mut members = vec![0i64; group_of.len()];
+        let mut members = vec![0i64; n];
         for (row, &group) in group_of.iter().enumerate() {
             members[next[group] as usize] = row as i64;
             next[group] += 1;
         }
-        let upload = |values: Vec<i64>| {
-            let n = values.len();
-            Tensor::<1, Int>::from_data(TensorData::new(values, [n]), device)
-        };
-        Self {
-            offsets: upload(offsets),
-            members: upload(members),
-            groups: upload(group_of.iter().map(|&g| g as i64).collect()),
-            n_groups,
-        }
-    }
-}
-
-/// The sum of the rows of `values` in each of `groups` (repeated indices add up, as
-/// [`add_rows`] into zeros): where `kernels` runs the fused kernels, one unit per output value,
-/// adding its group's rows in ascending order (the same result at every run); burn's
-/// `select_assign` elsewhere.
-///
-/// # Shapes
-/// - values: `[n, d]`; output: `[n_groups, d]`
-pub fn sum_row_groups(values: Tensor<2>, groups: &RowGroups, kernels: KernelSettings) -> Tensor<2> {
-    let [n, d] = values.dims();
-    assert_eq!(
-        n,
-        groups.members.dims()[0],
-        "rows of values and of their groups"
-    );
-    #[cfg(feature = "cubecl")]
-    if kernels.fused_for(&values) && n > 0 && d > 0 && groups.n_groups > 0 {
-        use crate::cube_tensor::{ElementwiseOutput, int_kernel_input, kernel_input};
-        let out = ElementwiseOutput::new([groups.n_groups, d], &values.device());
-        let (offsets, index_type) = int_kernel_input(&groups.offsets);
-        let (members, _) = int_kernel_input(&groups.members);
+        let out = ElementwiseOutput::new([n_groups, d], &device);
+        let (offsets, index_type) = int_kernel_input(&upload(offsets));
+        let (members, _) = int_kernel_input(&upload(members));
         kernels::sum_row_groups_kernel::launch(
             &out.client,
             out.count.clone(),
@@ -144,12 +122,8 @@ pub fn sum_row_groups(values: Tensor<2>, groups: &RowGroups, kernels: KernelSett
     }
     #[cfg(not(feature = "cubecl"))]
     let _ = kernels;
-    Tensor::zeros([groups.n_groups, d], &values.device()).select_assign(
-        0,
-        groups.groups.clone(),
-        values,
-        IndexingUpdateOp::Add,
-    )
+    let groups = upload(group_of.iter().map(|&g| g as i64).collect());
+    Tensor::zeros([n_groups, d], &device).select_assign(0, groups, values, IndexingUpdateOp::Add)
 }
 
 /// The kernel (CubeCL's `Tensor` is not burn's, hence a module of its own).
@@ -328,8 +302,7 @@ mod tests {
                 }
             }
             let matrix = Tensor::<2>::from_data(TensorData::new(values, [n, d]), &device);
-            let groups = RowGroups::new(&group_of, n_groups, &device);
-            let sums = |matrix: &Tensor<2>| sum_row_groups(matrix.clone(), &groups, ON);
+            let sums = |matrix: &Tensor<2>| sum_row_groups(matrix.clone(), &group_of, n_groups, ON);
             let first = sums(&matrix).into_data();
             let expected: Vec<f32> = expected.into_iter().map(|v| v as f32).collect();
             first.assert_approx_eq::<f32>(
@@ -343,8 +316,7 @@ mod tests {
                     "another order of additions"
                 );
             }
-            let empty = RowGroups::new(&[], 3, &device);
-            let none = sum_row_groups(Tensor::zeros([0, d], &device), &empty, ON);
+            let none = sum_row_groups(Tensor::zeros([0, d], &device), &[], 3, ON);
             assert_eq!(none.dims(), [3, d]);
             assert_eq!(none.abs().sum().into_scalar::<f32>(), 0.0);
         }

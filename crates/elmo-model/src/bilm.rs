@@ -172,11 +172,8 @@ struct EncodedTokens {
 pub struct ConvolvedTokens {
     /// `[U, n_filters]`: each distinct token's activated max-pooled convolutions.
     pub convolutions: Tensor<2>,
-    /// `[B·T]`: for every position of the batch (row-major), its row of `convolutions`
-    /// ([`Self::place`] gathers with it).
-    pub rows: Tensor<1, Int>,
-    /// The same rows on the host (a backward pass groups the positions by row with them).
-    pub host_rows: Vec<usize>,
+    /// For every position of the batch (row-major), its row of `convolutions`.
+    pub rows: Vec<usize>,
     /// `[B, T]`: the batch's sentences and positions.
     pub shape: [usize; 2],
 }
@@ -188,7 +185,8 @@ impl ConvolvedTokens {
     /// # Shapes
     /// - values: `[U, d]`; output: `[B, T, d]`
     pub fn place(&self, values: Tensor<2>) -> Tensor<3> {
-        select_rows(values, self.rows.clone(), self.shape)
+        let device = values.device();
+        gather_rows(values, &self.rows, self.shape, &device)
     }
 }
 
@@ -204,24 +202,11 @@ fn gather_rows(
     [n_sentences, n_tokens]: [usize; 2],
     device: &Device,
 ) -> Tensor<3> {
-    select_rows(values, rows_tensor(rows, device), [n_sentences, n_tokens])
-}
-
-/// [`gather_rows`] with the rows uploaded.
-fn select_rows(
-    values: Tensor<2>,
-    rows: Tensor<1, Int>,
-    [n_sentences, n_tokens]: [usize; 2],
-) -> Tensor<3> {
     let d = values.dims()[1];
-    values.select(0, rows).reshape([n_sentences, n_tokens, d])
-}
-
-/// Uploads row indices.
-fn rows_tensor(rows: &[usize], device: &Device) -> Tensor<1, Int> {
     let rows: Vec<i64> = rows.iter().map(|&r| r as i64).collect();
-    let n = rows.len();
-    Tensor::from_data(TensorData::new(rows, [n]), device)
+    let n_positions = rows.len();
+    let rows = Tensor::<1, Int>::from_data(TensorData::new(rows, [n_positions]), device);
+    values.select(0, rows).reshape([n_sentences, n_tokens, d])
 }
 
 impl BiLm {
@@ -323,13 +308,12 @@ impl BiLm {
         let convolved = self.encode_distinct_with(&distinct.tokens, device, |ids, extent| {
             encoder.convolutions_with_extent(ids, extent)
         });
-        let rows: Vec<usize> = (distinct.positions.iter())
+        let rows = (distinct.positions.iter())
             .map(|&u| convolved.row_of[u])
             .collect();
         ConvolvedTokens {
             convolutions: convolved.values,
-            rows: rows_tensor(&rows, device),
-            host_rows: rows,
+            rows,
             shape: batch_shape(batch),
         }
     }

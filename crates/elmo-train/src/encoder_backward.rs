@@ -14,9 +14,7 @@ use burn::module::{Module, Param};
 use burn::optim::GradientsParams;
 use burn::tensor::activation::relu;
 use burn::tensor::{Device, Tensor};
-use elmo_kernels::{
-    KernelSettings, RowGroups, product, sum_columns, sum_row_groups, transposed_product,
-};
+use elmo_kernels::{KernelSettings, product, sum_columns, sum_row_groups, transposed_product};
 use elmo_model::bilm::ConvolvedTokens;
 use elmo_model::char_cnn::DenseRecord;
 use elmo_model::highway::HighwayRecord;
@@ -74,12 +72,12 @@ impl EncoderPass {
         }
         let [batch, n_steps, d_output] = grad_embedded.dims();
         let n_distinct = record.token_embedding.dims()[0];
-        let device = grad_embedded.device();
         // Positions sharing a token add their gradients into its row, in a fixed order (the
         // same gradients at every run, where atomic additions would vary in the last bits).
         let grad = sum_row_groups(
             grad_embedded.reshape([batch * n_steps, d_output]),
-            &RowGroups::new(&convolved.host_rows, n_distinct, &device),
+            &convolved.rows,
+            n_distinct,
             kernels,
         );
         // Outside autodiff (a vendor BLAS refuses tracked tensors and the products would fall
