@@ -49,7 +49,7 @@ pub use gate_activation::{EXP_LIMIT, GateActivation};
 pub use gemm_plan::{GemmPlan, StridedLayout, gemm_plan};
 pub use host_gemm::{PackedMatrix, matmul_packed};
 pub use host_lstm::{HostLstm, HostLstmOutput, HostLstmWeights};
-pub use index_add::{add_elements, add_rows, embedding, sum_row_groups};
+pub use index_add::{embedding, sum_groups, sum_row_groups};
 #[cfg(feature = "cubecl")]
 pub use large_product::kernel_for_shape;
 pub use large_product::{half_product, product, to_half};

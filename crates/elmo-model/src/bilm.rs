@@ -3,6 +3,7 @@
 //! layer 1 on. Follows AllenNLP's `_ElmoBiLm` and `ElmoLstm` (allennlp/modules/elmo.py,
 //! allennlp/modules/elmo_lstm.py).
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 
 use burn::module::Module;
@@ -13,6 +14,7 @@ use elmo_kernels::{KernelSettings, on_cube_device};
 use crate::bilm_state::{BiLmState, DirectionalState};
 use crate::char_cnn::{CharCnnEncoder, CharCnnEncoderConfig, PADDING_CHAR_ID, char_extent};
 use crate::char_ids::{CharIdBatch, MAX_CHARS_PER_TOKEN};
+use crate::char_lookup::CharLookup;
 use crate::error::{ElmoError, Result};
 use crate::lstm_projection::{LstmState, LstmWithProjection, LstmWithProjectionConfig};
 use crate::lstm_stack::{LayerRun, both_directions, run_stack};
@@ -176,6 +178,9 @@ pub struct ConvolvedTokens {
     pub rows: Vec<usize>,
     /// `[B, T]`: the batch's sentences and positions.
     pub shape: [usize; 2],
+    /// Where the char embedding trains: its lookups, outside autodiff, whose leaves' gradients
+    /// make its gradient ([`CharCnnEncoder::convolutions_by_hand`]); empty where it does not.
+    pub char_lookups: Vec<CharLookup>,
 }
 
 impl ConvolvedTokens {
@@ -305,9 +310,20 @@ impl BiLm {
     pub fn convolve_tokens(&self, batch: &CharIdBatch, device: &Device) -> ConvolvedTokens {
         let distinct = DistinctTokens::of(batch);
         let encoder = &self.token_encoder;
-        let convolved = self.encode_distinct_with(&distinct.tokens, device, |ids, extent| {
-            encoder.convolutions_with_extent(ids, extent)
-        });
+        let by_hand = encoder.char_embedding.val().is_require_grad();
+        let char_lookups = RefCell::new(Vec::new());
+        let convolved =
+            self.encode_distinct_with(&distinct.tokens, device, |ids, host_ids, extent| {
+                match by_hand {
+                    true => {
+                        let (convolutions, lookup) =
+                            encoder.convolutions_by_hand(ids, host_ids, extent);
+                        char_lookups.borrow_mut().push(lookup);
+                        convolutions
+                    }
+                    false => encoder.convolutions_with_extent(ids, extent),
+                }
+            });
         let rows = (distinct.positions.iter())
             .map(|&u| convolved.row_of[u])
             .collect();
@@ -315,6 +331,7 @@ impl BiLm {
             convolutions: convolved.values,
             rows,
             shape: batch_shape(batch),
+            char_lookups: char_lookups.into_inner(),
         }
     }
 
@@ -373,7 +390,7 @@ impl BiLm {
     /// Encodes distinct tokens, sorted by extent (characters before the padding) so that a
     /// chunk of similar words only convolves the windows its longest word needs.
     fn encode_distinct(&self, tokens: &[&[u16]], device: &Device) -> EncodedTokens {
-        self.encode_distinct_with(tokens, device, |ids, extent| {
+        self.encode_distinct_with(tokens, device, |ids, _, extent| {
             let encoded = (self.token_encoder)
                 .forward_stages_with_extent(ids, extent)
                 .token_embedding;
@@ -382,13 +399,14 @@ impl BiLm {
         })
     }
 
-    /// [`Self::encode_distinct`] with `stage` (char ids `[N, 1, 50]` of the tokens whose last
-    /// non-padding slot is before `extent` → `[N, d]`) as the encoder.
+    /// [`Self::encode_distinct`] with `stage` (char ids `[N, 1, 50]`, the same ids on the host
+    /// and `extent`, for tokens whose last non-padding slot is before `extent` → `[N, d]`) as
+    /// the encoder.
     fn encode_distinct_with(
         &self,
         tokens: &[&[u16]],
         device: &Device,
-        stage: impl Fn(Tensor<3, Int>, usize) -> Tensor<2>,
+        stage: impl Fn(Tensor<3, Int>, &[i64], usize) -> Tensor<2>,
     ) -> EncodedTokens {
         let extents: Vec<usize> = tokens.iter().map(|token| char_extent(token)).collect();
         let mut order: Vec<usize> = (0..tokens.len()).collect();
@@ -414,11 +432,12 @@ impl BiLm {
                     .chain(std::iter::repeat_n(padding, n_rows - n).flatten())
                     .collect();
                 let extent = chunk.iter().map(|&u| extents[u]).max().unwrap_or(0);
+                let host_ids = ids.clone();
                 let ids = Tensor::<3, Int>::from_data(
                     TensorData::new(ids, [n_rows, 1, MAX_CHARS_PER_TOKEN]),
                     device,
                 );
-                stage(ids, extent).narrow(0, 0, n)
+                stage(ids, &host_ids, extent).narrow(0, 0, n)
             })
             .collect();
         EncodedTokens {

@@ -2,6 +2,8 @@
 //! 1-D convolutions of several widths, max over positions, activation, highway layers, projection.
 //! Follows AllenNLP's `_ElmoCharacterEncoder` (allennlp/modules/elmo.py).
 
+use std::cell::RefCell;
+
 use burn::module::{Module, Param, ParamId};
 use burn::nn::{Initializer, Linear, LinearConfig};
 use burn::tensor::activation::{relu, tanh};
@@ -10,6 +12,7 @@ use burn::tensor::{Device, Distribution, Int, Tensor, TensorData};
 use elmo_kernels::{KernelSettings, half_product, product, slices_when};
 
 use crate::char_ids::MAX_CHARS_PER_TOKEN;
+use crate::char_lookup::{CharLookup, WindowLeaves};
 use crate::highway::{Highway, HighwayConfig, HighwayRecord, linear_in};
 use crate::options::{BiLmOptions, CnnActivation};
 
@@ -157,14 +160,29 @@ impl CharConvolution {
         extent: usize,
         padding_char: Option<Tensor<1>>,
     ) -> Tensor<2> {
-        let [n_tokens, n_slots, d_char] = chars.dims();
-        let all_positions = n_slots - self.width + 1;
-        let n_positions = extent.clamp(1, all_positions);
-        // Windows as one matrix: `[n_tokens * positions, width * d_char]`, so a convolution is one
-        // matmul (the layout of `weight` is width-major, then char dimension). The slots are
-        // gathered in one `select` (slot `p + k` for position `p`, offset `k`), whose gradient
-        // is one scatter-add: on a GPU two kernels in all, where a `cat` of `width` shifted
-        // slices costs `width` copies forward and `3 · width` kernels backward.
+        let n_slots = chars.dims()[1];
+        let n_positions = self.positions(n_slots, extent);
+        let windows = self.windows(chars, n_positions);
+        self.convolve_windows(windows, n_slots, padding_char)
+    }
+
+    /// The windows [`Self::forward_with_extent`] convolves with `extent`: those starting
+    /// before it (at least one), of `n_slots` slots.
+    pub fn positions(&self, n_slots: usize, extent: usize) -> usize {
+        extent.clamp(1, n_slots - self.width + 1)
+    }
+
+    /// The windows of `chars` starting at the first `n_positions` slots, each flat in the
+    /// layout of `weight` (width-major, then char dimension), so that a convolution is one
+    /// matmul: `[t, p, k · d_char + c]` holds char `c` of slot `p + k` of token `t`.
+    ///
+    /// # Shapes
+    /// - chars: `[n_tokens, 50, d_char]`; output: `[n_tokens, n_positions, width · d_char]`
+    pub fn windows(&self, chars: Tensor<3>, n_positions: usize) -> Tensor<3> {
+        let [n_tokens, _, d_char] = chars.dims();
+        // The slots are gathered in one `select` (slot `p + k` for position `p`, offset `k`),
+        // whose gradient is one scatter-add: on a GPU two kernels in all, where a `cat` of
+        // `width` shifted slices costs `width` copies forward and `3 · width` kernels backward.
         let windows = if self.width == 1 {
             chars.narrow(1, 0, n_positions)
         } else {
@@ -177,8 +195,29 @@ impl CharConvolution {
             );
             chars.select(1, slots)
         };
-        let windows = windows.reshape([n_tokens * n_positions, self.width * d_char]);
+        windows.reshape([n_tokens, n_positions, self.width * d_char])
+    }
+
+    /// [`Self::forward_with_extent`] from its [`Self::windows`] of tokens of `n_slots` slots:
+    /// their convolution, its max over positions (and the all-padding window's value, from
+    /// `padding_char`, where the windows stop before the last), plus the bias.
+    ///
+    /// # Shapes
+    /// - windows: `[n_tokens, n_positions, width · d_char]`; padding_char: `[d_char]`
+    /// - output: `[n_tokens, n_filters]`
+    ///
+    /// # Panics
+    /// If the windows stop before the last and there is no `padding_char`.
+    pub fn convolve_windows(
+        &self,
+        windows: Tensor<3>,
+        n_slots: usize,
+        padding_char: Option<Tensor<1>>,
+    ) -> Tensor<2> {
+        let [n_tokens, n_positions, flat_width] = windows.dims();
+        let all_positions = n_slots - self.width + 1;
         let weight = self.weight.val();
+        let windows = windows.reshape([n_tokens * n_positions, flat_width]);
         let convolved = windows_product(windows, weight.clone(), self.kernels);
         let [_, n_filters] = convolved.dims();
         let mut pooled = convolved
@@ -188,6 +227,7 @@ impl CharConvolution {
         if n_positions < all_positions {
             let padding_char =
                 padding_char.expect("an extent below 50 needs the padding character");
+            let [d_char] = padding_char.dims();
             let window = padding_char
                 .unsqueeze_dim::<2>(0)
                 .repeat_dim(0, self.width)
@@ -223,6 +263,17 @@ fn windows_product(windows: Tensor<2>, weight: Tensor<2>, kernels: KernelSetting
         mode,
     )
     .reshape([n_windows, n_filters])
+}
+
+/// Rows `start..start + len` of `tensor` (the tensor itself when that is all of it).
+fn rows<const D: usize, K>(tensor: &Tensor<D, K>, start: usize, len: usize) -> Tensor<D, K>
+where
+    K: burn::tensor::kind::Basic,
+{
+    match start == 0 && len == tensor.dims()[0] {
+        true => tensor.clone(),
+        false => tensor.clone().narrow(0, start, len),
+    }
 }
 
 /// The id of the padding character after the end of a word (AllenNLP's 260, plus one).
@@ -314,8 +365,11 @@ impl CharCnnEncoder {
         char_ids: Tensor<3, Int>,
         extent: usize,
     ) -> CharCnnOutput {
-        let [batch, n_tokens, _] = char_ids.dims();
-        let stages = self.in_pieces(char_ids, extent, |flat| self.token_stages(flat, extent));
+        let [batch, n_tokens, n_slots] = char_ids.dims();
+        let flat = char_ids.reshape([batch * n_tokens, n_slots]);
+        let stages = self.in_pieces(batch * n_tokens, extent, |start, len| {
+            self.token_stages(rows(&flat, start, len), extent)
+        });
         let [convolutions, highway, token_embedding] = stages;
         let n_filters = highway.dims()[1];
         let d_output = token_embedding.dims()[1];
@@ -333,10 +387,78 @@ impl CharCnnEncoder {
     /// # Shapes
     /// - char_ids: `[B, T, 50]`; output: `[B·T, n_filters]`
     pub fn convolutions_with_extent(&self, char_ids: Tensor<3, Int>, extent: usize) -> Tensor<2> {
-        let [convolutions] = self.in_pieces(char_ids, extent, |flat| {
-            [self.convolution_stage(flat, extent)]
+        let [batch, n_tokens, n_slots] = char_ids.dims();
+        let flat = char_ids.reshape([batch * n_tokens, n_slots]);
+        let [convolutions] = self.in_pieces(batch * n_tokens, extent, |start, len| {
+            [self.convolution_stage(rows(&flat, start, len), extent)]
         });
         convolutions
+    }
+
+    /// [`Self::convolutions_with_extent`] with the char lookup and the convolutions' windows
+    /// outside autodiff: the windows (and the padding char) are leaves whose gradients the
+    /// caller sums into the char embedding's ([`CharLookup`]), the same at every run. All of
+    /// `char_ids` is looked up at once (`[B·T, 50, E]`: meant for a chunk of distinct tokens),
+    /// the convolutions run in pieces as there.
+    ///
+    /// # Shapes
+    /// - char_ids: `[B, T, 50]`; host_ids: the same `B · T · 50` ids, row-major
+    /// - output: `[B·T, n_filters]`
+    ///
+    /// # Panics
+    /// If `host_ids` does not match `char_ids`' shape or holds a negative id.
+    pub fn convolutions_by_hand(
+        &self,
+        char_ids: Tensor<3, Int>,
+        host_ids: &[i64],
+        extent: usize,
+    ) -> (Tensor<2>, CharLookup) {
+        let [batch, n_tokens, n_slots] = char_ids.dims();
+        assert_eq!(
+            host_ids.len(),
+            batch * n_tokens * n_slots,
+            "host ids of the lookup"
+        );
+        let flat = char_ids.reshape([batch * n_tokens, n_slots]).inner();
+        let table = self.char_embedding.val().inner();
+        let [_, d_char] = table.dims();
+        let padding_char = (extent < n_slots).then(|| {
+            let row = table.clone().narrow(0, usize::from(PADDING_CHAR_ID), 1);
+            row.reshape([d_char]).autodiff().require_grad()
+        });
+        let chars = elmo_kernels::embedding(table, flat, self.kernels);
+        let windows = RefCell::new(Vec::new());
+        let [convolutions] = self.in_pieces(batch * n_tokens, extent, |start, len| {
+            let chars = rows(&chars, start, len);
+            let host_ids = &host_ids[start * n_slots..(start + len) * n_slots];
+            let pooled = (self.convolutions.iter())
+                .map(|conv| {
+                    let n_positions = conv.positions(n_slots, extent);
+                    let leaves = WindowLeaves::new(
+                        conv.windows(chars.clone(), n_positions),
+                        conv.width,
+                        host_ids,
+                        n_slots,
+                    );
+                    let convolved = conv.convolve_windows(
+                        leaves.windows.clone(),
+                        n_slots,
+                        padding_char.clone(),
+                    );
+                    windows.borrow_mut().push(leaves);
+                    self.activate(convolved)
+                })
+                .collect();
+            [Tensor::cat(pooled, 1)]
+        });
+        let windows = windows.into_inner();
+        (
+            convolutions,
+            CharLookup {
+                windows,
+                padding_char,
+            },
+        )
     }
 
     /// The highways and the projection over `convolutions`, with each highway's record
@@ -361,35 +483,28 @@ impl CharCnnEncoder {
         }
     }
 
-    /// `stage` over the tokens of `char_ids` flattened, in pieces whose largest intermediate
-    /// fits one buffer (the widest convolution's values before the max: 180 KiB a token at
-    /// `original`'s 1,024 filters of width 7 over 50 slots), each piece as the whole batch
-    /// would run; the pieces' outputs concatenated.
+    /// `stage` over `n_rows` tokens in pieces (`stage(start, len)` for rows `start..start +
+    /// len`) whose largest intermediate fits one buffer (the widest convolution's values before
+    /// the max: 180 KiB a token at `original`'s 1,024 filters of width 7 over 50 slots), each
+    /// piece as the whole batch would run; the pieces' outputs concatenated.
     ///
     /// # Shapes
-    /// - char_ids: `[B, T, 50]`; each output of `stage` and of this: `[rows, _]`
+    /// - each output of `stage`: `[len, _]`; of this: `[n_rows, _]`
     fn in_pieces<const S: usize>(
         &self,
-        char_ids: Tensor<3, Int>,
+        n_rows: usize,
         extent: usize,
-        stage: impl Fn(Tensor<2, Int>) -> [Tensor<2>; S],
+        stage: impl Fn(usize, usize) -> [Tensor<2>; S],
     ) -> [Tensor<2>; S] {
-        let [batch, n_tokens, n_slots] = char_ids.dims();
-        debug_assert_eq!(n_slots, MAX_CHARS_PER_TOKEN);
-        let flat = char_ids.reshape([batch * n_tokens, n_slots]);
-        let n_rows = batch * n_tokens;
         let piece = (self.kernels)
             .rows_per_buffer(&self.char_embedding.val(), self.bytes_per_token(extent));
         if n_rows <= piece {
-            return stage(flat);
+            return stage(0, n_rows);
         }
         let mut parts: [Vec<Tensor<2>>; S] = std::array::from_fn(|_| Vec::new());
         for start in (0..n_rows).step_by(piece) {
             let len = piece.min(n_rows - start);
-            for (part, out) in parts
-                .iter_mut()
-                .zip(stage(flat.clone().narrow(0, start, len)))
-            {
+            for (part, out) in parts.iter_mut().zip(stage(start, len)) {
                 part.push(out);
             }
         }
@@ -426,18 +541,34 @@ impl CharCnnEncoder {
                 .reshape([table.dims()[1]])
         });
         let chars = elmo_kernels::embedding(table, flat, self.kernels);
-        let pooled: Vec<Tensor<2>> = self
-            .convolutions
-            .iter()
+        self.convolve_chars(chars, padding_char, extent)
+    }
+
+    /// [`Self::convolution_stage`] after the lookup: the convolutions of looked-up chars (with
+    /// `padding_char`, the padding char's embedding, where windows pass `extent`).
+    ///
+    /// # Shapes
+    /// - chars: `[N, 50, E]`; padding_char: `[E]`; output: `[N, n_filters]`
+    fn convolve_chars(
+        &self,
+        chars: Tensor<3>,
+        padding_char: Option<Tensor<1>>,
+        extent: usize,
+    ) -> Tensor<2> {
+        let pooled: Vec<Tensor<2>> = (self.convolutions.iter())
             .map(|conv| {
-                let x = conv.forward_with_extent(chars.clone(), extent, padding_char.clone());
-                match self.activation {
-                    CnnActivation::Relu => relu(x),
-                    CnnActivation::Tanh => tanh(x),
-                }
+                self.activate(conv.forward_with_extent(chars.clone(), extent, padding_char.clone()))
             })
             .collect();
         Tensor::cat(pooled, 1)
+    }
+
+    /// The activation after the max over positions.
+    fn activate(&self, x: Tensor<2>) -> Tensor<2> {
+        match self.activation {
+            CnnActivation::Relu => relu(x),
+            CnnActivation::Tanh => tanh(x),
+        }
     }
 
     /// The bytes of the largest intermediate per token in [`Self::token_stages`]: a

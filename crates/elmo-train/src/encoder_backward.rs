@@ -8,15 +8,18 @@
 //! 16-bit operands with `Precision::Mixed`, weight gradients split over the rows where products
 //! are split), over all of a batch's distinct tokens at once (U rows: ~2,400 at `original` 128 ×
 //! 20), not in the convolutions' chunks: ~15% of a training step's FLOPs at `original`. Autodiff
-//! keeps the char lookup and the convolutions, fed the gradient of their output.
+//! keeps the convolutions' products, fed the gradient of their output; the char lookup and the
+//! windows are made outside it ([`CharLookup`]) and the char embedding's gradient summed here by
+//! char id in a fixed order (autodiff's scatter-adds add atomically on CUDA).
 
 use burn::module::{Module, Param};
 use burn::optim::GradientsParams;
 use burn::tensor::activation::relu;
-use burn::tensor::{Device, Tensor};
+use burn::tensor::{Device, Gradients, Tensor};
 use elmo_kernels::{KernelSettings, product, sum_columns, sum_row_groups, transposed_product};
 use elmo_model::bilm::ConvolvedTokens;
-use elmo_model::char_cnn::DenseRecord;
+use elmo_model::char_cnn::{DenseRecord, PADDING_CHAR_ID};
+use elmo_model::char_lookup::CharLookup;
 use elmo_model::highway::HighwayRecord;
 use elmo_model::{BiLm, CharCnnEncoder, CharIdBatch};
 
@@ -54,7 +57,7 @@ impl EncoderPass {
 
     /// Backpropagates `grad_embedded` (the gradient of [`Self::embedded`]) into the gradients
     /// of `encoder`'s trained parameters, added to `grads`: the dense layers' by hand, then
-    /// the convolutions' and the char embedding's through autodiff.
+    /// the convolutions' through autodiff and the char embedding's from its lookups' leaves.
     ///
     /// # Shapes
     /// - grad_embedded: `[B, T, P]`
@@ -135,10 +138,50 @@ impl EncoderPass {
         }
         if convolutions_tracked {
             let surrogate = (convolved.convolutions * grad).sum();
-            let encoder_grads = GradientsParams::from_grads(surrogate.backward(), encoder);
+            let backward = surrogate.backward();
+            if let Some(grad) = char_table_gradient(&convolved.char_lookups, &backward, encoder) {
+                register_if_trained(grads, &encoder.char_embedding, grad);
+            }
+            let encoder_grads = GradientsParams::from_grads(backward, encoder);
             move_gradients(encoder, encoder_grads, grads);
         }
     }
+}
+
+/// The char embedding's gradient from the gradients in `backward` of its lookups' leaves
+/// ([`CharLookup`]): every window slot's into its char's row, the padding char's into its row,
+/// in a fixed order; `None` where no leaf has a gradient.
+///
+/// # Shapes
+/// - output: `[n_characters, E]`
+fn char_table_gradient(
+    lookups: &[CharLookup],
+    backward: &Gradients,
+    encoder: &CharCnnEncoder,
+) -> Option<Tensor<2>> {
+    let (mut rows, mut group_of) = (Vec::new(), Vec::new());
+    let d_char = encoder.char_embedding.dims()[1];
+    for lookup in lookups {
+        for leaves in &lookup.windows {
+            if let Some(grad) = leaves.windows.grad(backward) {
+                rows.push(grad.reshape([leaves.ids.len(), d_char]));
+                group_of.extend_from_slice(&leaves.ids);
+            }
+        }
+        if let Some(grad) = (lookup.padding_char.as_ref()).and_then(|p| p.grad(backward)) {
+            rows.push(grad.reshape([1, d_char]));
+            group_of.push(usize::from(PADDING_CHAR_ID));
+        }
+    }
+    let n_characters = encoder.char_embedding.dims()[0];
+    (!rows.is_empty()).then(|| {
+        sum_row_groups(
+            Tensor::cat(rows, 0),
+            &group_of,
+            n_characters,
+            encoder.kernels,
+        )
+    })
 }
 
 /// Whether any of `encoder`'s highway or projection parameters trains.

@@ -6,8 +6,8 @@ use burn::module::{Module, Param};
 use burn::nn::Initializer;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use elmo_kernels::{
-    KernelSettings, RowReduction, SplitWeight, add_elements, add_rows, product, reduce_rows,
-    sum_columns,
+    KernelSettings, RowReduction, SplitWeight, product, reduce_rows, sum_columns, sum_groups,
+    sum_row_groups,
 };
 use rand::Rng;
 use std::collections::HashSet;
@@ -240,13 +240,13 @@ impl Softmax {
                 .collect()
         };
         // The candidates' weights and corrected biases.
-        let (candidate_ids, candidate_weight, candidate_bias) = match candidates {
-            None => (None, weight.clone(), bias.clone()),
+        let (candidate_weight, candidate_bias) = match candidates {
+            None => (weight.clone(), bias.clone()),
             Some(c) => {
                 let ids = ids_tensor(&c.ids, &device);
                 let corrected = bias.clone().select(0, ids.clone())
                     - column(correction(&c.ids)).reshape([c.ids.len()]);
-                (Some(ids.clone()), weight.clone().select(0, ids), corrected)
+                (weight.clone().select(0, ids), corrected)
             }
         };
         let candidate_weight_t = candidate_weight.clone().transpose();
@@ -317,31 +317,37 @@ impl Softmax {
             false => Tensor::cat(parts, 0),
         };
         let grad_true = cat(grad_true, 1);
-        let (grad_weight, grad_bias) = match candidate_ids {
-            None => (grad_candidate_weight, grad_candidate_bias),
-            Some(ids) => (
-                add_rows(
-                    Tensor::zeros([n_vocab, d], &device),
-                    ids.clone(),
-                    grad_candidate_weight,
-                    kernels,
-                ),
-                add_elements(
-                    Tensor::zeros([n_vocab], &device),
-                    ids,
-                    grad_candidate_bias,
-                    kernels,
-                ),
+        // The true logits' share goes row by row into their targets' rows, the candidates'
+        // into theirs: sums by vocabulary row in a fixed order (repeated targets add up).
+        let target_rows: Vec<usize> = targets.iter().map(|&t| t as usize).collect();
+        let grad_true_weight = hidden * grad_true.clone();
+        let grad_true_bias = grad_true.reshape([n]);
+        let (grad_weight, grad_bias) = match candidates {
+            None => (
+                grad_candidate_weight
+                    + sum_row_groups(grad_true_weight, &target_rows, n_vocab, kernels),
+                grad_candidate_bias + sum_groups(grad_true_bias, &target_rows, n_vocab, kernels),
             ),
+            Some(c) => {
+                let rows: Vec<usize> = (c.ids.iter().map(|&k| k as usize))
+                    .chain(target_rows)
+                    .collect();
+                (
+                    sum_row_groups(
+                        Tensor::cat(vec![grad_candidate_weight, grad_true_weight], 0),
+                        &rows,
+                        n_vocab,
+                        kernels,
+                    ),
+                    sum_groups(
+                        Tensor::cat(vec![grad_candidate_bias, grad_true_bias], 0),
+                        &rows,
+                        n_vocab,
+                        kernels,
+                    ),
+                )
+            }
         };
-        // The true logits' share, row by row into their targets' rows (repeats add up).
-        let grad_weight = add_rows(
-            grad_weight,
-            target_ids.clone(),
-            hidden * grad_true.clone(),
-            kernels,
-        );
-        let grad_bias = add_elements(grad_bias, target_ids, grad_true.reshape([n]), kernels);
         SoftmaxGradients {
             nll: match nll.is_empty() {
                 true => Tensor::zeros([0], &device),

@@ -8,7 +8,7 @@
 
 use burn::optim::GradientsParams;
 use burn::tensor::{Device, Tensor};
-use elmo_kernels::add_rows;
+use elmo_kernels::sum_row_groups;
 use elmo_model::lstm_stack::both_directions;
 use elmo_model::{LstmState, LstmWithProjection};
 
@@ -238,9 +238,11 @@ impl BiLanguageModel {
         let out = self
             .softmax
             .nll_with_gradients(hidden, &ids, &scales, candidates);
+        // A reduction along the axis, which adds in a fixed order: a whole-tensor `sum` adds
+        // the cubes' partial sums atomically on CUDA.
         let summed = |start: usize, n: usize| match n {
             0 => Tensor::zeros([1], &device),
-            _ => out.nll.clone().narrow(0, start, n).sum(),
+            _ => out.nll.clone().narrow(0, start, n).sum_dim(0),
         };
         let forward_nll = summed(0, n_forward);
         let backward_nll = summed(n_forward, n_backward);
@@ -259,17 +261,17 @@ impl BiLanguageModel {
                 gradients: None,
             };
         }
-        // Each direction's row gradients go back to their cells of its top.
+        // Each direction's row gradients go back to their cells of its top (each cell once).
         let mut start = 0;
         let top_grads = positions.map(|(cells, _)| {
-            let zeros = Tensor::<2>::zeros([batch * n_steps, d], &device);
             let n = cells.len();
+            let cells: Vec<usize> = cells.iter().map(|&cell| cell as usize).collect();
             let grad = match n {
-                0 => zeros,
-                _ => add_rows(
-                    zeros,
-                    positions_tensor(cells, &device),
+                0 => Tensor::<2>::zeros([batch * n_steps, d], &device),
+                _ => sum_row_groups(
                     out.hidden.clone().narrow(0, start, n),
+                    &cells,
+                    batch * n_steps,
                     self.kernels,
                 ),
             };
