@@ -262,6 +262,72 @@ fn check_fast_step_with(config: &TrainConfig, device: Device) -> f32 {
     full_loss.expect("two softmax modes checked")
 }
 
+/// On wgpu (in CI: lavapipe, whose float scatter-adds are atomic) the fast step gives the same
+/// gradients, to the bit, at every run, in both softmax modes: every gradient added by index
+/// (the softmax's target and candidate rows, the tops' rows, the token encoder's positions and
+/// the char embedding's windows) is summed in a fixed order. (With the atomic scatter-adds of
+/// 636c02e, 3 runs of this test in 4 failed.)
+#[test]
+fn the_fast_step_gives_the_same_gradients_at_every_run_on_wgpu() {
+    let _one = autodiff_one_at_a_time();
+    let Some(device) = elmo_test_support::wgpu_device_or_skip(
+        "the_fast_step_gives_the_same_gradients_at_every_run_on_wgpu",
+    ) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let corpus = write_corpus(dir.path());
+    let vocab = vocab(&corpus);
+    let device = device.autodiff();
+    let model = seeded_model(&tiny_config(), &vocab, 1, &device);
+    let batch = first_batch(&corpus, &vocab, BatchMode::Packed);
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(2);
+    let candidates = SampledCandidates::draw(6, vocab.len(), &mut rng);
+    for mode in [SoftmaxMode::Full, SoftmaxMode::Sampled(&candidates)] {
+        let gradients = || {
+            let step = model.loss_and_gradients(
+                &batch,
+                None,
+                mode,
+                &device,
+                GradientOptions::seeded(Some(5)),
+            );
+            let mut bits = GradientBits {
+                grads: &step.grads.expect("finite loss"),
+                bits: Vec::new(),
+            };
+            model.visit(&mut bits);
+            bits.bits
+        };
+        let first = gradients();
+        assert!(!first.is_empty());
+        for run in 1..12 {
+            let again = gradients();
+            let differing = (first.iter().zip(&again)).filter(|(a, b)| a != b).count();
+            assert_eq!(
+                differing, 0,
+                "run {run}: {differing} parameters' gradients differ ({mode:?})"
+            );
+        }
+    }
+}
+
+/// Every gradient of a model's parameters, as bits.
+struct GradientBits<'a> {
+    grads: &'a GradientsParams,
+    bits: Vec<Vec<u32>>,
+}
+
+impl ModuleVisitor for GradientBits<'_> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        if let Some(grad) = self.grads.get::<D>(param.id) {
+            let values = grad.into_data().try_to_vec::<f32>().expect("f32 gradients");
+            self.bits
+                .push(values.into_iter().map(f32::to_bits).collect());
+        }
+    }
+}
+
 /// No LM reads what it predicts: a direction's loss at one target changes with the last token
 /// that LM has read and not with any token it has not read yet (the target included), in both
 /// batch modes. A leak would make the training perplexity of that direction a lie.
