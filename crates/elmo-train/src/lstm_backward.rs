@@ -20,7 +20,7 @@
 use burn::tensor::Tensor;
 use elmo_kernels::{
     CellKernels, CellRecords, GateActivation, KernelSettings, SplitWeight, half_product,
-    sum_columns, transposed_product,
+    sum_columns, to_half, transposed_product,
 };
 use elmo_model::lstm_projection::{LstmOutput, LstmState, LstmWithProjection};
 
@@ -444,12 +444,15 @@ impl<'a> LstmGroup<'a> {
         let mut grad_weights = Vec::with_capacity(self.n_layers());
         for (g, (w, inputs)) in weights.iter().zip(inputs).enumerate() {
             let grad_gates = rows_of(&grad_gates, g);
+            // In 16 bits once for its three products (each would cast it: `[T·B, 4C]`, 42M
+            // values at `original` 128 × 20); the bias gradient sums the `f32` values.
+            let gates_factor = to_half(grad_gates.clone(), mode.half);
             // `∂z · W_xᵀ` has a long inner dimension (4C: 16,384 at `original`) and a narrow
             // output (`d_input`: a few cubes of a GPU's matmul per row block): split along it
             // where the fused kernels run, as the weight gradients below over their rows.
             grad_inputs.push(
                 transposed_product(
-                    grad_gates.clone().transpose(),
+                    gates_factor.clone().transpose(),
                     w.input.clone().transpose(),
                     split,
                     mode,
@@ -459,10 +462,10 @@ impl<'a> LstmGroup<'a> {
             );
             // Products over all T·B rows: split over them where the fused kernels run.
             grad_weights.push(LstmWeightGradients {
-                input_weight: transposed_product(inputs, grad_gates.clone(), split, mode),
+                input_weight: transposed_product(inputs, gates_factor.clone(), split, mode),
                 state_weight: transposed_product(
                     rows_of(&hidden_prev, g),
-                    grad_gates.clone(),
+                    gates_factor,
                     split,
                     mode,
                 ),

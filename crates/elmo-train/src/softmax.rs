@@ -7,7 +7,7 @@ use burn::nn::Initializer;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use elmo_kernels::{
     KernelSettings, RowReduction, SplitWeight, product, reduce_rows, sum_columns, sum_groups,
-    sum_row_groups,
+    sum_row_groups, to_half,
 };
 use rand::Rng;
 use std::collections::HashSet;
@@ -302,13 +302,16 @@ impl Softmax {
             let per_sum = scale.clone() / sum;
             let dy = true_exp * per_sum.clone() - scale;
             let grad_logits = exp * per_sum;
+            // In 16 bits once for its two products (each would cast it); the bias gradient sums
+            // the `f32` values.
+            let logits_factor = to_half(grad_logits.clone(), mode.half);
             grad_hidden.push(
-                candidate_product.left_product(grad_logits.clone())
+                candidate_product.left_product(logits_factor.clone())
                     + chunk(&target_weight) * dy.clone(),
             );
-            grad_candidate_bias = grad_candidate_bias + sum_columns(grad_logits.clone(), kernels);
+            grad_candidate_bias = grad_candidate_bias + sum_columns(grad_logits, kernels);
             grad_candidate_weight =
-                grad_candidate_weight + product(grad_logits.transpose(), rows, kernels);
+                grad_candidate_weight + product(logits_factor.transpose(), rows, kernels);
             grad_true.push(dy);
             start += len;
         }
