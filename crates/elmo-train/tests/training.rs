@@ -83,6 +83,34 @@ fn first_batch(corpus: &Path, vocab: &Vocabulary, mode: BatchMode) -> LmBatch {
     .unwrap()
 }
 
+/// A seeded model of `config` on `device`'s autodiff device and the first packed batch of the
+/// test corpus (written in `_dir`, kept as long as this).
+struct PackedStep {
+    _dir: tempfile::TempDir,
+    vocab: Vocabulary,
+    device: Device,
+    model: elmo_train::BiLanguageModel,
+    batch: LmBatch,
+}
+
+impl PackedStep {
+    fn new(config: &TrainConfig, device: Device) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let corpus = write_corpus(dir.path());
+        let vocab = vocab(&corpus);
+        let device = device.autodiff();
+        let model = seeded_model(config, &vocab, 1, &device);
+        let batch = first_batch(&corpus, &vocab, BatchMode::Packed);
+        Self {
+            _dir: dir,
+            vocab,
+            device,
+            model,
+            batch,
+        }
+    }
+}
+
 #[test]
 fn tied_softmax_and_encoder_get_gradient_from_both_directions() {
     let _one = autodiff_one_at_a_time();
@@ -196,12 +224,13 @@ fn check_fast_step(device: Device) {
 
 /// Checks the fast step against autodiff with `config`'s dropout; returns the full-softmax loss.
 fn check_fast_step_with(config: &TrainConfig, device: Device) -> f32 {
-    let dir = tempfile::tempdir().unwrap();
-    let corpus = write_corpus(dir.path());
-    let vocab = vocab(&corpus);
-    let device = device.autodiff();
-    let model = seeded_model(config, &vocab, 1, &device);
-    let batch = first_batch(&corpus, &vocab, BatchMode::Packed);
+    let PackedStep {
+        _dir,
+        vocab,
+        device,
+        model,
+        batch,
+    } = PackedStep::new(config, device);
     let mut full_loss = None;
     let state = model
         .loss(&batch, None, SoftmaxMode::Full, None, &device)
@@ -275,12 +304,13 @@ fn the_fast_step_gives_the_same_gradients_at_every_run_on_wgpu() {
     ) else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let corpus = write_corpus(dir.path());
-    let vocab = vocab(&corpus);
-    let device = device.autodiff();
-    let model = seeded_model(&tiny_config(), &vocab, 1, &device);
-    let batch = first_batch(&corpus, &vocab, BatchMode::Packed);
+    let PackedStep {
+        _dir,
+        vocab,
+        device,
+        model,
+        batch,
+    } = PackedStep::new(&tiny_config(), device);
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(2);
     let candidates = SampledCandidates::draw(6, vocab.len(), &mut rng);
     for mode in [SoftmaxMode::Full, SoftmaxMode::Sampled(&candidates)] {
@@ -1066,16 +1096,17 @@ fn mixed_precision_gradients_are_within_f16_rounding_on_wgpu() {
     ) else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let corpus = write_corpus(dir.path());
-    let vocab = vocab(&corpus);
-    let device = device.autodiff();
-    let model = seeded_model(&tiny_config(), &vocab, 1, &device);
+    let PackedStep {
+        _dir,
+        vocab,
+        device,
+        model,
+        batch,
+    } = PackedStep::new(&tiny_config(), device);
     let mixed = model.clone().with_kernels(KernelSettings {
         precision: Precision::Mixed,
         ..KernelSettings::default()
     });
-    let batch = first_batch(&corpus, &vocab, BatchMode::Packed);
     let state = model
         .loss(&batch, None, SoftmaxMode::Full, None, &device)
         .state
