@@ -118,8 +118,8 @@ impl Grouping {
     }
 
     /// Each group's members cut into blocks of at most `size`, in order: the blocks as groups
-    /// of rows, and the group of each block.
-    fn blocks(&self, size: usize) -> (Self, Vec<usize>) {
+    /// of the same rows (the members kept, not copied), and the group of each block.
+    fn blocks(self, size: usize) -> (Self, Vec<usize>) {
         let mut offsets = vec![0i64];
         let mut group_of_block = Vec::new();
         for (group, w) in self.offsets.windows(2).enumerate() {
@@ -129,7 +129,7 @@ impl Grouping {
                 group_of_block.push(group);
             }
         }
-        let members = self.members.clone();
+        let members = self.members;
         (Self { offsets, members }, group_of_block)
     }
 

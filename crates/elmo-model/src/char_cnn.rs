@@ -279,6 +279,19 @@ where
 /// The id of the padding character after the end of a word (AllenNLP's 260, plus one).
 pub const PADDING_CHAR_ID: u16 = 261;
 
+/// The padding character's row of a char embedding `table`, which the convolutions' windows read
+/// past the longest word ([`CharConvolution::forward_with_extent`]).
+///
+/// # Shapes
+/// - table: `[n_characters, d_char]`; output: `[d_char]`
+fn padding_row(table: &Tensor<2>) -> Tensor<1> {
+    let d_char = table.dims()[1];
+    table
+        .clone()
+        .narrow(0, usize::from(PADDING_CHAR_ID), 1)
+        .reshape([d_char])
+}
+
 /// Slots up to the last non-padding character of a token's char ids (50 for an all-zero row).
 pub fn char_extent(ids: &[u16]) -> usize {
     ids.iter()
@@ -421,11 +434,8 @@ impl CharCnnEncoder {
         );
         let flat = char_ids.reshape([batch * n_tokens, n_slots]).inner();
         let table = self.char_embedding.val().inner();
-        let [_, d_char] = table.dims();
-        let padding_char = (extent < n_slots).then(|| {
-            let row = table.clone().narrow(0, usize::from(PADDING_CHAR_ID), 1);
-            row.reshape([d_char]).autodiff().require_grad()
-        });
+        let padding_char =
+            (extent < n_slots).then(|| padding_row(&table).autodiff().require_grad());
         let chars = elmo_kernels::embedding(table, flat, self.kernels);
         let windows = RefCell::new(Vec::new());
         let [convolutions] = self.in_pieces(batch * n_tokens, extent, |start, len| {
@@ -534,12 +544,7 @@ impl CharCnnEncoder {
     fn convolution_stage(&self, flat: Tensor<2, Int>, extent: usize) -> Tensor<2> {
         let n_slots = flat.dims()[1];
         let table = self.char_embedding.val();
-        let padding_char = (extent < n_slots).then(|| {
-            table
-                .clone()
-                .narrow(0, usize::from(PADDING_CHAR_ID), 1)
-                .reshape([table.dims()[1]])
-        });
+        let padding_char = (extent < n_slots).then(|| padding_row(&table));
         let chars = elmo_kernels::embedding(table, flat, self.kernels);
         self.convolve_chars(chars, padding_char, extent)
     }
