@@ -41,9 +41,9 @@ pub struct KernelSettings {
     /// crate is built with its `cublas` feature and the library loads (`f32` without TF32; with
     /// [`Precision::Mixed`], 16-bit operands on the tensor cores and `f32` results): the LSTM's
     /// input projection, weight and input gradients, the softmax's products, the token
-    /// encoder's highways and projection (in training too), the large inference products;
-    /// products under autodiff (the convolutions in training) keep burn's. Off, or where it
-    /// does not run: cubek's kernels.
+    /// encoder's convolutions, highways and projection (in training's fast step too), the large
+    /// inference products; products under autodiff keep burn's. Off, or where it does not run:
+    /// cubek's kernels.
     pub vendor_blas: bool,
     /// With `vendor_blas`: the LSTM's per-step products too (hundreds a training step, each
     /// small; a cuBLAS call first waits for CubeCL's queue to reach the GPU, host time that

@@ -6,7 +6,7 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 
-use burn::module::Module;
+use burn::module::{Module, Param};
 use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
 
 use elmo_kernels::{KernelSettings, on_cube_device};
@@ -14,7 +14,7 @@ use elmo_kernels::{KernelSettings, on_cube_device};
 use crate::bilm_state::{BiLmState, DirectionalState};
 use crate::char_cnn::{CharCnnEncoder, CharCnnEncoderConfig, PADDING_CHAR_ID, char_extent};
 use crate::char_ids::{CharIdBatch, MAX_CHARS_PER_TOKEN};
-use crate::char_lookup::CharLookup;
+use crate::convolution_record::ConvolvedChunk;
 use crate::error::{ElmoError, Result};
 use crate::lstm_projection::{LstmState, LstmWithProjection, LstmWithProjectionConfig};
 use crate::lstm_stack::{LayerRun, both_directions, run_stack};
@@ -166,9 +166,11 @@ impl<'a> DistinctTokens<'a> {
 struct EncodedTokens {
     values: Tensor<2>,
     row_of: Vec<usize>,
+    /// The rows of `values` of each chunk, in order.
+    chunk_rows: Vec<usize>,
 }
 
-/// The distinct tokens of a batch through the token encoder's convolutions
+/// The distinct tokens of a batch through the token encoder's convolutions, outside autodiff
 /// ([`BiLm::convolve_tokens`]).
 #[derive(Debug, Clone)]
 pub struct ConvolvedTokens {
@@ -178,9 +180,9 @@ pub struct ConvolvedTokens {
     pub rows: Vec<usize>,
     /// `[B, T]`: the batch's sentences and positions.
     pub shape: [usize; 2],
-    /// Where the char embedding trains: its lookups, outside autodiff, whose leaves' gradients
-    /// make its gradient ([`CharCnnEncoder::convolutions_by_hand`]); empty where it does not.
-    pub char_lookups: Vec<CharLookup>,
+    /// Where the char embedding or a convolution trains: each chunk's pass, for their backward
+    /// pass by hand ([`CharCnnEncoder::convolutions_recorded`]); empty where none does.
+    pub chunks: Vec<ConvolvedChunk>,
 }
 
 impl ConvolvedTokens {
@@ -302,28 +304,41 @@ impl BiLm {
         gather_rows(encoded.values, &gather, batch_shape(batch), device)
     }
 
-    /// The token encoder up to its highways ([`CharCnnEncoder::convolutions_with_extent`]) over
-    /// each distinct token of a host batch, for a caller that runs the highways and the
-    /// projection itself ([`CharCnnEncoder::dense_recorded`]: the training step, which
-    /// differentiates them by hand) and places the rows with [`ConvolvedTokens::place`]:
-    /// [`Self::encode_tokens`] in two parts.
+    /// The token encoder up to its highways over each distinct token of a host batch, outside
+    /// autodiff ([`CharCnnEncoder::convolutions_recorded`]), for a caller that runs the
+    /// highways and the projection itself ([`CharCnnEncoder::dense_recorded`]) and
+    /// differentiates all of it by hand (the training step), and places the rows with
+    /// [`ConvolvedTokens::place`]: [`Self::encode_tokens`] in two parts.
     pub fn convolve_tokens(&self, batch: &CharIdBatch, device: &Device) -> ConvolvedTokens {
         let distinct = DistinctTokens::of(batch);
         let encoder = &self.token_encoder;
-        let by_hand = encoder.char_embedding.val().is_require_grad();
-        let char_lookups = RefCell::new(Vec::new());
+        let trains = |param: &Param<Tensor<2>>| param.val().is_require_grad();
+        let record = trains(&encoder.char_embedding)
+            || (encoder.convolutions.iter())
+                .any(|conv| trains(&conv.weight) || conv.bias.val().is_require_grad());
+        let chunks = RefCell::new(Vec::new());
         let convolved =
             self.encode_distinct_with(&distinct.tokens, device, |ids, host_ids, extent| {
-                match by_hand {
-                    true => {
-                        let (convolutions, lookup) =
-                            encoder.convolutions_by_hand(ids, host_ids, extent);
-                        char_lookups.borrow_mut().push(lookup);
-                        convolutions
-                    }
-                    false => encoder.convolutions_with_extent(ids, extent),
+                let n_rows = ids.dims()[0];
+                let (convolutions, records) = encoder.convolutions_recorded(ids, host_ids, extent);
+                if record {
+                    chunks.borrow_mut().push((n_rows, records));
                 }
+                convolutions
             });
+        let mut start = 0;
+        let chunks = (chunks.into_inner().into_iter().zip(&convolved.chunk_rows))
+            .map(|((n_rows, convolutions), &n_kept)| {
+                let chunk = ConvolvedChunk {
+                    start,
+                    n_kept,
+                    n_rows,
+                    convolutions,
+                };
+                start += n_kept;
+                chunk
+            })
+            .collect();
         let rows = (distinct.positions.iter())
             .map(|&u| convolved.row_of[u])
             .collect();
@@ -331,7 +346,7 @@ impl BiLm {
             convolutions: convolved.values,
             rows,
             shape: batch_shape(batch),
-            char_lookups: char_lookups.into_inner(),
+            chunks,
         }
     }
 
@@ -443,6 +458,10 @@ impl BiLm {
         EncodedTokens {
             values: Tensor::cat(pieces, 0),
             row_of,
+            chunk_rows: order
+                .chunks(ENCODER_CHUNK_TOKENS)
+                .map(<[usize]>::len)
+                .collect(),
         }
     }
 

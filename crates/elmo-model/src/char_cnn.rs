@@ -9,10 +9,10 @@ use burn::nn::{Initializer, Linear, LinearConfig};
 use burn::tensor::activation::{relu, tanh};
 use burn::tensor::{Device, Distribution, Int, Tensor, TensorData};
 
-use elmo_kernels::{KernelSettings, half_product, product, slices_when};
+use elmo_kernels::{KernelSettings, half_product, product, slices_when, to_half};
 
 use crate::char_ids::MAX_CHARS_PER_TOKEN;
-use crate::char_lookup::{CharLookup, WindowLeaves};
+use crate::convolution_record::{ConvolutionRecord, PaddingWindow, window_ids};
 use crate::highway::{Highway, HighwayConfig, HighwayRecord, linear_in};
 use crate::options::{BiLmOptions, CnnActivation};
 
@@ -225,17 +225,85 @@ impl CharConvolution {
             .max_dim(1)
             .reshape([n_tokens, n_filters]);
         if n_positions < all_positions {
-            let padding_char =
-                padding_char.expect("an extent below 50 needs the padding character");
-            let [d_char] = padding_char.dims();
-            let window = padding_char
-                .unsqueeze_dim::<2>(0)
-                .repeat_dim(0, self.width)
-                .reshape([1, self.width * d_char]);
+            let window = self.padding_window(padding_char);
             pooled = pooled.max_pair(window.matmul(weight).expand([n_tokens, n_filters]));
         }
         pooled + self.bias.val().unsqueeze_dim(0)
     }
+
+    /// [`Self::convolve_windows`] outside autodiff, before the activation, with what its
+    /// backward pass needs: the windows, the position of each filter's max and where the
+    /// all-padding window wins. The product runs as [`product`] runs it (on CUDA through cuBLAS;
+    /// with mixed precision in 16 bits with `f32` accumulation: the windows may be in 16 bits
+    /// already), not split; the output is `f32`.
+    ///
+    /// # Shapes
+    /// - windows: `[n_tokens, n_positions, width · d_char]`; padding_char: `[d_char]`
+    ///
+    /// # Panics
+    /// If the windows stop before the last and there is no `padding_char`.
+    pub fn convolve_recorded(
+        &self,
+        windows: Tensor<3>,
+        n_slots: usize,
+        padding_char: Option<Tensor<1>>,
+    ) -> ConvolutionPass {
+        let [n_tokens, n_positions, flat_width] = windows.dims();
+        let all_positions = n_slots - self.width + 1;
+        let weight = self.weight.val().inner();
+        let windows = windows
+            .inner()
+            .reshape([n_tokens * n_positions, flat_width]);
+        let convolved = product(windows.clone(), weight.clone(), self.kernels);
+        let [_, n_filters] = convolved.dims();
+        let (pooled, argmax) = convolved
+            .reshape([n_tokens, n_positions, n_filters])
+            .max_dim_with_indices(1);
+        let mut pooled = pooled.reshape([n_tokens, n_filters]);
+        // As `max_pair`: the padding window's value where it is strictly larger.
+        let padding = (n_positions < all_positions).then(|| {
+            let window = self.padding_window(padding_char.map(Tensor::inner));
+            let value = window.clone().matmul(weight).expand([n_tokens, n_filters]);
+            let wins = pooled.clone().lower(value.clone());
+            pooled = pooled.clone().mask_where(wins.clone(), value);
+            PaddingWindow { window, wins }
+        });
+        ConvolutionPass {
+            pooled: pooled + self.bias.val().inner().unsqueeze_dim(0),
+            windows,
+            argmax,
+            padding,
+        }
+    }
+
+    /// The window of `width` padding chars from `padding_char`, flat as the windows.
+    ///
+    /// # Shapes
+    /// - padding_char: `[d_char]`; output: `[1, width · d_char]`
+    ///
+    /// # Panics
+    /// Without `padding_char`.
+    fn padding_window(&self, padding_char: Option<Tensor<1>>) -> Tensor<2> {
+        let padding_char = padding_char.expect("an extent below 50 needs the padding character");
+        let [d_char] = padding_char.dims();
+        padding_char
+            .unsqueeze_dim::<2>(0)
+            .repeat_dim(0, self.width)
+            .reshape([1, self.width * d_char])
+    }
+}
+
+/// A convolution's pass outside autodiff ([`CharConvolution::convolve_recorded`]).
+#[derive(Debug, Clone)]
+pub struct ConvolutionPass {
+    /// `[n_tokens, F]`: the max over positions plus the bias, before the activation.
+    pub pooled: Tensor<2>,
+    /// `[n_tokens · n_positions, width · d_char]`: the windows, flat.
+    pub windows: Tensor<2>,
+    /// `[n_tokens, 1, F]`: the position of each filter's max over the computed windows.
+    pub argmax: Tensor<3, Int>,
+    /// The all-padding window and where it wins, where the windows stop before the last.
+    pub padding: Option<PaddingWindow>,
 }
 
 /// `windows · weight`. Where `kernels` splits products ([`KernelSettings::split_for`]) as a
@@ -393,26 +461,11 @@ impl CharCnnEncoder {
         }
     }
 
-    /// The activated max-pooled convolutions of every token, concatenated: the encoder up to its
-    /// highways ([`Self::forward_stages_with_extent`]'s `convolutions`, flat), for a caller that
-    /// runs the rest itself ([`Self::dense_recorded`]).
-    ///
-    /// # Shapes
-    /// - char_ids: `[B, T, 50]`; output: `[B·T, n_filters]`
-    pub fn convolutions_with_extent(&self, char_ids: Tensor<3, Int>, extent: usize) -> Tensor<2> {
-        let [batch, n_tokens, n_slots] = char_ids.dims();
-        let flat = char_ids.reshape([batch * n_tokens, n_slots]);
-        let [convolutions] = self.in_pieces(batch * n_tokens, extent, |start, len| {
-            [self.convolution_stage(rows(&flat, start, len), extent)]
-        });
-        convolutions
-    }
-
-    /// [`Self::convolutions_with_extent`] with the char lookup and the convolutions' windows
-    /// outside autodiff: the windows (and the padding char) are leaves whose gradients the
-    /// caller sums into the char embedding's ([`CharLookup`]), the same at every run. All of
-    /// `char_ids` is looked up at once (`[B·T, 50, E]`: meant for a chunk of distinct tokens),
-    /// the convolutions run in pieces as there.
+    /// The encoder up to its highways (the activated max-pooled convolutions of every token,
+    /// concatenated: [`Self::forward_stages_with_extent`]'s `convolutions`, flat) outside
+    /// autodiff, with each convolution's pass recorded for a backward pass by hand
+    /// ([`ConvolutionRecord`]), for a caller that runs the rest itself ([`Self::dense_recorded`]). All of `char_ids` is looked up at once (`[B·T, 50, E]`: meant
+    /// for a chunk of distinct tokens); the convolutions run in pieces as there.
     ///
     /// # Shapes
     /// - char_ids: `[B, T, 50]`; host_ids: the same `B · T · 50` ids, row-major
@@ -420,12 +473,12 @@ impl CharCnnEncoder {
     ///
     /// # Panics
     /// If `host_ids` does not match `char_ids`' shape or holds a negative id.
-    pub fn convolutions_by_hand(
+    pub fn convolutions_recorded(
         &self,
         char_ids: Tensor<3, Int>,
         host_ids: &[i64],
         extent: usize,
-    ) -> (Tensor<2>, CharLookup) {
+    ) -> (Tensor<2>, Vec<ConvolutionRecord>) {
         let [batch, n_tokens, n_slots] = char_ids.dims();
         assert_eq!(
             host_ids.len(),
@@ -434,41 +487,46 @@ impl CharCnnEncoder {
         );
         let flat = char_ids.reshape([batch * n_tokens, n_slots]).inner();
         let table = self.char_embedding.val().inner();
-        let padding_char =
-            (extent < n_slots).then(|| padding_row(&table).autodiff().require_grad());
+        let padding_char = (extent < n_slots).then(|| padding_row(&table));
         let chars = elmo_kernels::embedding(table, flat, self.kernels);
-        let windows = RefCell::new(Vec::new());
+        // With mixed precision the windows are made in the products' 16-bit type, in which
+        // their products (the convolution and its weight's gradient) read them: the chars are
+        // cast, not each convolution's windows (~28 times as many values at 7 widths).
+        let chars = to_half(chars.clone(), self.kernels.product_mode(&chars).half);
+        let records = RefCell::new(Vec::new());
         let [convolutions] = self.in_pieces(batch * n_tokens, extent, |start, len| {
             let chars = rows(&chars, start, len);
             let host_ids = &host_ids[start * n_slots..(start + len) * n_slots];
-            let pooled = (self.convolutions.iter())
-                .map(|conv| {
+            let mut column = 0;
+            let pooled = (self.convolutions.iter().enumerate())
+                .map(|(convolution, conv)| {
                     let n_positions = conv.positions(n_slots, extent);
-                    let leaves = WindowLeaves::new(
-                        conv.windows(chars.clone(), n_positions),
-                        conv.width,
-                        host_ids,
-                        n_slots,
-                    );
-                    let convolved = conv.convolve_windows(
-                        leaves.windows.clone(),
-                        n_slots,
-                        padding_char.clone(),
-                    );
-                    windows.borrow_mut().push(leaves);
-                    self.activate(convolved)
+                    let windows = conv.windows(chars.clone(), n_positions);
+                    let ConvolutionPass {
+                        pooled,
+                        windows,
+                        argmax,
+                        padding,
+                    } = conv.convolve_recorded(windows, n_slots, padding_char.clone());
+                    let output = self.activate(pooled);
+                    let n_filters = output.dims()[1];
+                    records.borrow_mut().push(ConvolutionRecord {
+                        convolution,
+                        rows: start..start + len,
+                        columns: column..column + n_filters,
+                        windows,
+                        ids: window_ids(host_ids, n_positions, conv.width, n_slots),
+                        argmax,
+                        padding,
+                        output: output.clone(),
+                    });
+                    column += n_filters;
+                    output
                 })
                 .collect();
             [Tensor::cat(pooled, 1)]
         });
-        let windows = windows.into_inner();
-        (
-            convolutions,
-            CharLookup {
-                windows,
-                padding_char,
-            },
-        )
+        (convolutions, records.into_inner())
     }
 
     /// The highways and the projection over `convolutions`, with each highway's record

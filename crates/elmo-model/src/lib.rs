@@ -22,7 +22,7 @@ pub mod bilm;
 pub mod bilm_state;
 pub mod char_cnn;
 pub mod char_ids;
-pub mod char_lookup;
+pub mod convolution_record;
 #[cfg(feature = "flex")]
 pub mod cpu_matmul;
 pub mod elmo;

@@ -2,7 +2,8 @@
 //! chunk completed to a multiple of `ENCODER_ROW_MULTIPLE` rows) gives exactly what the char CNN
 //! gives position by position, also past one chunk of distinct tokens, and the same gradients;
 //! with a `TokenEmbeddingCache` (tokens of earlier batches not encoded again) the biLM's outputs
-//! are those without it, whether the cache holds every token or drops some.
+//! are those without it, whether the cache holds every token or drops some; the training step's
+//! pass outside autodiff (`BiLm::convolve_tokens`) records every chunk.
 
 mod common;
 
@@ -51,6 +52,65 @@ fn deduplicated_chunked_encoding_equals_direct_encoding() {
                 );
             }
         }
+    }
+}
+
+/// `BiLm::convolve_tokens` (the training step's encoder up to its highways, outside autodiff)
+/// places the convolutions that the char CNN gives position by position, and records every
+/// chunk: the chunks follow each other over the distinct tokens' rows (more than one chunk here;
+/// on wgpu completed to a multiple of `ENCODER_ROW_MULTIPLE` rows), and each convolution's
+/// record of each piece holds that piece's rows and columns of the chunk's convolutions, which
+/// its backward pass reads.
+#[test]
+fn convolved_tokens_record_every_chunk() {
+    let _one = autodiff_one_at_a_time();
+    for device in flex_and_wgpu("convolved_tokens_record_every_chunk") {
+        let device = device.autodiff();
+        let bilm = tiny_bilm(&device);
+        let batch = batch_of(20, ENCODER_CHUNK_TOKENS + 77);
+        let convolved = bilm.convolve_tokens(&batch, &device);
+        let direct = (bilm.token_encoder)
+            .forward_stages(char_ids_tensor(&batch, &device))
+            .convolutions
+            .inner();
+        let (shape, a) = values3(&direct);
+        let (_, b) = values3(&convolved.place(convolved.convolutions.clone()));
+        let mask = batch.mask();
+        for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+            if mask[i / shape[2]] {
+                assert!((x - y).abs() <= 1e-5, "{device:?}, value {i}: {x} vs {y}");
+            }
+        }
+        let [n_distinct, n_filters] = convolved.convolutions.dims();
+        assert_eq!(convolved.chunks.len(), 2, "{device:?}");
+        let mut start = 0;
+        for chunk in &convolved.chunks {
+            assert_eq!(chunk.start, start);
+            assert!(chunk.n_kept <= chunk.n_rows);
+            start += chunk.n_kept;
+            let mut columns = vec![0; chunk.n_rows];
+            for record in &chunk.convolutions {
+                assert_eq!(
+                    record.output.dims(),
+                    [record.rows.len(), record.columns.len()]
+                );
+                for row in record.rows.clone() {
+                    assert_eq!(columns[row], record.columns.start, "{device:?}");
+                    columns[row] = record.columns.end;
+                }
+                let kept = record.rows.start..record.rows.end.min(chunk.n_kept);
+                if kept.is_empty() {
+                    continue;
+                }
+                let rows = chunk.start + kept.start..chunk.start + kept.end;
+                let placed = (convolved.convolutions.clone()).slice([rows, record.columns.clone()]);
+                let recorded = (record.output.clone()).narrow(0, 0, kept.len());
+                let difference: f32 = (placed - recorded).abs().max().into_scalar();
+                assert_eq!(difference, 0.0, "{device:?}");
+            }
+            assert!(columns.iter().all(|&c| c == n_filters), "{device:?}");
+        }
+        assert_eq!(start, n_distinct);
     }
 }
 

@@ -1,30 +1,33 @@
-//! The training fast path of the token encoder's dense layers (its highways and projection:
-//! Peters et al. 2018 §3.4, bilm-tf's gate form as in `elmo_model::highway`): a forward pass
-//! outside autodiff over each distinct token's convolutions, and their backward pass by hand.
+//! The training fast path of the token encoder (Peters et al. 2018 §3.4: char embedding,
+//! convolutions, max over positions, activation, highways in bilm-tf's gate form as in
+//! `elmo_model::highway`, projection): a forward pass outside autodiff over each distinct token
+//! of a batch, and its backward pass by hand.
 //!
-//! Why by hand: under autodiff burn's matmul runs their products (and on a CubeCL device cannot
-//! be told otherwise), where by hand they run as the LSTM's and the softmax's do
-//! ([`product`], [`transposed_product`]: cuBLAS on CUDA, the kernel of their shape on wgpu,
-//! 16-bit operands with `Precision::Mixed`, weight gradients split over the rows where products
-//! are split), over all of a batch's distinct tokens at once (U rows: ~2,400 at `original` 128 ×
-//! 20), not in the convolutions' chunks: ~15% of a training step's FLOPs at `original`. Autodiff
-//! keeps the convolutions' products, fed the gradient of their output; the char lookup and the
-//! windows are made outside it ([`CharLookup`]) and the char embedding's gradient summed here by
-//! char id in a fixed order (autodiff's scatter-adds add atomically on CUDA).
+//! Why by hand: under autodiff burn's matmul runs the products (and on a CubeCL device cannot be
+//! told otherwise), where by hand they run as the LSTM's and the softmax's do ([`product`],
+//! [`transposed_product`]: cuBLAS on CUDA, the kernel of their shape on wgpu, 16-bit operands
+//! with `f32` accumulation with `Precision::Mixed`, weight gradients split over the rows where
+//! products are split); the dense layers over all of a batch's distinct tokens at once (U rows:
+//! ~2,400 at `original` 128 × 20; ~15% of a training step's FLOPs there), the convolutions
+//! over the chunks they ran in ([`elmo_model::convolution_record::ConvolutionRecord`]). Every
+//! gradient added by index (positions sharing a token, the char embedding's rows by char id) is
+//! summed in a fixed order, where autodiff's scatter-adds add atomically on CUDA.
 
 use burn::module::{Module, Param};
 use burn::optim::GradientsParams;
 use burn::tensor::activation::relu;
-use burn::tensor::{Device, Gradients, Tensor};
-use elmo_kernels::{KernelSettings, product, sum_columns, sum_row_groups, transposed_product};
+use burn::tensor::{Device, IndexingUpdateOp, Tensor};
+use elmo_kernels::{
+    KernelSettings, product, sum_columns, sum_row_groups, to_half, transposed_product,
+};
 use elmo_model::bilm::ConvolvedTokens;
 use elmo_model::char_cnn::{DenseRecord, PADDING_CHAR_ID};
-use elmo_model::char_lookup::CharLookup;
+use elmo_model::convolution_record::{ConvolvedChunk, PaddingWindow};
 use elmo_model::highway::HighwayRecord;
+use elmo_model::options::CnnActivation;
 use elmo_model::{BiLm, CharCnnEncoder, CharIdBatch};
 
 use crate::language_model::register_if_trained;
-use crate::optimizer::move_gradients;
 
 /// A token encoder's pass over a batch with its dense layers recorded
 /// ([`Self::forward`]), consumed by [`Self::backward`].
@@ -69,8 +72,7 @@ impl EncoderPass {
         grads: &mut GradientsParams,
     ) {
         let Self { convolved, record } = self;
-        let convolutions_tracked = convolved.convolutions.is_tracked();
-        if !convolutions_tracked && !dense_trains(encoder) {
+        if convolved.chunks.is_empty() && !dense_trains(encoder) {
             return;
         }
         let [batch, n_steps, d_output] = grad_embedded.dims();
@@ -136,52 +138,126 @@ impl EncoderPass {
                     kernels,
                 );
         }
-        if convolutions_tracked {
-            let surrogate = (convolved.convolutions * grad).sum();
-            let backward = surrogate.backward();
-            if let Some(grad) = char_table_gradient(&convolved.char_lookups, &backward, encoder) {
-                register_if_trained(grads, &encoder.char_embedding, grad);
-            }
-            let encoder_grads = GradientsParams::from_grads(backward, encoder);
-            move_gradients(encoder, encoder_grads, grads);
-        }
+        convolutions_backward(encoder, convolved.chunks, grad, kernels, grads);
     }
 }
 
-/// The char embedding's gradient from the gradients in `backward` of its lookups' leaves
-/// ([`CharLookup`]): every window slot's into its char's row, the padding char's into its row,
-/// in a fixed order; `None` where no leaf has a gradient.
-///
-/// # Shapes
-/// - output: `[n_characters, E]`
-fn char_table_gradient(
-    lookups: &[CharLookup],
-    backward: &Gradients,
+/// Backpropagates `grad` (the gradient of the distinct tokens' convolutions, `[U, n_filters]`)
+/// through the recorded `chunks` into the gradients of the convolutions' weights and biases and
+/// of the char embedding, where they train, added to `grads`. A filter's max passes its
+/// gradient to the window it came from (or the all-padding window); each window slot's gradient
+/// goes to its char's row, summed by char id in a fixed order.
+fn convolutions_backward(
     encoder: &CharCnnEncoder,
-) -> Option<Tensor<2>> {
+    chunks: Vec<ConvolvedChunk>,
+    grad: Tensor<2>,
+    kernels: KernelSettings,
+    grads: &mut GradientsParams,
+) {
+    let n_convolutions = encoder.convolutions.len();
+    let mut weights: Vec<Option<Tensor<2>>> = vec![None; n_convolutions];
+    let mut biases: Vec<Option<Tensor<1>>> = vec![None; n_convolutions];
+    let table_trains = encoder.char_embedding.val().is_require_grad();
     let (mut rows, mut group_of) = (Vec::new(), Vec::new());
+    let [_, n_filters] = grad.dims();
+    let mode = kernels.product_mode(&grad);
+    let split = kernels.split_for(&grad);
     let d_char = encoder.char_embedding.dims()[1];
-    for lookup in lookups {
-        for leaves in &lookup.windows {
-            if let Some(grad) = leaves.windows.grad(backward) {
-                rows.push(grad.reshape([leaves.ids.len(), d_char]));
-                group_of.extend_from_slice(&leaves.ids);
+    for chunk in chunks {
+        let mut chunk_grad = grad.clone().narrow(0, chunk.start, chunk.n_kept);
+        if chunk.n_rows > chunk.n_kept {
+            // The rows that completed the chunk were dropped: no gradient.
+            let dropped = Tensor::zeros([chunk.n_rows - chunk.n_kept, n_filters], &grad.device());
+            chunk_grad = Tensor::cat(vec![chunk_grad, dropped], 0);
+        }
+        for record in chunk.convolutions {
+            let conv = &encoder.convolutions[record.convolution];
+            let weight = conv.weight.val().inner();
+            let grad_out = chunk_grad
+                .clone()
+                .slice([record.rows.clone(), record.columns.clone()]);
+            let grad_pooled = match encoder.activation {
+                CnnActivation::Relu => grad_out.mask_fill(record.output.lower_equal_elem(0.0), 0.0),
+                CnnActivation::Tanh => grad_out * (record.output.powi_scalar(2).neg() + 1.0),
+            };
+            add_to(
+                &mut biases[record.convolution],
+                sum_columns(grad_pooled.clone(), kernels),
+            );
+            // The max's gradient: to the all-padding window where it won, else to the window
+            // of the max (one value a window and filter: no index is added to twice).
+            let (grad_pooled, padding) = match record.padding {
+                Some(PaddingWindow { window, wins }) => {
+                    let to_padding = grad_pooled.clone().mask_fill(wins.clone().bool_not(), 0.0);
+                    let grad_value = sum_columns(to_padding, kernels).unsqueeze_dim::<2>(0);
+                    (grad_pooled.mask_fill(wins, 0.0), Some((window, grad_value)))
+                }
+                None => (grad_pooled, None),
+            };
+            // In the products' type (16 bits with mixed precision), which both its products
+            // read; assigned, not added: each value has one index (no atomics on a GPU).
+            let grad_pooled = to_half(grad_pooled, mode.half);
+            let [n_tokens, _, filters] = record.argmax.dims();
+            let n_positions = record.windows.dims()[0] / n_tokens;
+            let shape = [n_tokens, n_positions, filters];
+            let grad_convolved = Tensor::zeros(shape, (&grad.device(), grad_pooled.dtype()))
+                .scatter(
+                    1,
+                    record.argmax,
+                    grad_pooled.reshape([n_tokens, 1, filters]),
+                    IndexingUpdateOp::Assign,
+                )
+                .reshape([n_tokens * n_positions, filters]);
+            if conv.weight.val().is_require_grad() {
+                let mut grad_weight =
+                    transposed_product(record.windows, grad_convolved.clone(), split, mode);
+                if let Some((window, grad_value)) = &padding {
+                    grad_weight =
+                        grad_weight + window.clone().transpose().matmul(grad_value.clone());
+                }
+                add_to(&mut weights[record.convolution], grad_weight);
+            }
+            if table_trains {
+                let grad_windows = product(grad_convolved, weight.clone().transpose(), kernels);
+                rows.push(grad_windows.reshape([record.ids.len(), d_char]));
+                group_of.extend_from_slice(&record.ids);
+                if let Some((window, grad_value)) = padding {
+                    let width = window.dims()[1] / d_char;
+                    rows.push(
+                        grad_value
+                            .matmul(weight.transpose())
+                            .reshape([width, d_char]),
+                    );
+                    group_of.extend(std::iter::repeat_n(usize::from(PADDING_CHAR_ID), width));
+                }
             }
         }
-        if let Some(grad) = (lookup.padding_char.as_ref()).and_then(|p| p.grad(backward)) {
-            rows.push(grad.reshape([1, d_char]));
-            group_of.push(usize::from(PADDING_CHAR_ID));
+    }
+    for (conv, (weight, bias)) in encoder
+        .convolutions
+        .iter()
+        .zip(weights.into_iter().zip(biases))
+    {
+        if let Some(weight) = weight {
+            register_if_trained(grads, &conv.weight, weight);
+        }
+        if let Some(bias) = bias {
+            register_if_trained(grads, &conv.bias, bias);
         }
     }
-    let n_characters = encoder.char_embedding.dims()[0];
-    (!rows.is_empty()).then(|| {
-        sum_row_groups(
-            Tensor::cat(rows, 0),
-            &group_of,
-            n_characters,
-            encoder.kernels,
-        )
-    })
+    if !rows.is_empty() {
+        let n_characters = encoder.char_embedding.dims()[0];
+        let table = sum_row_groups(Tensor::cat(rows, 0), &group_of, n_characters, kernels);
+        register_if_trained(grads, &encoder.char_embedding, table);
+    }
+}
+
+/// `sum` plus `value` (`value` where there is no sum yet).
+fn add_to<const D: usize>(sum: &mut Option<Tensor<D>>, value: Tensor<D>) {
+    *sum = Some(match sum.take() {
+        Some(sum) => sum + value,
+        None => value,
+    });
 }
 
 /// Whether any of `encoder`'s highway or projection parameters trains.

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::GradientsParams;
 use burn::tensor::{Device, Tensor};
+use elmo_model::options::CnnActivation;
 use elmo_model::{KernelSettings, Precision};
 use elmo_train::batcher::{BatchMode, BatchShape, Batcher};
 use elmo_train::config::{Averaging, LrSchedule, OptimizerConfig, TrainConfig};
@@ -214,12 +215,17 @@ fn check_fast_step(device: Device) {
     let mut regularised = tiny_config();
     regularised.locked_dropout = true;
     regularised.weight_drop = 0.3;
+    // The char CNN's other activation (its derivative is the backward's own).
+    let mut tanh = tiny_config();
+    tanh.model.char_cnn.activation = CnnActivation::Tanh;
     let mut losses = Vec::new();
-    for config in [tiny_config(), regularised] {
+    for config in [tiny_config(), regularised, tanh] {
         losses.push(check_fast_step_with(&config, device.clone()));
     }
-    // The locked masks and the weight drop change the loss (they are not silently off).
+    // The locked masks, the weight drop and the activation change the loss (none is silently
+    // off).
     assert!((losses[0] - losses[1]).abs() > 1e-4, "{losses:?}");
+    assert!((losses[0] - losses[2]).abs() > 1e-4, "{losses:?}");
 }
 
 /// Checks the fast step against autodiff with `config`'s dropout; returns the full-softmax loss.
@@ -460,8 +466,8 @@ fn each_lm_reads_only_the_tokens_before_its_target() {
 }
 
 /// Frozen parts (`no_grad`) get no gradient and everything else does, through plain autodiff and
-/// through the fast path: the token encoder, the whole biLM (only the softmax trains) and the
-/// softmax.
+/// through the fast path: the token encoder, its char embedding alone, the whole biLM (only the
+/// softmax trains) and the softmax.
 #[test]
 fn frozen_parts_get_no_gradient() {
     let _one = autodiff_one_at_a_time();
@@ -470,11 +476,21 @@ fn frozen_parts_get_no_gradient() {
     let vocab = vocab(&corpus);
     let device = Device::flex().autodiff();
     let batch = first_batch(&corpus, &vocab, BatchMode::Packed);
-    for frozen in ["bilm.token_encoder", "bilm", "softmax"] {
+    let frozen_parts = [
+        "bilm.token_encoder",
+        "bilm.token_encoder.char_embedding",
+        "bilm",
+        "softmax",
+    ];
+    for frozen in frozen_parts {
         let mut model = seeded_model(&tiny_config(), &vocab, 1, &device);
         match frozen {
             "bilm.token_encoder" => {
                 model.bilm.token_encoder = model.bilm.token_encoder.no_grad();
+            }
+            "bilm.token_encoder.char_embedding" => {
+                let encoder = &mut model.bilm.token_encoder;
+                encoder.char_embedding = encoder.char_embedding.clone().set_require_grad(false);
             }
             "bilm" => model.bilm = model.bilm.no_grad(),
             _ => model.softmax = model.softmax.no_grad(),
