@@ -2,9 +2,9 @@
 //! the LSTM stacks outside autodiff with hand-written backpropagation through time
 //! ([`crate::recorded_stack`]), the softmax's gradients by hand
 //! ([`Softmax::nll_with_gradients`](crate::softmax::Softmax::nll_with_gradients)), the token
-//! encoder's highways and projection by hand too ([`crate::encoder_backward`]), and autodiff
-//! only for its char lookup and convolutions. Same gradients as plain autodiff through
-//! [`BiLanguageModel::loss`] (tested in `tests/training.rs`, on wgpu with the directions paired).
+//! encoder by hand too ([`crate::encoder_backward`]): no autodiff. Same gradients as plain
+//! autodiff through [`BiLanguageModel::loss`] (tested in `tests/training.rs`, on wgpu with the
+//! directions paired).
 
 use burn::optim::GradientsParams;
 use burn::tensor::{Device, Tensor};
@@ -62,9 +62,8 @@ impl BiLanguageModel {
     /// outside autodiff, one thread per direction on a CPU and both as one where the fused
     /// kernels run (`KernelSettings::paired_for`: one batched product and one launch of each
     /// fused kernel for both directions), and are backpropagated by hand; the softmax
-    /// (full or sampled) and the token encoder's dense layers are differentiated by hand too; its
-    /// convolutions go through autodiff, receiving both stacks' input gradients in one backward
-    /// pass.
+    /// (full or sampled) and the token encoder are differentiated by hand too, the encoder
+    /// receiving both stacks' input gradients at once.
     /// Sentence batches (rows of different lengths) use autodiff throughout. Both paths give
     /// the same gradients up to float rounding (tested). `grads` is `None` when the loss is not
     /// finite; they are multiplied by `options.loss_scale`.

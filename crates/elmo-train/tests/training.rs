@@ -188,11 +188,10 @@ impl ModuleVisitor for CompareGradients<'_> {
 }
 
 /// The training step's fast path (LSTMs outside autodiff with hand-written backpropagation, the
-/// full softmax differentiated by hand, the sampled one in one autodiff call for both
-/// directions) gives the loss and the gradients of plain autodiff, for
-/// every parameter, from a carried state, with dropout (per step; locked with weight drop), full
-/// and sampled softmax. Tolerance: 1e-4 of each parameter's largest gradient (float32 sums in a
-/// different order).
+/// softmax and the token encoder differentiated by hand) gives the loss and the gradients of
+/// plain autodiff, for every parameter, from a carried state, with dropout (per step; locked
+/// with weight drop), full and sampled softmax, either char CNN activation. Tolerance: 1e-4 of
+/// each parameter's largest gradient (float32 sums in a different order).
 #[test]
 fn fast_training_step_equals_autodiff() {
     let _one = autodiff_one_at_a_time();
