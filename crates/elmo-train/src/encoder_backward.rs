@@ -50,6 +50,12 @@ impl EncoderPass {
         Self { convolved, record }
     }
 
+    /// Whether [`Self::backward`] has a gradient to compute: `encoder` has a parameter that
+    /// trains.
+    pub(crate) fn trains(&self, encoder: &CharCnnEncoder) -> bool {
+        !self.convolved.chunks.is_empty() || dense_trains(encoder)
+    }
+
     /// Every position's token embedding.
     ///
     /// # Shapes
@@ -71,10 +77,10 @@ impl EncoderPass {
         kernels: KernelSettings,
         grads: &mut GradientsParams,
     ) {
-        let Self { convolved, record } = self;
-        if convolved.chunks.is_empty() && !dense_trains(encoder) {
+        if !self.trains(encoder) {
             return;
         }
+        let Self { convolved, record } = self;
         let [batch, n_steps, d_output] = grad_embedded.dims();
         let n_distinct = record.token_embedding.dims()[0];
         // Positions sharing a token add their gradients into its row, in a fixed order (the

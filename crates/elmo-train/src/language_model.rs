@@ -213,6 +213,18 @@ pub(crate) fn positions_tensor(positions: Vec<i64>, device: &Device) -> Tensor<1
     Tensor::from_data(TensorData::new(positions, [n]), device)
 }
 
+/// The char ids of a batch's tokens, as the token encoder reads them: packed, the forward
+/// stream's rows then the reversed stream's (one encoder call for both: the same module embeds
+/// both directions); sentences, one row each.
+pub(crate) fn batch_char_ids(batch: &LmBatch) -> CharIdBatch {
+    match batch {
+        LmBatch::Packed {
+            forward, backward, ..
+        } => grid_char_ids(&[forward, backward]),
+        LmBatch::Sentences { tokens, .. } => grid_char_ids(&[tokens]),
+    }
+}
+
 /// Char ids of rows of tokens, every row padded with empty tokens to `n_steps`.
 pub(crate) fn grid_char_ids(grids: &[&TokenGrid]) -> CharIdBatch {
     let rows: Vec<Vec<&str>> = grids
@@ -312,19 +324,34 @@ impl BiLanguageModel {
         dropout_seed: Option<u64>,
         device: &Device,
     ) -> LmStep {
+        let embedded = self.bilm.encode_tokens(&batch_char_ids(batch), device);
+        self.loss_of_embedded(batch, embedded, state, softmax, dropout_seed)
+    }
+
+    /// [`Self::loss`] from the batch's token embeddings (`embedded`: those of
+    /// [`batch_char_ids`], e.g. the token encoder's pass outside autodiff as a leaf).
+    ///
+    /// # Shapes
+    /// - embedded: `[2B, T, P]` (packed: the forward stream's rows, then the reversed
+    ///   stream's) or `[B, T, P]` (sentences)
+    pub(crate) fn loss_of_embedded(
+        &self,
+        batch: &LmBatch,
+        embedded: Tensor<3>,
+        state: Option<CarriedState>,
+        softmax: SoftmaxMode,
+        dropout_seed: Option<u64>,
+    ) -> LmStep {
         let dropout = |direction: u64| self.stack_dropout(dropout_seed, direction);
         let (forward_top, backward_top, forward_targets, backward_targets, next_state) = match batch
         {
             LmBatch::Packed {
                 forward,
-                backward,
                 forward_targets,
                 backward_targets,
+                ..
             } => {
-                // One encoder call for both streams: the same module embeds both directions.
                 let n_rows = forward.rows.len();
-                let chars = grid_char_ids(&[forward, backward]);
-                let embedded = self.bilm.encode_tokens(&chars, device);
                 let lengths = vec![forward.n_steps; n_rows];
                 let (f_start, b_start) = match state {
                     Some(s) => (Some(s.forward), Some(s.backward)),
@@ -361,13 +388,11 @@ impl BiLanguageModel {
                 )
             }
             LmBatch::Sentences {
-                tokens,
                 lengths,
                 forward_targets,
                 backward_targets,
+                ..
             } => {
-                let chars = grid_char_ids(&[tokens]);
-                let embedded = self.bilm.encode_tokens(&chars, device);
                 let ((f_top, _), (b_top, _)) = self.both_stacks(
                     DirectionRun {
                         embedded: embedded.clone(),

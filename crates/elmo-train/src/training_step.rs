@@ -2,7 +2,8 @@
 //! the LSTM stacks outside autodiff with hand-written backpropagation through time
 //! ([`crate::recorded_stack`]), the softmax's gradients by hand
 //! ([`Softmax::nll_with_gradients`](crate::softmax::Softmax::nll_with_gradients)), the token
-//! encoder by hand too ([`crate::encoder_backward`]): no autodiff. Same gradients as plain
+//! encoder by hand too ([`crate::encoder_backward`]): no autodiff; sentence batches take the
+//! LSTMs and the softmax through autodiff and the token encoder by hand. Same gradients as plain
 //! autodiff through [`BiLanguageModel::loss`] (tested in `tests/training.rs`, on wgpu with the
 //! directions paired).
 
@@ -15,7 +16,7 @@ use elmo_model::{LstmState, LstmWithProjection};
 use crate::encoder_backward::EncoderPass;
 use crate::language_model::{
     BiLanguageModel, CarriedState, GradientOptions, LmGradients, LmLoss, LmStep, SoftmaxMode,
-    grid_char_ids, is_finite, positions_tensor, register_if_trained,
+    batch_char_ids, is_finite, positions_tensor, register_if_trained,
 };
 use crate::lm_batch::{LmBatch, Targets};
 use crate::lstm_backward::LstmGroup;
@@ -64,8 +65,9 @@ impl BiLanguageModel {
     /// fused kernel for both directions), and are backpropagated by hand; the softmax
     /// (full or sampled) and the token encoder are differentiated by hand too, the encoder
     /// receiving both stacks' input gradients at once.
-    /// Sentence batches (rows of different lengths) use autodiff throughout. Both paths give
-    /// the same gradients up to float rounding (tested). `grads` is `None` when the loss is not
+    /// Sentence batches (rows of different lengths) take the LSTMs and the softmax through
+    /// autodiff, from the token encoder's output as a leaf, and the encoder by hand. Both paths
+    /// give the gradients of [`Self::loss`] up to float rounding (tested). `grads` is `None` when the loss is not
     /// finite; they are multiplied by `options.loss_scale`.
     pub fn loss_and_gradients(
         &self,
@@ -85,23 +87,17 @@ impl BiLanguageModel {
                 profile.mark(device, phase);
             }
         };
+        let encoder_pass = EncoderPass::forward(&self.bilm, &batch_char_ids(batch), device);
         let LmBatch::Packed {
             forward,
-            backward,
             forward_targets,
             backward_targets,
+            ..
         } = batch
         else {
-            let step = self.loss(batch, state, softmax, dropout_seed, device);
-            let grads = is_finite(&step.loss).then(|| {
-                let scaled = step.loss.loss.clone().mul_scalar(loss_scale);
-                GradientsParams::from_grads(scaled.backward(), self)
-            });
-            return LmGradients { step, grads };
+            return self.sentence_gradients(batch, encoder_pass, softmax, dropout_seed, loss_scale);
         };
         let n_rows = forward.rows.len();
-        let encoder_pass =
-            EncoderPass::forward(&self.bilm, &grid_char_ids(&[forward, backward]), device);
         let embedded = encoder_pass.embedded();
         mark("encoder forward");
         let (f_start, b_start) = match state {
@@ -196,6 +192,36 @@ impl BiLanguageModel {
             step,
             grads: Some(grads),
         }
+    }
+
+    /// [`Self::loss_and_gradients`] of a sentence batch (rows of different lengths, from a zero
+    /// state): the LSTMs and the softmax through autodiff from the token embeddings of
+    /// `encoder_pass` as a leaf, whose gradient then goes through the token encoder by hand.
+    fn sentence_gradients(
+        &self,
+        batch: &LmBatch,
+        encoder_pass: EncoderPass,
+        softmax: SoftmaxMode,
+        dropout_seed: Option<u64>,
+        loss_scale: f32,
+    ) -> LmGradients {
+        let encoder = &self.bilm.token_encoder;
+        let embedded = encoder_pass.embedded().autodiff();
+        let embedded = match encoder_pass.trains(encoder) {
+            true => embedded.require_grad(),
+            false => embedded,
+        };
+        let step = self.loss_of_embedded(batch, embedded.clone(), None, softmax, dropout_seed);
+        let grads = is_finite(&step.loss).then(|| {
+            let backward = step.loss.loss.clone().mul_scalar(loss_scale).backward();
+            let grad_embedded = embedded.grad(&backward);
+            let mut grads = GradientsParams::from_grads(backward, self);
+            if let Some(grad) = grad_embedded {
+                encoder_pass.backward(encoder, grad, self.kernels, &mut grads);
+            }
+            grads
+        });
+        LmGradients { step, grads }
     }
 
     /// The softmax (full, or against `candidates`) over both directions' target rows,

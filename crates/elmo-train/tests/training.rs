@@ -296,6 +296,48 @@ fn check_fast_step_with(config: &TrainConfig, device: Device) -> f32 {
     full_loss.expect("two softmax modes checked")
 }
 
+/// Sentence batches (one sentence a row, rows of different lengths, from a zero state): the
+/// token encoder outside autodiff and differentiated by hand, under the LSTMs and the softmax
+/// through autodiff, gives the loss and the gradients of plain autodiff, full and sampled
+/// softmax, with dropout, on flex and on wgpu. Tolerance as for the packed fast step.
+#[test]
+fn the_sentence_step_equals_autodiff() {
+    let _one = autodiff_one_at_a_time();
+    for device in elmo_test_support::flex_and_wgpu("the_sentence_step_equals_autodiff") {
+        let dir = tempfile::tempdir().unwrap();
+        let corpus = write_corpus(dir.path());
+        let vocab = vocab(&corpus);
+        let device = device.autodiff();
+        let model = seeded_model(&tiny_config(), &vocab, 1, &device);
+        let batch = first_batch(&corpus, &vocab, BatchMode::Sentences);
+        let LmBatch::Sentences { lengths, .. } = &batch else {
+            panic!("a sentence batch");
+        };
+        assert_ne!(lengths[0], lengths[1], "rows of different lengths");
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(2);
+        let candidates = SampledCandidates::draw(6, vocab.len(), &mut rng);
+        for mode in [SoftmaxMode::Full, SoftmaxMode::Sampled(&candidates)] {
+            let reference = model.loss(&batch, None, mode, Some(5), &device);
+            let expected_loss: f32 = reference.loss.loss.clone().into_scalar();
+            let expected = GradientsParams::from_grads(reference.loss.loss.backward(), &model);
+            let options = GradientOptions::seeded(Some(5));
+            let fast = model.loss_and_gradients(&batch, None, mode, &device, options);
+            let loss: f32 = fast.step.loss.loss.clone().into_scalar();
+            assert!(
+                (loss - expected_loss).abs() < 1e-5,
+                "{loss} vs {expected_loss}"
+            );
+            let errors = gradient_errors(&model, &expected, fast.grads.expect("finite loss"), 1.0);
+            for (index, error) in errors.into_iter().enumerate() {
+                assert!(
+                    error < 1e-4,
+                    "parameter {index}: relative error {error} ({mode:?}, {device:?})"
+                );
+            }
+        }
+    }
+}
+
 /// On wgpu (in CI: lavapipe, whose float scatter-adds are atomic) the fast step gives the same
 /// gradients, to the bit, at every run, in both softmax modes: every gradient added by index
 /// (the softmax's target and candidate rows, the tops' rows, the token encoder's positions and
@@ -1068,7 +1110,8 @@ fn gradient_errors(
 }
 
 /// The loss scale multiplies every gradient and nothing else: with a power of two, exactly (to
-/// float rounding) on both paths (packed batches by hand, sentence batches through autodiff),
+/// float rounding) on both paths (packed batches by hand, sentence batches through autodiff and
+/// the token encoder by hand),
 /// and the reported loss is the unscaled one.
 #[test]
 fn a_loss_scale_multiplies_every_gradient() {
