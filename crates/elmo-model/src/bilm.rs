@@ -320,19 +320,22 @@ impl BiLm {
         let convolved =
             self.encode_distinct_with(&distinct.tokens, device, |ids, host_ids, extent| {
                 let n_rows = ids.dims()[0];
-                let (convolutions, records) = encoder.convolutions_recorded(ids, host_ids, extent);
+                let (convolutions, records) = encoder.convolutions_recorded(ids, extent);
                 if record {
-                    chunks.borrow_mut().push((n_rows, records));
+                    chunks
+                        .borrow_mut()
+                        .push((n_rows, host_ids.to_vec(), records));
                 }
                 convolutions
             });
         let mut start = 0;
         let chunks = (chunks.into_inner().into_iter().zip(&convolved.chunk_rows))
-            .map(|((n_rows, convolutions), &n_kept)| {
+            .map(|((n_rows, ids, convolutions), &n_kept)| {
                 let chunk = ConvolvedChunk {
                     start,
                     n_kept,
                     n_rows,
+                    ids,
                     convolutions,
                 };
                 start += n_kept;

@@ -12,7 +12,7 @@ use burn::tensor::{Device, Distribution, Int, Tensor, TensorData};
 use elmo_kernels::{KernelSettings, half_product, product, slices_when, to_half};
 
 use crate::char_ids::MAX_CHARS_PER_TOKEN;
-use crate::convolution_record::{ConvolutionRecord, PaddingWindow, window_ids};
+use crate::convolution_record::{ConvolutionRecord, PaddingWindow};
 use crate::highway::{Highway, HighwayConfig, HighwayRecord, linear_in};
 use crate::options::{BiLmOptions, CnnActivation};
 
@@ -464,27 +464,18 @@ impl CharCnnEncoder {
     /// The encoder up to its highways (the activated max-pooled convolutions of every token,
     /// concatenated: [`Self::forward_stages_with_extent`]'s `convolutions`, flat) outside
     /// autodiff, with each convolution's pass recorded for a backward pass by hand
-    /// ([`ConvolutionRecord`]), for a caller that runs the rest itself ([`Self::dense_recorded`]). All of `char_ids` is looked up at once (`[B·T, 50, E]`: meant
-    /// for a chunk of distinct tokens); the convolutions run in pieces as there.
+    /// ([`ConvolutionRecord`]), for a caller that runs the rest itself
+    /// ([`Self::dense_recorded`]). All of `char_ids` is looked up at once (`[B·T, 50, E]`:
+    /// meant for a chunk of distinct tokens); the convolutions run in pieces as there.
     ///
     /// # Shapes
-    /// - char_ids: `[B, T, 50]`; host_ids: the same `B · T · 50` ids, row-major
-    /// - output: `[B·T, n_filters]`
-    ///
-    /// # Panics
-    /// If `host_ids` does not match `char_ids`' shape or holds a negative id.
+    /// - char_ids: `[B, T, 50]`; output: `[B·T, n_filters]`
     pub fn convolutions_recorded(
         &self,
         char_ids: Tensor<3, Int>,
-        host_ids: &[i64],
         extent: usize,
     ) -> (Tensor<2>, Vec<ConvolutionRecord>) {
         let [batch, n_tokens, n_slots] = char_ids.dims();
-        assert_eq!(
-            host_ids.len(),
-            batch * n_tokens * n_slots,
-            "host ids of the lookup"
-        );
         let flat = char_ids.reshape([batch * n_tokens, n_slots]).inner();
         let table = self.char_embedding.val().inner();
         let padding_char = (extent < n_slots).then(|| padding_row(&table));
@@ -492,11 +483,11 @@ impl CharCnnEncoder {
         // With mixed precision the windows are made in the products' 16-bit type, in which
         // their products (the convolution and its weight's gradient) read them: the chars are
         // cast, not each convolution's windows (~28 times as many values at 7 widths).
-        let chars = to_half(chars.clone(), self.kernels.product_mode(&chars).half);
+        let half = self.kernels.product_mode(&chars).half;
+        let chars = to_half(chars, half);
         let records = RefCell::new(Vec::new());
         let [convolutions] = self.in_pieces(batch * n_tokens, extent, |start, len| {
             let chars = rows(&chars, start, len);
-            let host_ids = &host_ids[start * n_slots..(start + len) * n_slots];
             let mut column = 0;
             let pooled = (self.convolutions.iter().enumerate())
                 .map(|(convolution, conv)| {
@@ -515,7 +506,6 @@ impl CharCnnEncoder {
                         rows: start..start + len,
                         columns: column..column + n_filters,
                         windows,
-                        ids: window_ids(host_ids, n_positions, conv.width, n_slots),
                         argmax,
                         padding,
                         output: output.clone(),

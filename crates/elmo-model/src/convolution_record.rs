@@ -20,11 +20,9 @@ pub struct ConvolutionRecord {
     /// The convolution's columns in the concatenated filters.
     pub columns: Range<usize>,
     /// `[n · n_positions, width · E]`: the windows of looked-up chars
-    /// ([`crate::char_cnn::CharConvolution::windows`], flat).
+    /// ([`crate::char_cnn::CharConvolution::windows`], flat; their slots' char ids:
+    /// [`ConvolvedChunk::slot_ids`]).
     pub windows: Tensor<2>,
-    /// The `n · n_positions · width` char ids of the windows' slots, row-major: slot `k` of
-    /// window `p` of token `t` is slot `p + k` of the token.
-    pub ids: Vec<usize>,
     /// `[n, 1, F]`: the position of each filter's largest value over the windows.
     pub argmax: Tensor<3, Int>,
     /// Where the windows stop before the last: the all-padding window and where its value is
@@ -56,22 +54,34 @@ pub struct ConvolvedChunk {
     pub n_kept: usize,
     /// The rows the chunk ran.
     pub n_rows: usize,
+    /// The char ids of the `n_rows` tokens the chunk ran, a token's slots in a row, row-major.
+    pub ids: Vec<i64>,
     /// Each convolution's pass over each piece of the chunk.
     pub convolutions: Vec<ConvolutionRecord>,
 }
 
+impl ConvolvedChunk {
+    /// The char ids of the slots of `record`'s windows (of a convolution of `width`), row-major:
+    /// slot `k` of window `p` of token `t` is slot `p + k` of the token; a row each of its
+    /// windows' gradient reshaped to `[_, E]`.
+    ///
+    /// # Panics
+    /// If `record` is not one of this chunk's, or `width` not its convolution's.
+    pub fn slot_ids(&self, record: &ConvolutionRecord, width: usize) -> Vec<usize> {
+        let n_slots = self.ids.len() / self.n_rows;
+        let n_positions = record.windows.dims()[0] / record.rows.len();
+        let ids = &self.ids[record.rows.start * n_slots..record.rows.end * n_slots];
+        window_ids(ids, n_positions, width, n_slots)
+    }
+}
+
 /// The char ids of the slots of `n_positions` windows of `width` slots of every token in
 /// `host_ids` (`n_slots` ids a token, row-major), in the order of
-/// [`ConvolutionRecord::ids`].
+/// [`ConvolvedChunk::slot_ids`].
 ///
 /// # Panics
 /// If a window passes `n_slots`, `host_ids` does not hold whole tokens, or an id is negative.
-pub(crate) fn window_ids(
-    host_ids: &[i64],
-    n_positions: usize,
-    width: usize,
-    n_slots: usize,
-) -> Vec<usize> {
+fn window_ids(host_ids: &[i64], n_positions: usize, width: usize, n_slots: usize) -> Vec<usize> {
     assert!(n_positions + width <= n_slots + 1, "windows past the slots");
     assert_eq!(host_ids.len() % n_slots, 0, "host ids of whole tokens");
     let mut ids = Vec::with_capacity(host_ids.len() / n_slots * n_positions * width);

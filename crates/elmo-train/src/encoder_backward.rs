@@ -169,16 +169,17 @@ fn convolutions_backward(
     let mode = kernels.product_mode(&grad);
     let split = kernels.split_for(&grad);
     let d_char = encoder.char_embedding.dims()[1];
-    for chunk in chunks {
+    for mut chunk in chunks {
         let mut chunk_grad = grad.clone().narrow(0, chunk.start, chunk.n_kept);
         if chunk.n_rows > chunk.n_kept {
             // The rows that completed the chunk were dropped: no gradient.
             let dropped = Tensor::zeros([chunk.n_rows - chunk.n_kept, n_filters], &grad.device());
             chunk_grad = Tensor::cat(vec![chunk_grad, dropped], 0);
         }
-        for record in chunk.convolutions {
+        for record in std::mem::take(&mut chunk.convolutions) {
             let conv = &encoder.convolutions[record.convolution];
-            let weight = conv.weight.val().inner();
+            // The windows' slots' char ids, read before the record is taken apart.
+            let slot_ids = table_trains.then(|| chunk.slot_ids(&record, conv.width));
             let grad_out = chunk_grad
                 .clone()
                 .slice([record.rows.clone(), record.columns.clone()]);
@@ -223,10 +224,11 @@ fn convolutions_backward(
                 }
                 add_to(&mut weights[record.convolution], grad_weight);
             }
-            if table_trains {
+            if let Some(slot_ids) = slot_ids {
+                let weight = conv.weight.val().inner();
                 let grad_windows = product(grad_convolved, weight.clone().transpose(), kernels);
-                rows.push(grad_windows.reshape([record.ids.len(), d_char]));
-                group_of.extend_from_slice(&record.ids);
+                rows.push(grad_windows.reshape([slot_ids.len(), d_char]));
+                group_of.extend(slot_ids);
                 if let Some((window, grad_value)) = padding {
                     let width = window.dims()[1] / d_char;
                     rows.push(

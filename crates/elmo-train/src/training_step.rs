@@ -67,8 +67,8 @@ impl BiLanguageModel {
     /// receiving both stacks' input gradients at once.
     /// Sentence batches (rows of different lengths) take the LSTMs and the softmax through
     /// autodiff, from the token encoder's output as a leaf, and the encoder by hand. Both paths
-    /// give the gradients of [`Self::loss`] up to float rounding (tested). `grads` is `None` when the loss is not
-    /// finite; they are multiplied by `options.loss_scale`.
+    /// give the gradients of [`Self::loss`] up to float rounding (tested). `grads` is `None`
+    /// when the loss is not finite; they are multiplied by `options.loss_scale`.
     pub fn loss_and_gradients(
         &self,
         batch: &LmBatch,
