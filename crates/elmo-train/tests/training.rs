@@ -293,36 +293,38 @@ fn check_fast_step_with(config: &TrainConfig, device: Device) -> f32 {
 /// Sentence batches (one sentence a row, rows of different lengths, from a zero state): the
 /// token encoder outside autodiff and differentiated by hand, under the LSTMs and the softmax
 /// through autodiff, gives the loss and the gradients of plain autodiff, full and sampled
-/// softmax, with dropout, on flex and on wgpu. Tolerance as for the packed fast step.
+/// softmax, with dropout. Tolerance as for the packed fast step. On flex only: on lavapipe the
+/// plain-autodiff reference of a sentence batch is not the same from call to call when other
+/// tests load the machine (2.9510093, 2.9515803, 2.9517016 for the same batch and weights, where
+/// the path tested here gave 2.9510093 at every call), so it cannot be the reference there; the
+/// encoder's backward on wgpu is checked by the packed step's tests.
 #[test]
 fn the_sentence_step_equals_autodiff() {
     let _one = autodiff_one_at_a_time();
-    for device in elmo_test_support::flex_and_wgpu("the_sentence_step_equals_autodiff") {
-        let dir = tempfile::tempdir().unwrap();
-        let corpus = write_corpus(dir.path());
-        let vocab = vocab(&corpus);
-        let device = device.autodiff();
-        let model = seeded_model(&tiny_config(), &vocab, 1, &device);
-        let batch = first_batch(&corpus, &vocab, BatchMode::Sentences);
-        let LmBatch::Sentences { lengths, .. } = &batch else {
-            panic!("a sentence batch");
-        };
-        assert_ne!(lengths[0], lengths[1], "rows of different lengths");
-        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(2);
-        let candidates = SampledCandidates::draw(6, vocab.len(), &mut rng);
-        for mode in [SoftmaxMode::Full, SoftmaxMode::Sampled(&candidates)] {
-            let reference = model.loss(&batch, None, mode, Some(5), &device);
-            let expected_loss: f32 = reference.loss.loss.clone().into_scalar();
-            let expected = GradientsParams::from_grads(reference.loss.loss.backward(), &model);
-            let options = GradientOptions::seeded(Some(5));
-            let fast = model.loss_and_gradients(&batch, None, mode, &device, options);
-            let loss: f32 = fast.step.loss.loss.clone().into_scalar();
-            assert!(
-                (loss - expected_loss).abs() < 1e-5,
-                "{loss} vs {expected_loss}"
-            );
-            assert_gradients_match(&model, &expected, fast.grads, (mode, &device));
-        }
+    let dir = tempfile::tempdir().unwrap();
+    let corpus = write_corpus(dir.path());
+    let vocab = vocab(&corpus);
+    let device = Device::flex().autodiff();
+    let model = seeded_model(&tiny_config(), &vocab, 1, &device);
+    let batch = first_batch(&corpus, &vocab, BatchMode::Sentences);
+    let LmBatch::Sentences { lengths, .. } = &batch else {
+        panic!("a sentence batch");
+    };
+    assert_ne!(lengths[0], lengths[1], "rows of different lengths");
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(2);
+    let candidates = SampledCandidates::draw(6, vocab.len(), &mut rng);
+    for mode in [SoftmaxMode::Full, SoftmaxMode::Sampled(&candidates)] {
+        let reference = model.loss(&batch, None, mode, Some(5), &device);
+        let expected_loss: f32 = reference.loss.loss.clone().into_scalar();
+        let expected = GradientsParams::from_grads(reference.loss.loss.backward(), &model);
+        let options = GradientOptions::seeded(Some(5));
+        let fast = model.loss_and_gradients(&batch, None, mode, &device, options);
+        let loss: f32 = fast.step.loss.loss.clone().into_scalar();
+        assert!(
+            (loss - expected_loss).abs() < 1e-5,
+            "{loss} vs {expected_loss} ({mode:?}, {device:?})"
+        );
+        assert_gradients_match(&model, &expected, fast.grads, (mode, &device));
     }
 }
 
@@ -1147,7 +1149,7 @@ fn a_loss_scale_multiplies_every_gradient() {
 }
 
 /// Mixed precision on wgpu (in CI: lavapipe, which computes in f16): the loss and every
-/// gradient (the LSTM's by hand, the softmax's, the token encoder's through autodiff's casts)
+/// gradient (the LSTM's, the softmax's and the token encoder's, each by hand)
 /// within f16's rounding of the `f32` step's: the loss to 1e-4 relative, each gradient to 1% of
 /// its largest value (measured on lavapipe: 1.5e-6 and 2.4e-6, 1.0e-3 at most), from a carried
 /// state, full and sampled softmax, and the products really in 16 bits (not silently `f32`).
