@@ -84,8 +84,8 @@ fn first_batch(corpus: &Path, vocab: &Vocabulary, mode: BatchMode) -> LmBatch {
     .unwrap()
 }
 
-/// A seeded model of `config` on `device`'s autodiff device and the first packed batch of the
-/// test corpus (written in `_dir`, kept as long as this).
+/// A seeded model of `config` on `device`'s autodiff device and the first packed batch (or
+/// one of another mode) of the test corpus (written in `_dir`, kept as long as this).
 struct PackedStep {
     _dir: tempfile::TempDir,
     vocab: Vocabulary,
@@ -96,12 +96,17 @@ struct PackedStep {
 
 impl PackedStep {
     fn new(config: &TrainConfig, device: Device) -> Self {
+        Self::of_mode(config, device, BatchMode::Packed)
+    }
+
+    /// The same with the first batch of `mode`.
+    fn of_mode(config: &TrainConfig, device: Device, mode: BatchMode) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let corpus = write_corpus(dir.path());
         let vocab = vocab(&corpus);
         let device = device.autodiff();
         let model = seeded_model(config, &vocab, 1, &device);
-        let batch = first_batch(&corpus, &vocab, BatchMode::Packed);
+        let batch = first_batch(&corpus, &vocab, mode);
         Self {
             _dir: dir,
             vocab,
@@ -301,12 +306,13 @@ fn check_fast_step_with(config: &TrainConfig, device: Device) -> f32 {
 #[test]
 fn the_sentence_step_equals_autodiff() {
     let _one = autodiff_one_at_a_time();
-    let dir = tempfile::tempdir().unwrap();
-    let corpus = write_corpus(dir.path());
-    let vocab = vocab(&corpus);
-    let device = Device::flex().autodiff();
-    let model = seeded_model(&tiny_config(), &vocab, 1, &device);
-    let batch = first_batch(&corpus, &vocab, BatchMode::Sentences);
+    let PackedStep {
+        _dir,
+        vocab,
+        device,
+        model,
+        batch,
+    } = PackedStep::of_mode(&tiny_config(), Device::flex(), BatchMode::Sentences);
     let LmBatch::Sentences { lengths, .. } = &batch else {
         panic!("a sentence batch");
     };
