@@ -99,6 +99,14 @@ pub fn residual_input_gradient(
 /// second thread, and returns both results (forward first). On a CPU the products of one
 /// small-batch step do not keep two cores busy on their own; on a GPU the two directions' launches
 /// interleave.
+///
+/// A tensor that both closures read must outlive the call: borrow it into them, do not move a
+/// clone into each. On a CubeCL device each thread queues its kernels on a stream of its own, and
+/// burn overwrites a buffer in place when its tensor holds the last handle to it (cubecl's
+/// `can_mut` counts handles, not streams). So once one thread has dropped its clone, the other
+/// may overwrite the buffer while the first thread's reads of it are still queued: on lavapipe,
+/// a sentence batch's loss with dropout, whose two stacks read the same token embeddings, took
+/// one of three values from call to call.
 pub fn both_directions<T: Send>(
     forward: impl FnOnce() -> T + Send,
     backward: impl FnOnce() -> T + Send,

@@ -13,7 +13,7 @@ use elmo_model::options::BiLmOptions;
 use elmo_model::{BiLm, CharIdBatch, LstmState, LstmWithProjection};
 
 use crate::dropout::{DropoutConfig, StackDropout};
-use crate::lm_batch::{LmBatch, Targets, TokenGrid};
+use crate::lm_batch::{LmBatch, Streams, Targets, TokenGrid};
 use crate::softmax::{SampledCandidates, Softmax, SoftmaxConfig};
 use crate::step_profile::StepProfile;
 
@@ -213,16 +213,12 @@ pub(crate) fn positions_tensor(positions: Vec<i64>, device: &Device) -> Tensor<1
     Tensor::from_data(TensorData::new(positions, [n]), device)
 }
 
-/// The char ids of a batch's tokens, as the token encoder reads them: packed, the forward
+/// The char ids of a batch's streams' tokens, as the token encoder reads them: the forward
 /// stream's rows then the reversed stream's (one encoder call for both: the same module embeds
-/// both directions); sentences, one row each.
-pub(crate) fn batch_char_ids(batch: &LmBatch) -> CharIdBatch {
-    match batch {
-        LmBatch::Packed {
-            forward, backward, ..
-        } => grid_char_ids(&[forward, backward]),
-        LmBatch::Sentences { tokens, .. } => grid_char_ids(&[tokens]),
-    }
+/// both directions).
+pub(crate) fn stream_char_ids(streams: &Streams) -> CharIdBatch {
+    let [forward, backward] = &streams.grids;
+    grid_char_ids(&[forward, backward])
 }
 
 /// Char ids of rows of tokens, every row padded with empty tokens to `n_steps`.
@@ -265,7 +261,6 @@ impl BiLanguageModel {
         let DirectionRun {
             embedded,
             lengths,
-            go_forward,
             initial,
             dropout:
                 StackDropout {
@@ -275,11 +270,11 @@ impl BiLanguageModel {
         } = run;
         let mut initial = initial.map(Vec::into_iter);
         let skip = self.bilm.use_skip_connections;
-        let stack = run_stack(layers.len(), skip, embedded, false, |index, x| {
+        let stack = run_stack(layers.len(), skip, embedded.clone(), false, |index, x| {
             let (layer, _) = weight_drop.drop_recurrent(&layers[index]);
             let input = dropout.apply(x);
             let start = initial.as_mut().and_then(Iterator::next);
-            let out = layer.forward(input.clone(), lengths, go_forward, start);
+            let out = layer.forward(input.clone(), lengths, true, start);
             LayerRun {
                 input,
                 output: out.outputs,
@@ -314,7 +309,8 @@ impl BiLanguageModel {
     }
 
     /// The joint loss of a batch. In the stateful mode `state` is where each stack starts
-    /// (`None`: zero) and the returned state is where it ended. With `dropout_seed`, dropout is
+    /// (`None`: zero) and the returned state is where it ended; a sentence batch starts from
+    /// zero (`state` is not read) and returns no state. With `dropout_seed`, dropout is
     /// applied with masks drawn from that seed (training); without, not at all (evaluation).
     pub fn loss(
         &self,
@@ -324,101 +320,40 @@ impl BiLanguageModel {
         dropout_seed: Option<u64>,
         device: &Device,
     ) -> LmStep {
-        let embedded = self.bilm.encode_tokens(&batch_char_ids(batch), device);
-        self.loss_of_embedded(batch, embedded, state, softmax, dropout_seed)
-    }
-
-    /// [`Self::loss`] from the batch's token embeddings (`embedded`: those of
-    /// [`batch_char_ids`], e.g. the token encoder's pass outside autodiff as a leaf).
-    ///
-    /// # Shapes
-    /// - embedded: `[2B, T, P]` (packed: the forward stream's rows, then the reversed
-    ///   stream's) or `[B, T, P]` (sentences)
-    pub(crate) fn loss_of_embedded(
-        &self,
-        batch: &LmBatch,
-        embedded: Tensor<3>,
-        state: Option<CarriedState>,
-        softmax: SoftmaxMode,
-        dropout_seed: Option<u64>,
-    ) -> LmStep {
+        let streams = batch.streams();
+        let embedded = self.bilm.encode_tokens(&stream_char_ids(&streams), device);
         let dropout = |direction: u64| self.stack_dropout(dropout_seed, direction);
-        let (forward_top, backward_top, forward_targets, backward_targets, next_state) = match batch
-        {
-            LmBatch::Packed {
-                forward,
-                forward_targets,
-                backward_targets,
-                ..
-            } => {
-                let n_rows = forward.rows.len();
-                let lengths = vec![forward.n_steps; n_rows];
-                let (f_start, b_start) = match state {
-                    Some(s) => (Some(s.forward), Some(s.backward)),
-                    None => (None, None),
-                };
-                let f_in = embedded.clone().narrow(0, 0, n_rows);
-                let b_in = embedded.narrow(0, n_rows, n_rows);
-                // The reversed stream is read left to right: it is already reversed.
-                let ((f_top, f_state), (b_top, b_state)) = self.both_stacks(
-                    DirectionRun {
-                        embedded: f_in,
-                        lengths: &lengths,
-                        go_forward: true,
-                        initial: f_start,
-                        dropout: dropout(0),
-                    },
-                    DirectionRun {
-                        embedded: b_in,
-                        lengths: &lengths,
-                        go_forward: true,
-                        initial: b_start,
-                        dropout: dropout(1),
-                    },
-                );
-                (
-                    f_top,
-                    b_top,
-                    forward_targets,
-                    backward_targets,
-                    Some(CarriedState {
-                        forward: f_state,
-                        backward: b_state,
-                    }),
-                )
-            }
-            LmBatch::Sentences {
-                lengths,
-                forward_targets,
-                backward_targets,
-                ..
-            } => {
-                let ((f_top, _), (b_top, _)) = self.both_stacks(
-                    DirectionRun {
-                        embedded: embedded.clone(),
-                        lengths,
-                        go_forward: true,
-                        initial: None,
-                        dropout: dropout(0),
-                    },
-                    DirectionRun {
-                        embedded,
-                        lengths,
-                        go_forward: false,
-                        initial: None,
-                        dropout: dropout(1),
-                    },
-                );
-                (f_top, b_top, forward_targets, backward_targets, None)
-            }
+        let [forward, _] = &streams.grids;
+        let n_rows = forward.rows.len();
+        let lengths = vec![forward.n_steps; n_rows];
+        let (f_start, b_start) = match state.filter(|_| streams.carries_state) {
+            Some(s) => (Some(s.forward), Some(s.backward)),
+            None => (None, None),
         };
+        let f_in = embedded.clone().narrow(0, 0, n_rows);
+        let b_in = embedded.narrow(0, n_rows, n_rows);
+        // Both streams are read left to right: the reversed one is already reversed.
+        let ((f_top, f_state), (b_top, b_state)) = self.both_stacks(
+            DirectionRun {
+                embedded: &f_in,
+                lengths: &lengths,
+                initial: f_start,
+                dropout: dropout(0),
+            },
+            DirectionRun {
+                embedded: &b_in,
+                lengths: &lengths,
+                initial: b_start,
+                dropout: dropout(1),
+            },
+        );
+        let [forward_targets, backward_targets] = &streams.targets;
         LmStep {
-            loss: self.joint_loss(
-                [forward_top, backward_top],
-                [forward_targets, backward_targets],
-                softmax,
-            ),
-            state: next_state,
+            loss: self.joint_loss([f_top, b_top], [forward_targets, backward_targets], softmax),
+            state: streams.carries_state.then_some(CarriedState {
+                forward: f_state,
+                backward: b_state,
+            }),
         }
     }
 
@@ -487,11 +422,11 @@ impl BiLanguageModel {
     }
 }
 
-/// One stack's input, start and dropout.
+/// One stack's input (read left to right), start and dropout.
 struct DirectionRun<'a> {
-    embedded: Tensor<3>,
+    /// Borrowed, so that it outlives both stacks' threads ([`both_directions`]).
+    embedded: &'a Tensor<3>,
     lengths: &'a [usize],
-    go_forward: bool,
     initial: Option<Vec<LstmState>>,
     dropout: StackDropout,
 }

@@ -1,5 +1,8 @@
 //! One batch of the joint biLM loss (bilm-tf `bilm/data.py`'s `X`/`Y` pairs): the token grids the
-//! two directions read and the targets they predict, made by [`crate::batcher`].
+//! two directions read and the targets they predict, made by [`crate::batcher`], and the two
+//! streams, both read left to right, that the model runs for either kind of batch.
+
+use std::borrow::Cow;
 
 /// Rows of tokens (strings: the model reads characters).
 ///
@@ -46,11 +49,12 @@ pub enum LmBatch {
         /// Next-token targets of the reversed stream.
         backward_targets: Targets,
     },
-    /// Sentence mode: one grid, the backward LM reads each row right to left.
+    /// Sentence mode: one grid, the backward LM reads each row right to left, from its last
+    /// token; every row starts from a zero state.
     Sentences {
         /// One sentence (piece) per row, with boundaries.
         tokens: TokenGrid,
-        /// Real length of each row.
+        /// Real length of each row (its number of tokens).
         lengths: Vec<usize>,
         /// Next-token targets.
         forward_targets: Targets,
@@ -71,4 +75,132 @@ pub(crate) fn empty_grid((n_rows, n_steps): (usize, usize)) -> (TokenGrid, Targe
             weights: vec![0.0; n_rows * n_steps],
         },
     )
+}
+
+/// The two streams the directions of a batch read, both left to right, with their targets
+/// ([`LmBatch::streams`]).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Streams<'a> {
+    /// The forward stream, then the reversed one.
+    pub(crate) grids: [Cow<'a, TokenGrid>; 2],
+    /// Each stream's targets, row-major over its grid.
+    pub(crate) targets: [Cow<'a, Targets>; 2],
+    /// Whether the LSTM state carries over from the batch before (packed batches); else every
+    /// row starts from a zero state (sentences).
+    pub(crate) carries_state: bool,
+}
+
+impl LmBatch {
+    /// The streams the model runs: a packed batch's as they are; a sentence batch's rows as they
+    /// are and each reversed within its length, its previous-token targets moved with their
+    /// positions. Reading a row reversed left to right is reading it right to left from its
+    /// last token, as AllenNLP's `LstmCellWithProjection` runs `go_forward=False` rows of
+    /// different lengths; the positions past a row's length come after its tokens in both
+    /// streams, so they change none of its outputs.
+    pub(crate) fn streams(&self) -> Streams<'_> {
+        match self {
+            LmBatch::Packed {
+                forward,
+                backward,
+                forward_targets,
+                backward_targets,
+            } => Streams {
+                grids: [Cow::Borrowed(forward), Cow::Borrowed(backward)],
+                targets: [
+                    Cow::Borrowed(forward_targets),
+                    Cow::Borrowed(backward_targets),
+                ],
+                carries_state: true,
+            },
+            LmBatch::Sentences {
+                tokens,
+                lengths,
+                forward_targets,
+                backward_targets,
+            } => {
+                let n_steps = tokens.n_steps;
+                let mut reversed_targets = backward_targets.clone();
+                let rows = (tokens.rows.iter().zip(lengths).enumerate())
+                    .map(|(r, (row, &length))| {
+                        let row_start = r * n_steps;
+                        for t in 0..length {
+                            let (from, to) = (row_start + t, row_start + length - 1 - t);
+                            reversed_targets.ids[to] = backward_targets.ids[from];
+                            reversed_targets.weights[to] = backward_targets.weights[from];
+                        }
+                        let (kept, rest) = row.split_at(length.min(row.len()));
+                        kept.iter().rev().chain(rest).cloned().collect()
+                    })
+                    .collect();
+                Streams {
+                    grids: [
+                        Cow::Borrowed(tokens),
+                        Cow::Owned(TokenGrid { rows, n_steps }),
+                    ],
+                    targets: [Cow::Borrowed(forward_targets), Cow::Owned(reversed_targets)],
+                    carries_state: false,
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn grid(rows: &[&[&str]], n_steps: usize) -> TokenGrid {
+        TokenGrid {
+            rows: (rows.iter())
+                .map(|row| row.iter().map(|t| t.to_string()).collect())
+                .collect(),
+            n_steps,
+        }
+    }
+
+    /// A sentence batch's reversed stream holds each row reversed within its length, and each
+    /// previous-token target moves with its position; the forward stream is the batch's own.
+    #[test]
+    fn sentence_streams_reverse_each_row_within_its_length() {
+        let tokens = grid(&[&["<S>", "a", "b", "</S>"], &["<S>", "c", "</S>"]], 4);
+        // Row-major [2, 4]: the previous token's id (100 + position) where there is one.
+        let backward_targets = Targets {
+            ids: vec![0, 100, 101, 102, 0, 110, 111, 0],
+            weights: vec![0.0, 1.0, 1.0, 1.0, 0.0, 1.0, 1.0, 0.0],
+        };
+        let forward_targets = Targets {
+            ids: vec![1, 2, 3, 0, 4, 5, 0, 0],
+            weights: vec![1.0, 1.0, 1.0, 0.0, 1.0, 1.0, 0.0, 0.0],
+        };
+        let batch = LmBatch::Sentences {
+            tokens: tokens.clone(),
+            lengths: vec![4, 3],
+            forward_targets: forward_targets.clone(),
+            backward_targets,
+        };
+        let streams = batch.streams();
+        assert!(!streams.carries_state);
+        assert_eq!(*streams.grids[0], tokens);
+        assert_eq!(*streams.targets[0], forward_targets);
+        assert_eq!(
+            *streams.grids[1],
+            grid(&[&["</S>", "b", "a", "<S>"], &["</S>", "c", "<S>"]], 4)
+        );
+        assert_eq!(
+            *streams.targets[1],
+            Targets {
+                ids: vec![102, 101, 100, 0, 111, 110, 0, 0],
+                weights: vec![1.0, 1.0, 1.0, 0.0, 1.0, 1.0, 0.0, 0.0],
+            }
+        );
+        let packed = LmBatch::Packed {
+            forward: tokens.clone(),
+            backward: tokens.clone(),
+            forward_targets: forward_targets.clone(),
+            backward_targets: forward_targets,
+        };
+        let streams = packed.streams();
+        assert!(streams.carries_state);
+        assert!(matches!(streams.grids[1], Cow::Borrowed(_)));
+    }
 }

@@ -2,10 +2,10 @@
 //! the LSTM stacks outside autodiff with hand-written backpropagation through time
 //! ([`crate::recorded_stack`]), the softmax's gradients by hand
 //! ([`Softmax::nll_with_gradients`](crate::softmax::Softmax::nll_with_gradients)), the token
-//! encoder by hand too ([`crate::encoder_backward`]): no autodiff; sentence batches take the
-//! LSTMs and the softmax through autodiff and the token encoder by hand. Same gradients as plain
-//! autodiff through [`BiLanguageModel::loss`] (tested in `tests/training.rs`, on wgpu with the
-//! directions paired).
+//! encoder by hand too ([`crate::encoder_backward`]): no autodiff, for packed batches and
+//! sentence batches alike (both as two streams read left to right, [`LmBatch::streams`]). Same
+//! gradients as plain autodiff through [`BiLanguageModel::loss`] (tested in
+//! `tests/training.rs`, on wgpu with the directions paired).
 
 use burn::optim::GradientsParams;
 use burn::tensor::{Device, Tensor};
@@ -16,7 +16,7 @@ use elmo_model::{LstmState, LstmWithProjection};
 use crate::encoder_backward::EncoderPass;
 use crate::language_model::{
     BiLanguageModel, CarriedState, GradientOptions, LmGradients, LmLoss, LmStep, SoftmaxMode,
-    batch_char_ids, is_finite, positions_tensor, register_if_trained,
+    is_finite, positions_tensor, register_if_trained, stream_char_ids,
 };
 use crate::lm_batch::{LmBatch, Targets};
 use crate::lstm_backward::LstmGroup;
@@ -59,16 +59,15 @@ struct SoftmaxStep {
 
 impl BiLanguageModel {
     /// [`Self::loss`] and the gradient of every trainable parameter, for a training step
-    /// (`device` with autodiff). Packed (stateful) batches take the fast path: the LSTM stacks run
-    /// outside autodiff, one thread per direction on a CPU and both as one where the fused
-    /// kernels run (`KernelSettings::paired_for`: one batched product and one launch of each
-    /// fused kernel for both directions), and are backpropagated by hand; the softmax
-    /// (full or sampled) and the token encoder are differentiated by hand too, the encoder
-    /// receiving both stacks' input gradients at once.
-    /// Sentence batches (rows of different lengths) take the LSTMs and the softmax through
-    /// autodiff, from the token encoder's output as a leaf, and the encoder by hand. Both paths
-    /// give the gradients of [`Self::loss`] up to float rounding (tested). `grads` is `None`
-    /// when the loss is not finite; they are multiplied by `options.loss_scale`.
+    /// (`device` with autodiff), without autodiff: the LSTM stacks run over the batch's two
+    /// streams ([`LmBatch::streams`]: a sentence batch's rows, and each reversed within its
+    /// length), one thread per direction on a CPU and both as one where the fused kernels run
+    /// (`KernelSettings::paired_for`: one batched product and one launch of each fused kernel
+    /// for both directions), and are backpropagated by hand; the softmax (full or sampled) and
+    /// the token encoder are differentiated by hand too, the encoder receiving both stacks'
+    /// input gradients at once. The gradients are those of [`Self::loss`] up to float rounding
+    /// (tested). `grads` is `None` when the loss is not finite; they are multiplied by
+    /// `options.loss_scale`.
     pub fn loss_and_gradients(
         &self,
         batch: &LmBatch,
@@ -87,20 +86,12 @@ impl BiLanguageModel {
                 profile.mark(device, phase);
             }
         };
-        let encoder_pass = EncoderPass::forward(&self.bilm, &batch_char_ids(batch), device);
-        let LmBatch::Packed {
-            forward,
-            forward_targets,
-            backward_targets,
-            ..
-        } = batch
-        else {
-            return self.sentence_gradients(batch, encoder_pass, softmax, dropout_seed, loss_scale);
-        };
-        let n_rows = forward.rows.len();
+        let streams = batch.streams();
+        let encoder_pass = EncoderPass::forward(&self.bilm, &stream_char_ids(&streams), device);
+        let n_rows = streams.grids[0].rows.len();
         let embedded = encoder_pass.embedded();
         mark("encoder forward");
-        let (f_start, b_start) = match state {
+        let (f_start, b_start) = match state.filter(|_| streams.carries_state) {
             Some(s) => (Some(s.forward), Some(s.backward)),
             None => (None, None),
         };
@@ -137,7 +128,8 @@ impl BiLanguageModel {
         mark("LSTM forward");
         let [f_top, b_top] = recorded.tops();
         let tops = [&f_top, &b_top];
-        let targets = [forward_targets, backward_targets];
+        let [forward_targets, backward_targets] = &streams.targets;
+        let targets = [&**forward_targets, &**backward_targets];
         let candidates = match softmax {
             SoftmaxMode::Full => None,
             SoftmaxMode::Sampled(candidates) => Some(candidates),
@@ -148,7 +140,7 @@ impl BiLanguageModel {
         let [forward_finals, backward_finals] = recorded.finals();
         let step = LmStep {
             loss,
-            state: Some(CarriedState {
+            state: streams.carries_state.then_some(CarriedState {
                 forward: forward_finals,
                 backward: backward_finals,
             }),
@@ -192,36 +184,6 @@ impl BiLanguageModel {
             step,
             grads: Some(grads),
         }
-    }
-
-    /// [`Self::loss_and_gradients`] of a sentence batch (rows of different lengths, from a zero
-    /// state): the LSTMs and the softmax through autodiff from the token embeddings of
-    /// `encoder_pass` as a leaf, whose gradient then goes through the token encoder by hand.
-    fn sentence_gradients(
-        &self,
-        batch: &LmBatch,
-        encoder_pass: EncoderPass,
-        softmax: SoftmaxMode,
-        dropout_seed: Option<u64>,
-        loss_scale: f32,
-    ) -> LmGradients {
-        let encoder = &self.bilm.token_encoder;
-        let embedded = encoder_pass.embedded().autodiff();
-        let embedded = match encoder_pass.trains(encoder) {
-            true => embedded.require_grad(),
-            false => embedded,
-        };
-        let step = self.loss_of_embedded(batch, embedded.clone(), None, softmax, dropout_seed);
-        let grads = is_finite(&step.loss).then(|| {
-            let backward = step.loss.loss.clone().mul_scalar(loss_scale).backward();
-            let grad_embedded = embedded.grad(&backward);
-            let mut grads = GradientsParams::from_grads(backward, self);
-            if let Some(grad) = grad_embedded {
-                encoder_pass.backward(encoder, grad, self.kernels, &mut grads);
-            }
-            grads
-        });
-        LmGradients { step, grads }
     }
 
     /// The softmax (full, or against `candidates`) over both directions' target rows,
