@@ -81,7 +81,7 @@ fn rows_in_order(tensor: &CubeTensor) -> bool {
 }
 
 /// `tensor` with a contiguous layout, as a burn tensor: made once before a loop of kernels that
-/// read it, since [`kernel_input`] would copy a strided tensor at every launch. Unchanged when it
+/// read it, since `kernel_input` would copy a strided tensor at every launch. Unchanged when it
 /// is contiguous already or not on a CubeCL device.
 pub fn contiguous<const D: usize>(tensor: Tensor<D>) -> Tensor<D> {
     match cube_primitive(&tensor) {
@@ -93,7 +93,7 @@ pub fn contiguous<const D: usize>(tensor: Tensor<D>) -> Tensor<D> {
 }
 
 /// An uninitialised tensor of `shape` laid out without padding, for a kernel to write in place
-/// ([`kernel_in_place`]). `Tensor::empty` is not one on CUDA: CubeCL's CUDA runtime pads each row
+/// (`kernel_in_place`). `Tensor::empty` is not one on CUDA: CubeCL's CUDA runtime pads each row
 /// of a fresh tensor of rank two or more to a pitch of up to 512 bytes (`PitchedMemoryLayoutPolicy`,
 /// e.g. 1,200 `f32`s to 1,280) where a row's bytes are not a multiple, as `cuMemAllocPitch`
 /// would. A one-dimensional tensor has no rows to pad, and reshaping it only sets strides.

@@ -27,7 +27,7 @@ const ROWS_PER_UNIT: usize = 64;
 /// The sum of the rows of `values` by group, row `i` into output row `group_of[i]`: a
 /// scatter-add into zeros whose indices are known on the host. Where `kernels` runs the fused
 /// kernels, the rows are grouped on the host (offsets and members, each group in ascending
-/// order, in blocks of at most [`ROWS_PER_UNIT`]) and one unit per output value adds its
+/// order, in blocks of at most 64, `ROWS_PER_UNIT`) and one unit per output value adds its
 /// group's rows in that order (the same result at every run); burn's `select_assign`
 /// elsewhere.
 ///

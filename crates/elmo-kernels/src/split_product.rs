@@ -46,7 +46,7 @@ const BUSY_CUBES: usize = 256;
 /// The slices of K for the G products `[B, K]·[K, N]` of a group run as one batched product,
 /// chosen from their grid (inference, where B ranges from a few rows to thousands): 1 when
 /// their output blocks already fill the device or `split` is off, else the fewest slices that
-/// bring the blocks to [`BUSY_CUBES`] (dividing K into equal slices of at least 128, at most
+/// bring the blocks to 256, `BUSY_CUBES` (dividing K into equal slices of at least 128, at most
 /// 32; the most there are when none does).
 pub fn slices_for_grid(split: bool, n_groups: usize, rows: usize, k: usize, n: usize) -> usize {
     let blocks = n_groups * rows.div_ceil(64) * n.div_ceil(128);

@@ -93,7 +93,7 @@ impl LstmWithProjectionConfig {
         }
     }
 
-    /// [`Self::init`] with the weights drawn from `seed` ([`crate::seeded_init`]): the same
+    /// [`Self::init`] with the weights drawn from `seed` ([`crate::seeded_init()`]): the same
     /// layer on every run and thread.
     pub fn init_seeded(&self, device: &Device, seed: u64) -> LstmWithProjection {
         crate::seeded_init(device, seed, || self.init(device))

@@ -1,7 +1,7 @@
 //! Text corpora: files or glob patterns, one sentence per line, read shard (file) by shard.
 //!
 //! Lines are pre-tokenized (split on whitespace, 1B Word Benchmark style) or raw text split by
-//! [`crate::tokenizer`]. Blank lines are skipped. Invalid UTF-8 is an error naming file and line.
+//! [`elmo_model::tokenizer`]. Blank lines are skipped. Invalid UTF-8 is an error naming file and line.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

@@ -111,7 +111,7 @@ pub struct InitialModel {
 }
 
 /// A new run's model: every parameter drawn reproducibly from `seed` (see
-/// [`elmo_model::seeded_init`]), then those of `init_from` put in their place.
+/// [`elmo_model::seeded_init()`]), then those of `init_from` put in their place.
 pub fn initial_model(
     config: &TrainConfig,
     vocab: &Vocabulary,

@@ -100,7 +100,7 @@ pub fn model_for(config: &TrainConfig, vocab: &Vocabulary, device: &Device) -> B
 }
 
 /// A freshly initialised model of the config's shape for a vocabulary, its weights drawn
-/// reproducibly from `seed` (see [`elmo_model::seeded_init`]).
+/// reproducibly from `seed` (see [`elmo_model::seeded_init()`]).
 pub fn seeded_model(
     config: &TrainConfig,
     vocab: &Vocabulary,

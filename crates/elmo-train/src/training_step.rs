@@ -60,7 +60,7 @@ struct SoftmaxStep {
 impl BiLanguageModel {
     /// [`Self::loss`] and the gradient of every trainable parameter, for a training step
     /// (`device` with autodiff), without autodiff: the LSTM stacks run over the batch's two
-    /// streams ([`LmBatch::streams`]: a sentence batch's rows, and each reversed within its
+    /// streams (`LmBatch::streams`: a sentence batch's rows, and each reversed within its
     /// length), one thread per direction on a CPU and both as one where the fused kernels run
     /// (`KernelSettings::paired_for`: one batched product and one launch of each fused kernel
     /// for both directions), and are backpropagated by hand; the softmax (full or sampled) and
