@@ -1,7 +1,7 @@
 //! `cargo xtask`: project automation (std only).
 //!
 //! - `cargo xtask ci`: the module-cycle check, `cargo fmt --check`, `cargo clippy -D warnings`,
-//!   `cargo test --workspace` (the framework-native example `examples/elmo-tagger` runs as one
+//!   `cargo doc` without warnings, `cargo test --workspace` (the framework-native example `examples/elmo-tagger` runs as one
 //!   of its tests, on flex), then ~1,000 fuzz cases.
 //! - `cargo xtask spirv`: `cargo test --workspace` again with the `elmo` binary's opt-in `vulkan`
 //!   feature, so that every wgpu test (f32 and mixed precision) runs through burn's SPIR-V
@@ -54,6 +54,11 @@ fn ci() -> Result<(), String> {
         "warnings",
     ]);
     run(clippy)?;
+    // The API docs without a broken or private link (the dependencies' metadata is clippy's).
+    let mut doc = cargo();
+    doc.args(["doc", "--workspace", "--no-deps"])
+        .env("RUSTDOCFLAGS", "-D warnings");
+    run(doc)?;
     let mut test = cargo();
     test.args(["test", "--workspace"]);
     run(test)?;
