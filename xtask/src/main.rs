@@ -54,7 +54,7 @@ fn ci() -> Result<(), String> {
         "warnings",
     ]);
     run(clippy)?;
-    // The API docs without a broken or private link (the dependencies' metadata is clippy's).
+    // The API docs without a broken or private link.
     let mut doc = cargo();
     doc.args(["doc", "--workspace", "--no-deps"])
         .env("RUSTDOCFLAGS", "-D warnings");
