@@ -91,7 +91,7 @@ pub(crate) fn forward_stack(
         false,
         |index, x| {
             let (layers, weight_masks): (Vec<_>, Vec<_>) = (stacks.iter().zip(&mut weight_drops))
-                .map(|(stack, weight_drop)| weight_drop.drop_recurrent(&stack[index]))
+                .map(|(stack, weight_drop)| weight_drop.drop_recurrent_untracked(&stack[index]))
                 .unzip();
             let mask = next_masks(&x);
             let input = match &mask {
