@@ -566,6 +566,7 @@ impl BiLm {
             )
         };
         let (forward, backward) = both_directions(
+            inputs.is_autodiff(),
             || run(&self.forward_layers, true, forward_starts),
             || run(&self.backward_layers, false, backward_starts),
         );

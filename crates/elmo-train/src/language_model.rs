@@ -409,13 +409,15 @@ impl BiLanguageModel {
         }
     }
 
-    /// Runs the forward and the backward stack side by side ([`both_directions`]).
+    /// Runs the forward and the backward stack side by side ([`both_directions`]; one after
+    /// the other under autodiff).
     fn both_stacks(
         &self,
         forward: DirectionRun,
         backward: DirectionRun,
     ) -> ((Tensor<3>, Vec<LstmState>), (Tensor<3>, Vec<LstmState>)) {
         both_directions(
+            forward.embedded.is_autodiff(),
             || self.run_direction(&self.bilm.forward_layers, forward),
             || self.run_direction(&self.bilm.backward_layers, backward),
         )

@@ -122,7 +122,8 @@ impl BiLanguageModel {
                     kernels,
                 )
             };
-            let (f, b) = both_directions(|| run(0, f_start), || run(1, b_start));
+            let autodiff = embedded.is_autodiff();
+            let (f, b) = both_directions(autodiff, || run(0, f_start), || run(1, b_start));
             vec![f, b]
         });
         mark("LSTM forward");
@@ -160,6 +161,7 @@ impl BiLanguageModel {
             ),
             Ok([f_stack, b_stack]) => {
                 let (f, b) = both_directions(
+                    f_grad.is_autodiff(),
                     || backward_stack(&stacks[..1], skip, f_stack, f_grad),
                     || backward_stack(&stacks[1..], skip, b_stack, b_grad),
                 );

@@ -414,11 +414,12 @@ fn a_sentence_batch_reads_each_row_as_the_bilm_does() {
 }
 
 /// Regression: on wgpu a sentence batch's loss with dropout is the same at every call (dropout
-/// masks are a pure function of the seed). Its two stacks run on two threads (two CubeCL
-/// streams); when both read the same token embeddings, each thread handed a clone of them, the
-/// second could overwrite the buffer in place while the first one's reads were still queued: on
-/// lavapipe 7 of 24 calls gave 2.9517016 instead of 2.9510093. (`both_directions` now asks for
-/// borrowed inputs, and each stack reads rows of its own.)
+/// masks are a pure function of the seed), with autodiff and without. Its two stacks ran on two
+/// threads (two CubeCL streams); when both read the same token embeddings, each thread handed a
+/// clone of them, the second could overwrite the buffer in place while the first one's reads
+/// were still queued: under autodiff, on lavapipe, 7 of 24 calls gave 2.9517016 instead of
+/// 2.9510093. (`both_directions` now asks for borrowed inputs, each stack reads rows of its own,
+/// and under autodiff the stacks run one after the other.)
 #[test]
 fn a_sentence_loss_with_dropout_is_the_same_at_every_call_on_wgpu() {
     let _one = autodiff_one_at_a_time();
@@ -434,13 +435,19 @@ fn a_sentence_loss_with_dropout_is_the_same_at_every_call_on_wgpu() {
         batch,
         ..
     } = PackedStep::of_mode(&tiny_config(), device, BatchMode::Sentences);
-    let losses: Vec<f32> = (0..24)
-        .map(|_| {
-            let step = model.loss(&batch, None, SoftmaxMode::Full, Some(5), &device);
-            step.loss.loss.into_scalar()
-        })
-        .collect();
-    assert!(losses.iter().all(|&l| l == losses[0]), "{losses:?}");
+    let plain = (model.valid(), device.clone().without_autodiff());
+    for (model, device) in [(model, device), plain] {
+        let losses: Vec<f32> = (0..24)
+            .map(|_| {
+                let step = model.loss(&batch, None, SoftmaxMode::Full, Some(5), &device);
+                step.loss.loss.into_scalar()
+            })
+            .collect();
+        assert!(
+            losses.iter().all(|&l| l == losses[0]),
+            "{losses:?} ({device:?})"
+        );
+    }
 }
 
 /// On wgpu (in CI: lavapipe, whose float scatter-adds are atomic) the fast step gives the same
