@@ -1,6 +1,8 @@
 //! Throughput of burn matmul on the shapes ELMo uses (GFLOP/s), per backend; a diagnostic for
 //! `cargo xtask bench`. `cargo run -p elmo-cli --example bench_matmul -- flex [--packed]`
-//! (`--packed`: with `elmo_model::cpu_matmul::pack_small_batch_weights`, as the CLI runs flex).
+//! (`--packed`: with `elmo_model::cpu_matmul::pack_small_batch_weights`, as the CLI runs flex;
+//! `host`: the host LSTM loop's kernel, `elmo_kernels::matmul_packed`, on one thread, its weights
+//! packed once as the loop packs them).
 use std::time::Instant;
 
 use burn::tensor::{Device, Distribution, Tensor};
@@ -11,6 +13,10 @@ fn main() {
     let packed = std::env::args().any(|a| a == "--packed");
     if packed {
         elmo_model::cpu_matmul::pack_small_batch_weights();
+    }
+    if backend == "host" {
+        host_products();
+        return;
     }
     let device = match backend.as_str() {
         "ndarray" => Device::ndarray(),
@@ -36,6 +42,39 @@ fn main() {
         println!(
             "{backend}{} [{m}x{k}]x[{k}x{n}]: {:.1} GFLOP/s ({:.2} ms)",
             if packed { " packed" } else { "" },
+            2.0 * (m * k * n) as f64 / s / 1e9,
+            s * 1e3
+        );
+    }
+}
+
+/// GFLOP/s of [`elmo_kernels::matmul_packed`] on the shapes of the host LSTM loop: one step's
+/// `h·W_h` and projection at 64 and 256 rows, and a chunk's input projection.
+fn host_products() {
+    for (m, k, n) in [
+        (64usize, 512usize, 16384usize),
+        (64, 4096, 512),
+        (256, 512, 16384),
+        (256, 4096, 512),
+        (512, 512, 16384),
+    ] {
+        let values = |len: usize, seed: usize| -> Vec<f32> {
+            (0..len)
+                .map(|i| ((i * 7919 + seed) % 1000) as f32 / 1000.0 - 0.5)
+                .collect()
+        };
+        let b = elmo_kernels::PackedMatrix::pack(&values(k * n, 1), n);
+        let a = values(m * k, 2);
+        let mut c = vec![0.0f32; m * n];
+        elmo_kernels::matmul_packed(&a, k, m, &b, &mut c, n);
+        let reps = (2e10 / (2.0 * (m * k * n) as f64)).clamp(3.0, 200.0) as usize;
+        let start = Instant::now();
+        for _ in 0..reps {
+            elmo_kernels::matmul_packed(&a, k, m, &b, &mut c, n);
+        }
+        let s = start.elapsed().as_secs_f64() / reps as f64;
+        println!(
+            "host [{m}x{k}]x[{k}x{n}]: {:.1} GFLOP/s ({:.2} ms)",
             2.0 * (m * k * n) as f64 / s / 1e9,
             s * 1e3
         );

@@ -141,6 +141,17 @@ impl KernelSettings {
         let limit = self.buffer_bytes.min(device_buffer_limit(like));
         (limit / bytes_per_row.max(1)).max(1)
     }
+
+    /// [`Self::rows_per_buffer`] for work that runs in pieces only to bound its memory (the char
+    /// CNN's convolutions): on a CPU device at most [`CPU_PIECE_BYTES`] a piece, since pieces
+    /// cost no kernel launches there and smaller ones keep the peak memory down.
+    pub fn rows_per_piece<const D: usize>(&self, like: &Tensor<D>, bytes_per_row: usize) -> usize {
+        let rows = self.rows_per_buffer(like, bytes_per_row);
+        match on_cube_device(like) {
+            true => rows,
+            false => rows.min((CPU_PIECE_BYTES / bytes_per_row.max(1)).max(1)),
+        }
+    }
 }
 
 /// Whether a vendor BLAS runs products on `tensor`'s device: cuBLAS found and a CUDA device.
@@ -183,6 +194,11 @@ pub fn largest_buffer_bytes(device: &Device) -> usize {
 
 /// [`KernelSettings::buffer_bytes`] by default: 1 GiB.
 pub const DEFAULT_BUFFER_BYTES: usize = 1 << 30;
+
+/// The largest piece of [`KernelSettings::rows_per_piece`] on a CPU device: 64 MiB (at the
+/// `original` size, 1 GiB pieces raised `elmo embed`'s peak memory by ~70 MiB at 256 rows, and
+/// 64 MiB ones ran as fast).
+pub const CPU_PIECE_BYTES: usize = 64 << 20;
 
 /// The largest buffer `tensor`'s device allocates (a CubeCL device's page size: wgpu on
 /// Vulkan `min(maxStorageBufferRange, 2 GiB − 1)`); unbounded elsewhere.

@@ -542,9 +542,10 @@ impl CharCnnEncoder {
     }
 
     /// `stage` over `n_rows` tokens in pieces (`stage(start, len)` for rows `start..start +
-    /// len`) whose largest intermediate fits one buffer (the widest convolution's values before
-    /// the max: 180 KiB a token at `original`'s 1,024 filters of width 7 over 50 slots), each
-    /// piece as the whole batch would run; the pieces' outputs concatenated.
+    /// len`) whose largest intermediate fits one piece (`KernelSettings::rows_per_piece`; the
+    /// widest convolution's values before the max: 180 KiB a token at `original`'s 1,024 filters
+    /// of width 7 over 50 slots), each piece as the whole batch would run; the pieces' outputs
+    /// concatenated.
     ///
     /// # Shapes
     /// - each output of `stage`: `[len, _]`; of this: `[n_rows, _]`
@@ -554,8 +555,8 @@ impl CharCnnEncoder {
         extent: usize,
         stage: impl Fn(usize, usize) -> [Tensor<2>; S],
     ) -> [Tensor<2>; S] {
-        let piece = (self.kernels)
-            .rows_per_buffer(&self.char_embedding.val(), self.bytes_per_token(extent));
+        let piece =
+            (self.kernels).rows_per_piece(&self.char_embedding.val(), self.bytes_per_token(extent));
         if n_rows <= piece {
             return stage(0, n_rows);
         }

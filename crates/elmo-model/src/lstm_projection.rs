@@ -16,12 +16,11 @@ use burn::module::{Module, Param};
 use burn::nn::Initializer;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 
-use elmo_kernels::{
-    GateActivation, HostLstm, HostLstmWeights, KernelSettings, half_product, to_half,
-};
+use elmo_kernels::{GateActivation, KernelSettings, half_product, to_half};
 
 pub use crate::fused_recurrence::PROJECTION_CHUNK_STEPS;
 use crate::fused_recurrence::{GroupLayer, forward_group, projection_chunk_steps};
+use crate::host_weights::{HostWeights, LayerWeights};
 pub use crate::lstm_state::LstmState;
 
 /// Configuration of a [`LstmWithProjection`].
@@ -59,6 +58,10 @@ pub struct LstmWithProjection {
     /// Which kernels run (here: `host_recurrence`, the host loop of inference on a CPU).
     #[module(skip)]
     pub kernels: KernelSettings,
+    /// The packed host copy of the weights that inference on flex keeps between calls
+    /// ([`HostWeights`]; empty elsewhere).
+    #[module(skip)]
+    pub host_weights: HostWeights,
 }
 
 /// Output of [`LstmWithProjection::forward`].
@@ -90,6 +93,7 @@ impl LstmWithProjectionConfig {
             cell_clip: self.cell_clip,
             projection_clip: self.projection_clip,
             kernels: KernelSettings::default(),
+            host_weights: HostWeights::default(),
         }
     }
 
@@ -348,8 +352,9 @@ impl LstmWithProjection {
 }
 
 impl LstmWithProjection {
-    /// [`Self::forward_sorted`] as one host loop ([`HostLstm`]); `None` when a tensor cannot be
-    /// read as float32 (then burn's operations run).
+    /// [`Self::forward_sorted`] as one host loop (`elmo_kernels::HostLstm`, its weights packed
+    /// once and kept: [`HostWeights`]); `None` when a tensor cannot be read as float32 (then
+    /// burn's operations run).
     fn forward_host(
         &self,
         inputs: &Tensor<3>,
@@ -361,16 +366,16 @@ impl LstmWithProjection {
         let [batch, n_steps, _] = inputs.dims();
         let (d_cell, d_projection) = (self.d_cell(), self.d_projection());
         let host = |tensor: Tensor<2>| tensor.into_data().try_into_vec::<f32>().ok();
-        // The host copies of the weights are dropped once packed.
-        let layer = HostLstm::new(HostLstmWeights {
-            input_weight: &host(self.input_weight.val())?,
-            state_weight: &host(self.state_weight.val())?,
-            bias: &self.bias.val().into_data().try_into_vec::<f32>().ok()?,
-            projection: &host(self.projection.val())?,
+        let layer = self.host_weights.layer(LayerWeights {
+            input_weight: &self.input_weight.val(),
+            state_weight: &self.state_weight.val(),
+            bias: &self.bias.val(),
+            projection: &self.projection.val(),
             cell_clip: self.cell_clip,
             projection_clip: self.projection_clip,
-        });
-        let out = layer.forward(
+        })?;
+        let out = layer.recurrent.forward(
+            &layer.input_weight,
             &inputs.clone().into_data().try_into_vec::<f32>().ok()?,
             lengths,
             n_steps,
@@ -392,7 +397,8 @@ impl LstmWithProjection {
     }
 }
 
-/// Whether `device` is burn's flex CPU backend without autodiff, where [`HostLstm`] runs.
+/// Whether `device` is burn's flex CPU backend without autodiff, where `elmo_kernels::HostLstm`
+/// runs.
 #[cfg(feature = "flex")]
 fn on_host_cpu(device: &Device) -> bool {
     matches!(device.as_dispatch(), burn::backend::DispatchDevice::Flex(_))
@@ -539,6 +545,55 @@ mod tests {
             assert!(
                 outputs < 2e-6 && hidden < 2e-6 && memory < 2e-6,
                 "{go_forward}: {outputs} {hidden} {memory}"
+            );
+        }
+    }
+
+    /// The host loop keeps its packed recurrent weights between calls and packs them again
+    /// whenever a weight changes: replaced, or mapped by an operation that flex could run in
+    /// place (`Param::map`, the optimizer's and `load_record`'s way). A copy that missed a change
+    /// would give the old weights' outputs.
+    #[test]
+    fn the_host_loop_follows_every_change_of_the_weights() {
+        let device = Device::flex();
+        let mut layer = seeded_layer(&device, 9, [24, 40, 12], Some(0.5), Some(0.3));
+        let lengths = [9, 6, 2];
+        let inputs = Tensor::<3>::from_data(values(3 * 9 * 24, 2.0, &[3, 9, 24]), &device);
+        let run = |layer: &LstmWithProjection, kernels| {
+            let layer = layer.clone().with_kernels(kernels);
+            layer.forward(inputs.clone(), &lengths, true, None).outputs
+        };
+        let check = |layer: &LstmWithProjection| {
+            let host = run(layer, KernelSettings::ALL);
+            let diff = max_abs_diff(host.clone(), run(layer, KernelSettings::COMPOSED));
+            assert!(
+                diff < 2e-6,
+                "the host loop against burn's operations: {diff}"
+            );
+            host
+        };
+        assert!(!layer.host_weights.is_packed());
+        let first = check(&layer);
+        assert!(layer.host_weights.is_packed());
+        assert_eq!(
+            max_abs_diff(first.clone(), run(&layer, KernelSettings::ALL)),
+            0.0,
+            "the kept copy gives the same outputs"
+        );
+        layer.state_weight = layer.state_weight.map(|w| w.mul_scalar(0.5));
+        let mapped = check(&layer);
+        layer.projection = Param::from_tensor(layer.projection.val().mul_scalar(-1.0));
+        let replaced = check(&layer);
+        layer.bias = layer.bias.map(|b| b.add_scalar(0.25));
+        let biased = check(&layer);
+        for (name, a, b) in [
+            ("mapped", &first, &mapped),
+            ("replaced", &mapped, &replaced),
+            ("biased", &replaced, &biased),
+        ] {
+            assert!(
+                max_abs_diff(a.clone(), b.clone()) > 1e-3,
+                "{name}: no change"
             );
         }
     }

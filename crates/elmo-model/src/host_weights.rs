@@ -1,0 +1,162 @@
+//! The packed host copy of an LSTMP layer's recurrent weights (`W_h`, bias, projection) that the
+//! inference loop on burn's flex CPU backend runs with (`elmo_kernels::HostLstm`, AllenNLP's
+//! `LstmCellWithProjection` recurrence), kept with the layer between calls: [`HostWeights`]; and
+//! the input weight `W_x`, packed per call. Each copy is a pass over fresh memory (40 MiB of
+//! recurrent weights per layer and direction at the `original` size), so an embedding run packs
+//! those once, not once per batch. `W_x` (32 MiB there) is read once per chunk of steps, so
+//! packing it per call costs little, and keeping it would cost its memory.
+//!
+//! The copy is valid for the exact storage it was packed from: it holds a reference to each
+//! weight's flex buffer, so flex cannot update a packed weight in place (it copies a shared
+//! buffer before writing), and a call whose weights live in any other buffer (new values
+//! loaded, an optimizer step, another device) packs again.
+
+use std::any::Any;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+#[cfg(feature = "flex")]
+use burn::backend::Flex;
+use burn::tensor::Tensor;
+#[cfg(feature = "flex")]
+use elmo_kernels::HostLstmWeights;
+use elmo_kernels::{HostLstm, PackedMatrix};
+
+/// A weight's flex buffer, held, and the values it was read at (pointer and length).
+#[cfg_attr(not(feature = "flex"), allow(dead_code))]
+struct Source {
+    buffer: Arc<dyn Any + Send + Sync>,
+    values: (usize, usize),
+}
+
+#[cfg_attr(not(feature = "flex"), allow(dead_code))]
+impl Source {
+    fn is(&self, other: &Source) -> bool {
+        std::ptr::addr_eq(Arc::as_ptr(&self.buffer), Arc::as_ptr(&other.buffer))
+            && self.values == other.values
+    }
+}
+
+/// A packed layer's recurrent weights and the buffers they were packed from.
+#[cfg_attr(not(feature = "flex"), allow(dead_code))]
+struct Packed {
+    sources: Vec<Source>,
+    layer: Arc<HostLstm>,
+}
+
+/// The last packed copy of a layer's recurrent weights (empty until the first inference call on
+/// flex). Clones of a layer share it. Where a layer's weights change, the buffers of the old ones
+/// stay held until the next inference call packs the new ones.
+#[derive(Clone, Default)]
+pub struct HostWeights {
+    slot: Arc<Mutex<Option<Packed>>>,
+}
+
+impl fmt::Debug for HostWeights {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let packed = self.slot.lock().map(|slot| slot.is_some()).unwrap_or(false);
+        f.debug_struct("HostWeights")
+            .field("packed", &packed)
+            .finish()
+    }
+}
+
+/// A layer ready for `elmo_kernels::HostLstm::forward`: its kept recurrent weights and its
+/// input weight packed for this call.
+#[cfg_attr(not(feature = "flex"), allow(dead_code))]
+pub(crate) struct PackedLayer {
+    /// The recurrent weights.
+    pub recurrent: Arc<HostLstm>,
+    /// `W_x`, packed.
+    pub input_weight: PackedMatrix,
+}
+
+/// The weights of one layer as [`HostWeights::layer`] reads them.
+#[cfg_attr(not(feature = "flex"), allow(dead_code))]
+pub(crate) struct LayerWeights<'a> {
+    /// `[d_input, 4C]`.
+    pub input_weight: &'a Tensor<2>,
+    /// `[P, 4C]`.
+    pub state_weight: &'a Tensor<2>,
+    /// `[4C]`.
+    pub bias: &'a Tensor<1>,
+    /// `[C, P]`.
+    pub projection: &'a Tensor<2>,
+    /// Memory cell clip.
+    pub cell_clip: Option<f64>,
+    /// Projected state clip.
+    pub projection_clip: Option<f64>,
+}
+
+impl HostWeights {
+    /// Without this crate's `flex` feature no tensor is a flex one: `None`.
+    #[cfg(not(feature = "flex"))]
+    pub(crate) fn layer(&self, _weights: LayerWeights) -> Option<PackedLayer> {
+        None
+    }
+
+    /// The packed layer for `weights`: the kept recurrent weights where they are the buffers
+    /// they were packed from, else packed now (and kept), and the input weight packed now.
+    /// `None` where a weight is not a contiguous `f32` flex tensor.
+    #[cfg(feature = "flex")]
+    pub(crate) fn layer(&self, weights: LayerWeights) -> Option<PackedLayer> {
+        let flex = |tensor: &Tensor<2>| tensor.clone().inner().try_into_primitive::<Flex>().ok();
+        let bias = weights.bias.clone().unsqueeze_dim::<2>(0);
+        let input_weight = flex(weights.input_weight)?;
+        let tensors = [
+            flex(weights.state_weight)?,
+            flex(&bias)?,
+            flex(weights.projection)?,
+        ];
+        let mut values = Vec::with_capacity(tensors.len());
+        let mut sources = Vec::with_capacity(tensors.len());
+        for tensor in &tensors {
+            let slice = tensor.as_slice::<f32>()?;
+            sources.push(Source {
+                buffer: tensor.data_arc(),
+                values: (slice.as_ptr() as usize, slice.len()),
+            });
+            values.push(slice);
+        }
+        let mut slot = self
+            .slot
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let kept = slot.as_ref().filter(|packed| {
+            packed.sources.len() == sources.len()
+                && packed.sources.iter().zip(&sources).all(|(a, b)| a.is(b))
+        });
+        let recurrent = match kept {
+            Some(packed) => packed.layer.clone(),
+            None => {
+                // The previous copy goes first, so that two are never held at once.
+                *slot = None;
+                let layer = Arc::new(HostLstm::new(HostLstmWeights {
+                    d_input: weights.input_weight.dims()[0],
+                    state_weight: values[0],
+                    bias: values[1],
+                    projection: values[2],
+                    cell_clip: weights.cell_clip,
+                    projection_clip: weights.projection_clip,
+                }));
+                *slot = Some(Packed {
+                    sources,
+                    layer: layer.clone(),
+                });
+                layer
+            }
+        };
+        drop(slot);
+        let input_weight = recurrent.pack_input(input_weight.as_slice::<f32>()?);
+        Some(PackedLayer {
+            recurrent,
+            input_weight,
+        })
+    }
+
+    /// Whether a packed copy is kept (for tests).
+    #[cfg(test)]
+    pub(crate) fn is_packed(&self) -> bool {
+        self.slot.lock().map(|slot| slot.is_some()).unwrap_or(false)
+    }
+}
