@@ -32,20 +32,29 @@ fn main() {
     ] {
         let a = Tensor::<2>::random([m, k], Distribution::Default, &device);
         let b = Tensor::<2>::random([k, n], Distribution::Default, &device);
-        let _ = a.clone().matmul(b.clone()).to_data();
-        let reps = (2e10 / (2.0 * (m * k * n) as f64)).clamp(1.0, 200.0) as usize;
-        let start = Instant::now();
-        for _ in 0..reps {
+        let name = format!("{backend}{}", if packed { " packed" } else { "" });
+        time_product(&name, [m, k, n], 1, || {
             let _ = a.clone().matmul(b.clone()).to_data();
-        }
-        let s = start.elapsed().as_secs_f64() / reps as f64;
-        println!(
-            "{backend}{} [{m}x{k}]x[{k}x{n}]: {:.1} GFLOP/s ({:.2} ms)",
-            if packed { " packed" } else { "" },
-            2.0 * (m * k * n) as f64 / s / 1e9,
-            s * 1e3
-        );
+        });
     }
+}
+
+/// Runs `product` once, then times enough runs for ~20 GFLOP (at least `min_reps`, at most
+/// 200) and prints its GFLOP/s.
+fn time_product(name: &str, [m, k, n]: [usize; 3], min_reps: usize, mut product: impl FnMut()) {
+    product();
+    let flop = 2.0 * (m * k * n) as f64;
+    let reps = (2e10 / flop).clamp(min_reps as f64, 200.0) as usize;
+    let start = Instant::now();
+    for _ in 0..reps {
+        product();
+    }
+    let s = start.elapsed().as_secs_f64() / reps as f64;
+    println!(
+        "{name} [{m}x{k}]x[{k}x{n}]: {:.1} GFLOP/s ({:.2} ms)",
+        flop / s / 1e9,
+        s * 1e3
+    );
 }
 
 /// GFLOP/s of [`elmo_kernels::matmul_packed`] on the shapes of the host LSTM loop: one step's
@@ -66,17 +75,8 @@ fn host_products() {
         let b = elmo_kernels::PackedMatrix::pack(&values(k * n, 1), n);
         let a = values(m * k, 2);
         let mut c = vec![0.0f32; m * n];
-        elmo_kernels::matmul_packed(&a, k, m, &b, &mut c, n);
-        let reps = (2e10 / (2.0 * (m * k * n) as f64)).clamp(3.0, 200.0) as usize;
-        let start = Instant::now();
-        for _ in 0..reps {
-            elmo_kernels::matmul_packed(&a, k, m, &b, &mut c, n);
-        }
-        let s = start.elapsed().as_secs_f64() / reps as f64;
-        println!(
-            "host [{m}x{k}]x[{k}x{n}]: {:.1} GFLOP/s ({:.2} ms)",
-            2.0 * (m * k * n) as f64 / s / 1e9,
-            s * 1e3
-        );
+        time_product("host", [m, k, n], 3, || {
+            elmo_kernels::matmul_packed(&a, k, m, &b, &mut c, n)
+        });
     }
 }
