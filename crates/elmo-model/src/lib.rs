@@ -4,7 +4,9 @@
 //!
 //! This crate picks no backend: every constructor takes a `burn::tensor::Device`, and the
 //! application enables burn's backends. Features: `kernels` (custom CubeCL kernels on a CubeCL
-//! device, [`KernelSettings`]), `flex` (`cpu_matmul`, a setting of flex's matmul crate).
+//! device, [`KernelSettings`]), `flex` (on burn's flex CPU backend the LSTM recurrence of
+//! inference as one host loop, its packed weights kept between calls by [`HostWeights`];
+//! `cpu_matmul`, a setting of flex's matmul crate).
 //!
 //! ```no_run
 //! use burn::tensor::Device;
