@@ -196,8 +196,7 @@ pub fn largest_buffer_bytes(device: &Device) -> usize {
 pub const DEFAULT_BUFFER_BYTES: usize = 1 << 30;
 
 /// The largest piece of [`KernelSettings::rows_per_piece`] on a CPU device: 64 MiB (at the
-/// `original` size, 1 GiB pieces raised `elmo embed`'s peak memory by ~70 MiB at 256 rows, and
-/// 64 MiB ones ran as fast).
+/// `original` size, 64 MiB pieces of the char CNN ran as fast as 1 GiB ones).
 pub const CPU_PIECE_BYTES: usize = 64 << 20;
 
 /// The largest buffer `tensor`'s device allocates (a CubeCL device's page size: wgpu on

@@ -29,7 +29,8 @@ pub(crate) fn projection_chunk_steps(
     PROJECTION_CHUNK_STEPS.min(kernels.rows_per_buffer(like, rows * gates * 4))
 }
 
-/// What the recurrence reads of one layer (`LstmWithProjection::group_layer`).
+/// What the recurrence reads of one layer (`LstmWithProjection::group_layer`; the host loop on
+/// flex reads the same, `HostWeights::layer`).
 ///
 /// # Shapes
 /// - input_weight: `[d_input, 4C]`; state_weight: `[P, 4C]`; bias: `[4C]`; projection: `[C, P]`

@@ -17,10 +17,13 @@ use std::sync::{Arc, Mutex};
 
 #[cfg(feature = "flex")]
 use burn::backend::Flex;
+#[cfg(feature = "flex")]
 use burn::tensor::Tensor;
 #[cfg(feature = "flex")]
 use elmo_kernels::HostLstmWeights;
 use elmo_kernels::{HostLstm, PackedMatrix};
+
+use crate::fused_recurrence::GroupLayer;
 
 /// A weight's flex buffer, held, and the values it was read at (pointer and length).
 #[cfg_attr(not(feature = "flex"), allow(dead_code))]
@@ -71,42 +74,25 @@ pub(crate) struct PackedLayer {
     pub input_weight: PackedMatrix,
 }
 
-/// The weights of one layer as [`HostWeights::layer`] reads them.
-#[cfg_attr(not(feature = "flex"), allow(dead_code))]
-pub(crate) struct LayerWeights<'a> {
-    /// `[d_input, 4C]`.
-    pub input_weight: &'a Tensor<2>,
-    /// `[P, 4C]`.
-    pub state_weight: &'a Tensor<2>,
-    /// `[4C]`.
-    pub bias: &'a Tensor<1>,
-    /// `[C, P]`.
-    pub projection: &'a Tensor<2>,
-    /// Memory cell clip.
-    pub cell_clip: Option<f64>,
-    /// Projected state clip.
-    pub projection_clip: Option<f64>,
-}
-
 impl HostWeights {
     /// Without this crate's `flex` feature no tensor is a flex one: `None`.
     #[cfg(not(feature = "flex"))]
-    pub(crate) fn layer(&self, _weights: LayerWeights) -> Option<PackedLayer> {
+    pub(crate) fn layer(&self, _weights: &GroupLayer) -> Option<PackedLayer> {
         None
     }
 
-    /// The packed layer for `weights`: the kept recurrent weights where they are the buffers
+    /// The packed layer for `weights` (this layer's, as the fused recurrence reads them): the kept recurrent weights where they are the buffers
     /// they were packed from, else packed now (and kept), and the input weight packed now.
     /// `None` where a weight is not a contiguous `f32` flex tensor.
     #[cfg(feature = "flex")]
-    pub(crate) fn layer(&self, weights: LayerWeights) -> Option<PackedLayer> {
+    pub(crate) fn layer(&self, weights: &GroupLayer) -> Option<PackedLayer> {
         let flex = |tensor: &Tensor<2>| tensor.clone().inner().try_into_primitive::<Flex>().ok();
         let bias = weights.bias.clone().unsqueeze_dim::<2>(0);
-        let input_weight = flex(weights.input_weight)?;
+        let input_weight = flex(&weights.input_weight)?;
         let tensors = [
-            flex(weights.state_weight)?,
+            flex(&weights.state_weight)?,
             flex(&bias)?,
-            flex(weights.projection)?,
+            flex(&weights.projection)?,
         ];
         let mut values = Vec::with_capacity(tensors.len());
         let mut sources = Vec::with_capacity(tensors.len());

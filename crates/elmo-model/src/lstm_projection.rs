@@ -20,7 +20,7 @@ use elmo_kernels::{GateActivation, KernelSettings, half_product, to_half};
 
 pub use crate::fused_recurrence::PROJECTION_CHUNK_STEPS;
 use crate::fused_recurrence::{GroupLayer, forward_group, projection_chunk_steps};
-use crate::host_weights::{HostWeights, LayerWeights};
+use crate::host_weights::HostWeights;
 pub use crate::lstm_state::LstmState;
 
 /// Configuration of a [`LstmWithProjection`].
@@ -127,7 +127,7 @@ impl LstmWithProjection {
         !inputs.device().is_autodiff() && self.kernels.fused_for(inputs)
     }
 
-    /// What the fused inference recurrence reads of this layer.
+    /// What the fused inference recurrence (and the host loop on flex) reads of this layer.
     pub(crate) fn group_layer(&self) -> GroupLayer {
         GroupLayer {
             input_weight: self.input_weight.val(),
@@ -366,14 +366,7 @@ impl LstmWithProjection {
         let [batch, n_steps, _] = inputs.dims();
         let (d_cell, d_projection) = (self.d_cell(), self.d_projection());
         let host = |tensor: Tensor<2>| tensor.into_data().try_into_vec::<f32>().ok();
-        let layer = self.host_weights.layer(LayerWeights {
-            input_weight: &self.input_weight.val(),
-            state_weight: &self.state_weight.val(),
-            bias: &self.bias.val(),
-            projection: &self.projection.val(),
-            cell_clip: self.cell_clip,
-            projection_clip: self.projection_clip,
-        })?;
+        let layer = self.host_weights.layer(&self.group_layer())?;
         let out = layer.recurrent.forward(
             &layer.input_weight,
             &inputs.clone().into_data().try_into_vec::<f32>().ok()?,
