@@ -306,13 +306,7 @@ fn main() {
     let threads = get("--threads", "");
     let peer = get("--peer", "");
     let peer_device = get("--peer-device", "cpu");
-    let peer_script = get(
-        "--peer-script",
-        concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../xtask/peer/elmo_pytorch.py"
-        ),
-    );
+    let peer_script = get("--peer-script", &common::peer_script("elmo_pytorch.py"));
     let exe = std::env::current_exe().expect("own path");
     println!("{}", cpu_description());
     println!(

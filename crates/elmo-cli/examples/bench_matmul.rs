@@ -29,7 +29,10 @@ fn main() {
         (2642, 2048, 2048),
         (58000, 112, 1024),
         (64000, 16, 32),
-    ] {
+    ]
+    .into_iter()
+    .chain(TRAINING_SHAPES)
+    {
         let a = Tensor::<2>::random([m, k], Distribution::Default, &device);
         let b = Tensor::<2>::random([k, n], Distribution::Default, &device);
         let name = format!("{backend}{}", if packed { " packed" } else { "" });
@@ -79,4 +82,35 @@ fn host_products() {
             elmo_kernels::matmul_packed(&a, k, m, &b, &mut c, n)
         });
     }
+    // A training step's products at `original` 32 x 20 (per step, then over all steps), on
+    // every thread, the weights packed at each call as a large product packs them.
+    for (m, k, n) in TRAINING_SHAPES {
+        let values = |len: usize, seed: usize| -> Vec<f32> {
+            (0..len)
+                .map(|i| ((i * 7919 + seed) % 1000) as f32 / 1000.0 - 0.5)
+                .collect()
+        };
+        let (a, b) = (values(m * k, 2), values(k * n, 1));
+        let mut c = vec![0.0f32; m * n];
+        time_product("host parallel", [m, k, n], 3, || {
+            let b = elmo_kernels::PackedMatrix::pack(&b, n);
+            elmo_kernels::matmul_packed_parallel(&a, k, m, &b, &mut c, n)
+        });
+        let b = elmo_kernels::PackedMatrix::pack(&b, n);
+        time_product("host parallel, packed once", [m, k, n], 3, || {
+            elmo_kernels::matmul_packed_parallel(&a, k, m, &b, &mut c, n)
+        });
+    }
 }
+
+/// `[M, K, N]` of a training step's products at `original` 32 x 20: a step's state product and
+/// its transpose, the input projection of all steps, its input gradient, the weight gradients,
+/// the sampled softmax's logits.
+const TRAINING_SHAPES: [(usize, usize, usize); 6] = [
+    (32, 512, 16384),
+    (32, 16384, 512),
+    (640, 512, 16384),
+    (640, 16384, 512),
+    (512, 640, 16384),
+    (1280, 512, 8192),
+];

@@ -15,8 +15,8 @@
 //! `--batch-size 32`, `--unroll-steps 20`, `--vocab-size 50000`, `--negatives 8192`,
 //! `--peer PYTHON` (a Python with torch), `--peer-device cpu|cuda` (where the peer runs),
 //! `--peer-amp bf16|f16` (also the peer with automatic mixed precision, a second ratio),
-//! `--peer-script PATH` (default: the repository's `xtask/peer/bilm_train_pytorch.py` at build
-//! time, for a binary run elsewhere), `--threads N`, `--rounds N` (run every implementation
+//! `--peer-script PATH` (default: `xtask/peer/bilm_train_pytorch.py` of the repository that
+//! `cargo run` runs in, else of the one built from), `--threads N`, `--rounds N` (run every implementation
 //! N times, alternating, and report each one's median and its ratio to the peer's: on a shared,
 //! noisy machine the ratio of medians taken in the same minutes is the number to quote).
 //! Each implementation of elmo-rs also prints every step's loss (`LOSSES name: …`, warm-up
@@ -543,10 +543,7 @@ fn main() {
     let peer_device = get("--peer-device", "cpu");
     let peer_script = get(
         "--peer-script",
-        concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../xtask/peer/bilm_train_pytorch.py"
-        ),
+        &common::peer_script("bilm_train_pytorch.py"),
     );
     let rounds = number("--rounds", "1").max(1);
     let exe = std::env::current_exe().expect("own path");

@@ -56,10 +56,14 @@ impl Backend {
             #[cfg(feature = "flex")]
             Backend::Flex => {
                 elmo_model::cpu_matmul::pack_small_batch_weights();
+                elmo_model::cpu_memory::keep_large_allocations();
                 Ok(Device::flex())
             }
             #[cfg(feature = "ndarray")]
-            Backend::Ndarray => Ok(Device::ndarray()),
+            Backend::Ndarray => {
+                elmo_model::cpu_memory::keep_large_allocations();
+                Ok(Device::ndarray())
+            }
             #[cfg(feature = "wgpu")]
             Backend::Wgpu => Ok(Device::wgpu(DeviceKind::DefaultDevice)),
             #[cfg(feature = "vulkan")]

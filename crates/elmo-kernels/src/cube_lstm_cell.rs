@@ -834,6 +834,7 @@ mod tests {
         let mode = ProductMode {
             half: Some(half),
             vendor_blas: false,
+            host: false,
         };
         let mixed = inputs.run(0, mode);
         for (i, (a, b)) in full.iter().zip(&mixed).enumerate() {

@@ -19,6 +19,7 @@ use burn_cubecl::CubeBackend;
 
 #[cfg(feature = "cubecl")]
 use crate::cube_tensor::cube_primitive;
+use crate::host_product::host_product;
 use crate::{KernelSettings, ProductMode};
 #[cfg(feature = "cubecl")]
 use crate::{MatmulKernel, matmul_with};
@@ -42,7 +43,8 @@ pub fn kernel_for_shape(m: usize, k: usize, n: usize) -> Option<MatmulKernel> {
 /// ([`KernelSettings::vendor_blas`]); else with [`crate::Precision::Mixed`] on a GPU, the
 /// operands in 16 bits (`rhs` may be in that type already) and the result cast back to `f32`; in
 /// `f32` on a CubeCL device without autodiff, with `fused` and `shaped_matmul` on, through
-/// [`kernel_for_shape`]'s kernel; otherwise burn's `matmul`. The same values to float rounding.
+/// [`kernel_for_shape`]'s kernel; on burn's flex backend without autodiff, with
+/// `host_recurrence` on, through the host kernel (`host_product.rs`); otherwise burn's `matmul`. The same values to float rounding.
 ///
 /// # Shapes
 /// - lhs: `[.., M, K]`; rhs: `[.., K, N]`; output: `[.., M, N]`
@@ -79,8 +81,9 @@ pub fn product<const D: usize>(
 /// its operands in its 16-bit type (either may be in it already) and the result in `f32`:
 /// written in `f32` by the matmul kernel itself on a CubeCL device without autodiff
 /// (`f32_product_of_halves`), cast back after a 16-bit result otherwise, under autodiff too
-/// (the cast's gradient is cast back, so the backward products run in 16 bits as well); burn's
-/// `matmul` in `f32` without a 16-bit type. For the products that
+/// (the cast's gradient is cast back, so the backward products run in 16 bits as well); in
+/// `f32` without a 16-bit type, through the host kernel where `mode.host` and the operands are
+/// flex tensors outside autodiff, else burn's `matmul`. For the products that
 /// [`KernelSettings::product_mode`] describes.
 ///
 /// # Shapes
@@ -102,8 +105,19 @@ pub fn half_product<const D: usize>(
             }
             lhs.matmul(rhs).cast(FloatDType::F32)
         }
-        None => lhs.matmul(rhs),
+        None => plain_product(lhs, rhs, mode),
     }
+}
+
+/// `lhs · rhs` in `f32`: through the host kernel where `mode` asks for it and the operands are
+/// flex tensors outside autodiff (`host_product.rs`), else burn's `matmul`.
+fn plain_product<const D: usize>(lhs: Tensor<D>, rhs: Tensor<D>, mode: ProductMode) -> Tensor<D> {
+    if mode.host
+        && let Some(out) = host_product(&lhs, &rhs)
+    {
+        return out;
+    }
+    lhs.matmul(rhs)
 }
 
 /// `lhs · rhs` for 16-bit operands with the result written in `f32` by the matmul kernel
@@ -212,6 +226,7 @@ mod tests {
         let mode = ProductMode {
             half: Some(half),
             vendor_blas: false,
+            host: false,
         };
         let difference = |product: Tensor<3>| {
             (product - expected.clone())

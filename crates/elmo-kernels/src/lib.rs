@@ -25,6 +25,7 @@ mod gate_activation;
 mod gemm_plan;
 mod host_gemm;
 mod host_lstm;
+mod host_product;
 mod index_add;
 mod large_product;
 mod settings;
@@ -47,7 +48,7 @@ pub use cuda_blas::{CublasStats, cublas_available, cublas_product, cublas_runs_o
 pub use dropout_mask::{MaskKey, dropout_mask};
 pub use gate_activation::{EXP_LIMIT, GateActivation};
 pub use gemm_plan::{GemmPlan, StridedLayout, gemm_plan};
-pub use host_gemm::{PackedMatrix, matmul_packed};
+pub use host_gemm::{PackedMatrix, matmul_packed, matmul_packed_parallel};
 pub use host_lstm::{HostLstm, HostLstmOutput, HostLstmWeights};
 pub use index_add::{embedding, sum_groups, sum_row_groups};
 #[cfg(feature = "cubecl")]

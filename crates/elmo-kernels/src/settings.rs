@@ -24,9 +24,11 @@ pub struct KernelSettings {
     /// With `fused`: a biLM layer's two directions as one group on their rows stacked. Off: one
     /// after the other.
     pub paired_directions: bool,
-    /// The LSTMP forward pass of inference (no autodiff) on a CPU device as one host loop
-    /// ([`crate::HostLstm`]: weights packed once per call, one fused pass per cell). Off:
-    /// burn's operations, step by step.
+    /// On burn's flex CPU backend, the host kernels: the LSTMP forward pass of inference (no
+    /// autodiff) as one host loop ([`crate::HostLstm`]: weights packed once per call, one
+    /// fused pass per cell), and the products outside autodiff through the host kernel on
+    /// every thread (a training step's per-step products with their weights packed once per
+    /// step, [`crate::SplitWeight::on_host`]). Off: burn's operations, step by step.
     pub host_recurrence: bool,
     /// With `fused`: the large `f32` products on a CubeCL device through the cubek kernel that
     /// suits their shape ([`crate::product`]). Off: burn's choice.
@@ -102,13 +104,15 @@ impl KernelSettings {
         self.split_products && self.fused_for(tensor)
     }
 
-    /// How the products of `tensor` run: their operands' 16-bit type ([`Precision::half_for`])
-    /// and whether a vendor BLAS runs them (`vendor_blas`, [`Self::fused_for`], and one there
-    /// for `tensor`'s device: cuBLAS loaded and a CUDA device, with the `cublas` feature).
+    /// How the products of `tensor` run: their operands' 16-bit type ([`Precision::half_for`]),
+    /// whether a vendor BLAS runs them (`vendor_blas`, [`Self::fused_for`], and one there for
+    /// `tensor`'s device: cuBLAS loaded and a CUDA device, with the `cublas` feature), and
+    /// whether the host kernel does (`host_recurrence`, off a CubeCL device).
     pub fn product_mode<const D: usize>(&self, tensor: &Tensor<D>) -> ProductMode {
         ProductMode {
             half: self.precision.half_for(tensor),
             vendor_blas: self.vendor_blas && self.fused_for(tensor) && vendor_blas_on(tensor),
+            host: self.host_recurrence && !on_cube_device(tensor),
         }
     }
 
@@ -174,6 +178,10 @@ pub struct ProductMode {
     /// Whether a vendor BLAS (cuBLAS on a CUDA device, with the `cublas` feature) runs it (the
     /// products it is asked for are not split along K: the library splits them itself).
     pub vendor_blas: bool,
+    /// Whether the host kernel runs it where its operands are `f32` tensors of burn's flex
+    /// backend outside autodiff (`host_product.rs`, this crate's `flex` feature); burn's
+    /// matmul otherwise.
+    pub host: bool,
 }
 
 impl ProductMode {
@@ -181,6 +189,7 @@ impl ProductMode {
     pub const F32: Self = Self {
         half: None,
         vendor_blas: false,
+        host: false,
     };
 }
 
@@ -351,8 +360,17 @@ mod tests {
         let on = |device: &Device| Tensor::<2>::ones([3, 4], device);
         let cpu = on(&Device::flex());
         let all = KernelSettings::ALL;
-        assert_eq!(all.product_mode(&cpu), ProductMode::F32);
-        assert_eq!(all.step_product_mode(&cpu), ProductMode::F32);
+        // On a CPU the host kernel is asked for (it runs on flex tensors outside autodiff).
+        let host = ProductMode {
+            host: true,
+            ..ProductMode::F32
+        };
+        assert_eq!(all.product_mode(&cpu), host);
+        assert_eq!(all.step_product_mode(&cpu), host);
+        assert_eq!(
+            KernelSettings::COMPOSED.product_mode(&cpu),
+            ProductMode::F32
+        );
         let Some(gpu) = elmo_test_support::wgpu_device_or_skip(
             "a_vendor_blas_is_asked_for_where_the_kernels_run",
         ) else {

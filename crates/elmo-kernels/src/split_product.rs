@@ -14,8 +14,12 @@
 //! over the slices, in a fixed order: inside the fused LSTM kernels that read the partial
 //! products, one reduction kernel elsewhere.
 
+use std::sync::Arc;
+
 use burn::tensor::{DType, Tensor};
 
+use crate::host_gemm::PackedMatrix;
+use crate::host_product::{grouped_product, pack_weight};
 use crate::{KernelSettings, ProductMode, contiguous, half_product, to_half};
 
 /// The least inner dimension of one slice.
@@ -182,6 +186,17 @@ enum Factors {
         /// G.
         n_groups: usize,
     },
+    /// `[K, N]` per group, packed on the host for burn's flex backend
+    /// ([`SplitWeight::on_host`]).
+    Host(Arc<HostFactors>),
+}
+
+/// The weights of [`Factors::Host`]: packed, and as tensors for a left factor that the host
+/// kernel cannot read.
+#[derive(Debug)]
+struct HostFactors {
+    packed: Vec<PackedMatrix>,
+    weights: Vec<Tensor<2>>,
 }
 
 impl SplitWeight {
@@ -249,6 +264,10 @@ impl SplitWeight {
                 n_groups: *n_groups,
                 n_slices: slices.dims()[0] / n_groups,
             },
+            Factors::Host(host) => SplitLayout {
+                n_groups: host.packed.len(),
+                n_slices: 1,
+            },
         }
     }
 
@@ -280,6 +299,7 @@ impl SplitWeight {
                 };
                 summed.reshape([n_groups * batch, n])
             }
+            Factors::Host(host) => host.left_product(lhs),
         }
     }
 
@@ -303,6 +323,11 @@ impl SplitWeight {
             )
             .unsqueeze_dim(0),
             Factors::Sliced { slices, .. } => half_product(lhs, slices.clone(), mode),
+            Factors::Host(host) => {
+                let n = host.packed[0].n();
+                let lhs = lhs.reshape([n_slices * batch, k_slice]);
+                host.left_product(lhs).reshape([n_slices, batch, n])
+            }
         }
     }
 
@@ -313,6 +338,7 @@ impl SplitWeight {
         match &self.factors {
             Factors::Whole(whole) => whole.dtype(),
             Factors::Sliced { slices, .. } => slices.dtype(),
+            Factors::Host(_) => DType::F32,
         }
     }
 
@@ -330,6 +356,8 @@ impl SplitWeight {
         ProductMode {
             half: matches!(weight, DType::F16 | DType::BF16).then(|| weight.into()),
             vendor_blas: self.vendor_blas,
+            // On the host these weights are packed once ([`Self::on_host`]), not per product.
+            host: false,
         }
     }
 
@@ -368,6 +396,8 @@ impl SplitWeight {
                 slices: to_half(slices, mode.half),
                 n_groups,
             },
+            // On a CPU, where 16-bit products do not run (`Precision::half_for`).
+            host @ Factors::Host(_) => host,
         };
         Self {
             factors,
@@ -375,10 +405,60 @@ impl SplitWeight {
         }
     }
 
+    /// These weights packed for the host kernel (`host_product.rs`), where `on_host` and they
+    /// are whole (not split) `f32` tensors of burn's flex backend outside autodiff (this crate's
+    /// `flex` feature): each product then runs on rayon's threads with the weights packed once
+    /// here, where flex's matmul packs them again at every product (a full copy of them per
+    /// step: 32 MiB for `original`'s `W_h`). Unchanged otherwise.
+    pub fn on_host(self, on_host: bool) -> Self {
+        let weights: Vec<Tensor<2>> = match &self.factors {
+            Factors::Whole(whole) => vec![whole.clone()],
+            Factors::Sliced { slices, n_groups } if slices.dims()[0] == *n_groups => {
+                let [_, k, n] = slices.dims();
+                (0..*n_groups)
+                    .map(|g| slices.clone().narrow(0, g, 1).reshape([k, n]))
+                    .collect()
+            }
+            _ => return self,
+        };
+        if !on_host {
+            return self;
+        }
+        let mut packed = Vec::with_capacity(weights.len());
+        for weight in &weights {
+            match pack_weight(weight.clone()) {
+                Some(weight) => packed.push(weight),
+                None => return self,
+            }
+        }
+        Self {
+            factors: Factors::Host(Arc::new(HostFactors { packed, weights })),
+            ..self
+        }
+    }
+
     /// [`split_left_partials`](Self::split_left_partials) for a row-major `lhs` `[G·B, K]`
     /// (rearranged into the split layout first: a copy when split or grouped).
     pub fn left_partials(&self, lhs: Tensor<2>) -> Tensor<3> {
         self.split_left_partials(self.layout().arrange(lhs))
+    }
+}
+
+impl HostFactors {
+    /// `lhs · W`, each group's rows times its weight: through the host kernel where `lhs` is a
+    /// flex tensor it reads in place, else burn's matmul.
+    ///
+    /// # Shapes
+    /// - lhs: `[G·B, K]`; output: `[G·B, N]`
+    fn left_product(&self, lhs: Tensor<2>) -> Tensor<2> {
+        if let Some(out) = grouped_product(&self.packed, &lhs) {
+            return out;
+        }
+        let batch = lhs.dims()[0] / self.weights.len();
+        let parts = (self.weights.iter().enumerate())
+            .map(|(g, w)| lhs.clone().narrow(0, g * batch, batch).matmul(w.clone()))
+            .collect();
+        Tensor::cat(parts, 0)
     }
 }
 
@@ -512,6 +592,7 @@ mod tests {
                     let mode = ProductMode {
                         half,
                         vendor_blas: false,
+                        host: false,
                     };
                     let mixed = transposed_product(lhs.clone(), rhs.clone(), split, mode);
                     assert_eq!(mixed.dtype(), burn::tensor::DType::F32);

@@ -27,6 +27,7 @@ pub mod char_ids;
 pub mod convolution_record;
 #[cfg(feature = "flex")]
 pub mod cpu_matmul;
+pub mod cpu_memory;
 pub mod elmo;
 pub mod embedder;
 pub mod error;

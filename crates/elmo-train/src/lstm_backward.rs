@@ -282,12 +282,14 @@ impl<'a> LstmGroup<'a> {
                 .collect(),
             split,
         )
-        .prepared(step_mode);
+        .prepared(step_mode)
+        .on_host(self.kernels.host_recurrence);
         let projection_product = SplitWeight::for_group(
             weights.iter().map(|w| w.projection.clone()).collect(),
             split,
         )
-        .prepared(step_mode);
+        .prepared(step_mode)
+        .on_host(self.kernels.host_recurrence);
         let mut split_state: Option<Tensor<3>> = None;
         for t in 0..n_steps {
             if fused {
@@ -411,6 +413,7 @@ impl<'a> LstmGroup<'a> {
                 split && !step_mode.vendor_blas,
             )
             .prepared(step_mode)
+            .on_host(self.kernels.host_recurrence)
         };
         let transposed = TransposedWeights {
             state: transposed(|w| &w.state),

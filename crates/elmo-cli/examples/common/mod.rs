@@ -2,6 +2,8 @@
 //! measure (one backend with some of `KernelSettings` off), the device of a backend name, and the
 //! telling line of a failed child's stderr.
 
+use std::path::PathBuf;
+
 use burn::tensor::Device;
 use elmo_model::{KernelSettings, Precision};
 
@@ -77,12 +79,16 @@ pub fn cublas_line(name: &str, backend: &str) -> Option<String> {
     None
 }
 
-/// The device of `backend`, with the CLI's matmul setting on flex (`vulkan`: wgpu pinned to
-/// Vulkan, SPIR-V kernels, in a build with the `vulkan` feature; `cuda` in one with `cuda`).
+/// The device of `backend`, with the CLI's matmul and allocator settings on its CPU backends
+/// (`vulkan`: wgpu pinned to Vulkan, SPIR-V kernels, in a build with the `vulkan` feature;
+/// `cuda` in one with `cuda`).
 pub fn bench_device(backend: &str) -> Device {
     #[cfg(feature = "flex")]
     if backend == "flex" {
         elmo_model::cpu_matmul::pack_small_batch_weights();
+    }
+    if backend == "flex" || backend == "ndarray" {
+        elmo_model::cpu_memory::keep_large_allocations();
     }
     #[cfg(feature = "vulkan")]
     if backend == "vulkan" {
@@ -114,4 +120,15 @@ pub fn child_error(stderr: &[u8]) -> String {
         .copied()
         .unwrap_or("no output")
         .to_string()
+}
+
+/// The PyTorch peer script `xtask/peer/NAME` of the repository being run: `cargo run` names its
+/// package's directory in `CARGO_MANIFEST_DIR` at run time, which is right even when the binary
+/// was built from another clone sharing the target directory (whose path `env!` would give);
+/// a binary run directly falls back to the path it was built from.
+pub fn peer_script(name: &str) -> String {
+    let package = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from);
+    let script = package.join("../../xtask/peer").join(name);
+    script.to_string_lossy().into_owned()
 }

@@ -1,0 +1,142 @@
+//! Matrix products of `f32` tensors on burn's flex CPU backend through the host kernel of
+//! `host_gemm` (the BLIS scheme: Van Zee & van de Geijn 2015), on rayon's threads: the large
+//! products ([`crate::product`], [`crate::half_product`]) and a training step's per-step
+//! products with their weights packed once per step ([`crate::SplitWeight::on_host`]).
+
+use burn::tensor::{DType, Tensor, TensorData};
+
+use crate::host_gemm::{PackedMatrix, Strided, matmul_view_parallel};
+
+/// A two-dimensional `f32` tensor of burn's flex backend outside autodiff, read in place (its
+/// strides, so that transposed views and row ranges are not copied), handed to `read`;
+/// `None` for any other tensor (this crate's `flex` feature).
+#[cfg(feature = "flex")]
+fn read_in_place<R>(tensor: &Tensor<2>, read: impl FnOnce(Strided) -> R) -> Option<R> {
+    use burn::backend::Flex;
+    if tensor.dtype() != DType::F32 {
+        return None;
+    }
+    let flex = tensor.clone().try_into_primitive::<Flex>().ok()?;
+    let layout = flex.layout();
+    let (offset, strides) = (layout.start_offset(), layout.strides());
+    let [row_stride, col_stride] = [strides[0], strides[1]].map(|s| usize::try_from(s).ok());
+    let view = Strided {
+        values: flex.storage::<f32>(),
+        offset,
+        row_stride: row_stride?,
+        col_stride: col_stride?,
+    };
+    Some(read(view))
+}
+
+/// Without the `flex` feature the host kernel reads no tensor.
+#[cfg(not(feature = "flex"))]
+fn read_in_place<R>(_tensor: &Tensor<2>, _read: impl FnOnce(Strided) -> R) -> Option<R> {
+    None
+}
+
+/// A `[K, N]` flex tensor packed for the host kernel, `None` for any other tensor.
+pub(crate) fn pack_weight(weight: Tensor<2>) -> Option<PackedMatrix> {
+    let [k, n] = weight.dims();
+    if n == 0 {
+        return None;
+    }
+    read_in_place(&weight, |view| PackedMatrix::pack_view(view, k, n))
+}
+
+/// `lhs · rhs` through the host kernel (`rhs` packed for this product), where both are
+/// two-dimensional `f32` flex tensors outside autodiff; `None` otherwise (the caller runs
+/// burn's matmul).
+///
+/// # Shapes
+/// - lhs: `[M, K]`; rhs: `[K, N]`; output: `[M, N]`
+pub(crate) fn host_product<const D: usize>(lhs: &Tensor<D>, rhs: &Tensor<D>) -> Option<Tensor<D>> {
+    if D != 2 {
+        return None;
+    }
+    let ([m, k], n) = ([lhs.dims()[0], lhs.dims()[1]], rhs.dims()[1]);
+    if m == 0 || k == 0 || n == 0 {
+        return None;
+    }
+    let packed = pack_weight(rhs.clone().reshape([k, n]))?;
+    let mut out = lhs.dims();
+    out[1] = n;
+    let product = grouped_product(&[packed], &lhs.clone().reshape([m, k]))?;
+    Some(product.reshape(out))
+}
+
+/// Each group's rows of `lhs` times its packed weight (`packed[g]` for rows `g·B .. (g+1)·B`),
+/// `None` where `lhs` is not a flex tensor outside autodiff.
+///
+/// # Shapes
+/// - lhs: `[G·B, K]`; output: `[G·B, N]`
+pub(crate) fn grouped_product(packed: &[PackedMatrix], lhs: &Tensor<2>) -> Option<Tensor<2>> {
+    let rows = lhs.dims()[0];
+    let n = packed[0].n();
+    let batch = rows / packed.len();
+    let mut out = vec![0.0f32; rows * n];
+    read_in_place(lhs, |view| {
+        for (g, weight) in packed.iter().enumerate() {
+            let rows = Strided {
+                offset: view.offset + g * batch * view.row_stride,
+                ..view
+            };
+            matmul_view_parallel(rows, batch, weight, &mut out[g * batch * n..], n);
+        }
+    })?;
+    Some(Tensor::from_data(
+        TensorData::new(out, [rows, n]),
+        &lhs.device(),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::tensor::{Device, Distribution, Tolerance};
+
+    /// Products through the host kernel equal burn's: strided operands (transposed views, rows
+    /// of a larger tensor), more rows than one pass of the kernel, groups of rows with their
+    /// own weights; none runs under autodiff.
+    #[test]
+    fn host_products_equal_burns() {
+        let device = Device::flex();
+        let normal = Distribution::Normal(0.0, 1.0);
+        let lhs = Tensor::<2>::random([300, 70], normal, &device);
+        let rhs = Tensor::<2>::random([70, 45], normal, &device);
+        let expected = lhs.clone().matmul(rhs.clone()).into_data();
+        let close = Tolerance::absolute(1e-4);
+        let got = host_product(&lhs, &rhs);
+        assert_eq!(
+            got.is_some(),
+            cfg!(feature = "flex"),
+            "flex runs the host product"
+        );
+        let Some(got) = got else {
+            return;
+        };
+        got.into_data().assert_approx_eq::<f32>(&expected, close);
+        // Rows 300..600 of a larger tensor; the weight as the transpose of its transpose.
+        let rows = Tensor::cat(vec![lhs.clone(), lhs.clone()], 0).narrow(0, 300, 300);
+        let strided = rhs.clone().transpose().transpose();
+        let got = host_product(&rows, &strided).expect("flex tensors");
+        got.into_data().assert_approx_eq::<f32>(&expected, close);
+        // A transposed left factor (a weight gradient's `xᵀ·∂z`).
+        let x = Tensor::<2>::random([70, 300], normal, &device);
+        let got = host_product(&x.clone().transpose(), &rhs).expect("flex tensors");
+        let want = x.transpose().matmul(rhs.clone()).into_data();
+        got.into_data().assert_approx_eq::<f32>(&want, close);
+        // Two groups of 150 rows, each with its own weight.
+        let other = Tensor::<2>::random([70, 45], normal, &device);
+        let packed = [rhs.clone(), other.clone()].map(|w| pack_weight(w).expect("flex"));
+        let grouped = grouped_product(&packed, &lhs).expect("flex");
+        let halves = vec![
+            lhs.clone().narrow(0, 0, 150).matmul(rhs.clone()),
+            lhs.clone().narrow(0, 150, 150).matmul(other),
+        ];
+        let want = Tensor::cat(halves, 0).into_data();
+        grouped.into_data().assert_approx_eq::<f32>(&want, close);
+        let autodiff = Tensor::<2>::random([4, 70], normal, &Device::autodiff(device.clone()));
+        assert!(host_product(&autodiff, &autodiff.clone().transpose()).is_none());
+    }
+}
