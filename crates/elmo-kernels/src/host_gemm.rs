@@ -198,11 +198,7 @@ pub fn matmul_packed(a: &[f32], lda: usize, m: usize, b: &PackedMatrix, c: &mut 
     let rows = PackedRows::pack(Strided::rows(a, lda), m, b, false);
     let store = |row: usize, column: usize, values: &[f32], add: bool| {
         let at = row * ldc + column;
-        let c = &mut c[at..at + values.len()];
-        match add {
-            false => c.copy_from_slice(values),
-            true => c.iter_mut().zip(values).for_each(|(c, v)| *c += v),
-        }
+        write(&mut c[at..at + values.len()], values, add);
     };
     dispatch(&rows, b, 0..b.n_panels(), store);
 }
@@ -274,14 +270,19 @@ pub(crate) fn matmul_view_parallel(
                 let at = (first_row + row) * ldc + column;
                 // SAFETY: `at + len` is within `c` (asserted); the tasks' panels, hence the
                 // columns they write, are disjoint, and `c` is borrowed mutably for the call.
-                let c = unsafe { out.columns(at, values.len()) };
-                match add {
-                    false => c.copy_from_slice(values),
-                    true => c.iter_mut().zip(values).for_each(|(c, v)| *c += v),
-                }
+                write(unsafe { out.columns(at, values.len()) }, values, add);
             };
             dispatch(&rows, b, panels, store);
         });
+    }
+}
+
+/// A block's values into `c`: replacing its values (a first slice of `K`) or added to them.
+#[inline(always)]
+fn write(c: &mut [f32], values: &[f32], add: bool) {
+    match add {
+        false => c.copy_from_slice(values),
+        true => c.iter_mut().zip(values).for_each(|(c, v)| *c += v),
     }
 }
 
