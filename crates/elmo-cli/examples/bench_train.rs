@@ -16,9 +16,10 @@
 //! `--peer PYTHON` (a Python with torch), `--peer-device cpu|cuda` (where the peer runs),
 //! `--peer-amp bf16|f16` (also the peer with automatic mixed precision, a second ratio),
 //! `--peer-script PATH` (default: `xtask/peer/bilm_train_pytorch.py` of the repository that
-//! `cargo run` runs in, else of the one built from), `--threads N`, `--rounds N` (run every implementation
-//! N times, alternating, and report each one's median and its ratio to the peer's: on a shared,
-//! noisy machine the ratio of medians taken in the same minutes is the number to quote).
+//! `cargo run` runs in, else of the one built from), `--threads N`, `--rounds N` (run every
+//! implementation N times, alternating, and report each one's median and its ratio to the
+//! peer's: on a shared, noisy machine the ratio of medians taken in the same minutes is the
+//! number to quote).
 //! Each implementation of elmo-rs also prints every step's loss (`LOSSES name: …`, warm-up
 //! first): one model, seed and corpus, so two implementations agree to float rounding.
 //! With `--phases` each backend also prints its step's phases (ms per step, the device

@@ -97,9 +97,12 @@ impl<'a> Strided<'a> {
         }
     }
 
-    /// The last index read for an `[m, n]` matrix (for the bounds check).
-    fn end(&self, m: usize, n: usize) -> usize {
-        self.offset + (m - 1) * self.row_stride + (n - 1) * self.col_stride + 1
+    /// Whether the values hold an `[m, n]` matrix (every index it reads is in them).
+    fn holds(&self, m: usize, n: usize) -> bool {
+        m == 0
+            || n == 0
+            || self.offset + (m - 1) * self.row_stride + (n - 1) * self.col_stride
+                < self.values.len()
     }
 }
 
@@ -139,10 +142,7 @@ impl PackedMatrix {
     fn pack_strided(isa: Isa, view: Strided, k: usize, n: usize) -> Self {
         use rayon::prelude::*;
         assert!(n > 0, "a matrix with columns");
-        assert!(
-            k == 0 || view.end(k, n) <= view.values.len(),
-            "the values hold [k, n]"
-        );
+        assert!(view.holds(k, n), "the values hold [k, n]");
         let panel = isa.panel();
         let n_panels = n.div_ceil(panel);
         let mut data = vec![0.0f32; n_panels * k * panel];
@@ -194,8 +194,9 @@ pub fn matmul_packed(a: &[f32], lda: usize, m: usize, b: &PackedMatrix, c: &mut 
     if m == 0 {
         return;
     }
-    check(a, lda, m, b, c.len(), ldc);
-    let rows = PackedRows::pack(Strided::rows(a, lda), m, b, false);
+    let a = row_major(a, lda, m, b);
+    check_output(m, b, c.len(), ldc);
+    let rows = PackedRows::pack(a, m, b, false);
     let store = |row: usize, column: usize, values: &[f32], add: bool| {
         let at = row * ldc + column;
         write(&mut c[at..at + values.len()], values, add);
@@ -224,8 +225,7 @@ pub fn matmul_packed_parallel(
     if m == 0 {
         return;
     }
-    assert!(lda >= b.k && a.len() >= (m - 1) * lda + b.k, "a is [m, K]");
-    matmul_view_parallel(Strided::rows(a, lda), m, b, c, ldc);
+    matmul_view_parallel(row_major(a, lda, m, b), m, b, c, ldc);
 }
 
 /// [`matmul_packed_parallel`] for `a` read in place with any strides.
@@ -243,8 +243,8 @@ pub(crate) fn matmul_view_parallel(
     if m == 0 {
         return;
     }
-    assert!(b.k == 0 || a.end(m, b.k) <= a.values.len(), "a is [m, K]");
-    assert!(ldc >= b.n && c.len() >= (m - 1) * ldc + b.n, "c is [m, N]");
+    assert!(a.holds(m, b.k), "a is [m, K]");
+    check_output(m, b, c.len(), ldc);
     let n_panels = b.n_panels();
     let n_tasks = rayon::current_num_threads().min(n_panels).max(1);
     let out = SharedOutput {
@@ -306,9 +306,14 @@ impl SharedOutput {
     }
 }
 
-/// The operands' lengths for `m` rows.
-fn check(a: &[f32], lda: usize, m: usize, b: &PackedMatrix, c_len: usize, ldc: usize) {
+/// `m ≥ 1` rows of a row-major `a` with row stride `lda`, checked to hold `[m, K]`.
+fn row_major<'a>(a: &'a [f32], lda: usize, m: usize, b: &PackedMatrix) -> Strided<'a> {
     assert!(lda >= b.k && a.len() >= (m - 1) * lda + b.k, "a is [m, K]");
+    Strided::rows(a, lda)
+}
+
+/// Checks that `c` (length `c_len`, row stride `ldc`) holds the `[m, N]` product, `m ≥ 1`.
+fn check_output(m: usize, b: &PackedMatrix, c_len: usize, ldc: usize) {
     assert!(ldc >= b.n && c_len >= (m - 1) * ldc + b.n, "c is [m, N]");
 }
 

@@ -44,7 +44,8 @@ pub fn kernel_for_shape(m: usize, k: usize, n: usize) -> Option<MatmulKernel> {
 /// operands in 16 bits (`rhs` may be in that type already) and the result cast back to `f32`; in
 /// `f32` on a CubeCL device without autodiff, with `fused` and `shaped_matmul` on, through
 /// [`kernel_for_shape`]'s kernel; on burn's flex backend without autodiff, with
-/// `host_recurrence` on, through the host kernel (`host_product.rs`); otherwise burn's `matmul`. The same values to float rounding.
+/// `host_recurrence` on, through the host kernel (`host_product.rs`); otherwise burn's
+/// `matmul`. The same values to float rounding.
 ///
 /// # Shapes
 /// - lhs: `[.., M, K]`; rhs: `[.., K, N]`; output: `[.., M, N]`

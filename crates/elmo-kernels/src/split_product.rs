@@ -411,6 +411,9 @@ impl SplitWeight {
     /// here, where flex's matmul packs them again at every product (a full copy of them per
     /// step: 32 MiB for `original`'s `W_h`). Unchanged otherwise.
     pub fn on_host(self, on_host: bool) -> Self {
+        if !on_host {
+            return self;
+        }
         let weights: Vec<Tensor<2>> = match &self.factors {
             Factors::Whole(whole) => vec![whole.clone()],
             Factors::Sliced { slices, n_groups } if slices.dims()[0] == *n_groups => {
@@ -421,9 +424,6 @@ impl SplitWeight {
             }
             _ => return self,
         };
-        if !on_host {
-            return self;
-        }
         let mut packed = Vec::with_capacity(weights.len());
         for weight in &weights {
             match pack_weight(weight.clone()) {
