@@ -390,14 +390,20 @@ pub enum CellKernels {
     Composed,
     /// The fused kernels of this module: CubeCL devices with the `cubecl` feature only.
     Fused,
+    /// The host loops of `host_lstm_cell.rs` ([`crate::host_forward_steps`]): `f32` tensors of
+    /// burn's flex backend outside autodiff, with the `flex` feature only.
+    Host,
 }
 
 impl CellKernels {
     /// `Fused` where `kernels` runs the fused kernels on `tensor`
-    /// ([`KernelSettings::fused_for`]); `Composed` elsewhere.
+    /// ([`KernelSettings::fused_for`]), `Host` where it runs the host kernels on it
+    /// ([`KernelSettings::host_for`]); `Composed` elsewhere.
     pub fn for_tensor<const D: usize>(tensor: &Tensor<D>, kernels: KernelSettings) -> Self {
         if kernels.fused_for(tensor) {
             Self::Fused
+        } else if kernels.host_for(tensor) {
+            Self::Host
         } else {
             Self::Composed
         }

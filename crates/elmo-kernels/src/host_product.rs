@@ -3,36 +3,17 @@
 //! products ([`crate::product`], [`crate::half_product`]) and a training step's per-step
 //! products with their weights packed once per step ([`crate::SplitWeight::on_host`]).
 
-use burn::tensor::{DType, Tensor, TensorData};
+use burn::tensor::Tensor;
 
 use crate::host_gemm::{PackedMatrix, Strided, matmul_view_parallel};
+use crate::host_tensor::HostTensor;
 
 /// A two-dimensional `f32` tensor of burn's flex backend outside autodiff, read in place (its
 /// strides, so that transposed views and row ranges are not copied), handed to `read`;
 /// `None` for any other tensor (this crate's `flex` feature).
-#[cfg(feature = "flex")]
 fn read_in_place<R>(tensor: &Tensor<2>, read: impl FnOnce(Strided) -> R) -> Option<R> {
-    use burn::backend::Flex;
-    if tensor.dtype() != DType::F32 {
-        return None;
-    }
-    let flex = tensor.clone().try_into_primitive::<Flex>().ok()?;
-    let layout = flex.layout();
-    let (offset, strides) = (layout.start_offset(), layout.strides());
-    let [row_stride, col_stride] = [strides[0], strides[1]].map(|s| usize::try_from(s).ok());
-    let view = Strided {
-        values: flex.storage::<f32>(),
-        offset,
-        row_stride: row_stride?,
-        col_stride: col_stride?,
-    };
-    Some(read(view))
-}
-
-/// Without the `flex` feature the host kernel reads no tensor.
-#[cfg(not(feature = "flex"))]
-fn read_in_place<R>(_tensor: &Tensor<2>, _read: impl FnOnce(Strided) -> R) -> Option<R> {
-    None
+    let host = HostTensor::of(tensor)?;
+    Some(read(host.strided()?))
 }
 
 /// A `[K, N]` flex tensor packed for the host kernel, `None` for any other tensor.
@@ -74,20 +55,18 @@ pub(crate) fn grouped_product(packed: &[PackedMatrix], lhs: &Tensor<2>) -> Optio
     let rows = lhs.dims()[0];
     let n = packed[0].n();
     let batch = rows / packed.len();
-    let mut out = vec![0.0f32; rows * n];
-    read_in_place(lhs, |view| {
-        for (g, weight) in packed.iter().enumerate() {
-            let rows = Strided {
-                offset: view.offset + g * batch * view.row_stride,
-                ..view
-            };
-            matmul_view_parallel(rows, batch, weight, &mut out[g * batch * n..], n);
-        }
-    })?;
-    Some(Tensor::from_data(
-        TensorData::new(out, [rows, n]),
-        &lhs.device(),
-    ))
+    let lhs = HostTensor::of(lhs)?;
+    let view = lhs.strided()?;
+    let mut out = HostTensor::zeros([rows, n]);
+    let values = out.values_mut();
+    for (g, weight) in packed.iter().enumerate() {
+        let rows = Strided {
+            offset: view.offset + g * batch * view.row_stride,
+            ..view
+        };
+        matmul_view_parallel(rows, batch, weight, &mut values[g * batch * n..], n);
+    }
+    Some(out.into_tensor())
 }
 
 #[cfg(test)]

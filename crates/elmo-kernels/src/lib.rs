@@ -9,12 +9,11 @@
 //! Which kernels run is a typed [`KernelSettings`] value that the caller passes; this crate picks
 //! no backend and reads no environment variable.
 
-mod cube_adagrad;
+mod adagrad_step;
 mod cube_lstm_cell;
 mod cube_lstm_inference;
 #[cfg(feature = "cubecl")]
 mod cube_matmul;
-mod cube_norm;
 mod cube_reduce;
 #[cfg(feature = "cubecl")]
 mod cube_tensor;
@@ -25,13 +24,16 @@ mod gate_activation;
 mod gemm_plan;
 mod host_gemm;
 mod host_lstm;
+mod host_lstm_cell;
 mod host_product;
+mod host_tensor;
 mod index_add;
 mod large_product;
 mod settings;
 mod split_product;
+mod squared_norm;
 
-pub use cube_adagrad::{AdagradStep, fused_adagrad_step};
+pub use adagrad_step::{AdagradStep, fused_adagrad_step, host_adagrad_step};
 pub use cube_lstm_cell::{
     CellBackwardOutput, CellKernels, CellRecords, cell_backward, cell_forward, hidden_backward,
     hidden_forward,
@@ -39,7 +41,6 @@ pub use cube_lstm_cell::{
 pub use cube_lstm_inference::{InferenceBuffers, InferenceStep, inference_cell, inference_hidden};
 #[cfg(feature = "cubecl")]
 pub use cube_matmul::{MatmulKernel, matmul_with};
-pub use cube_norm::fused_squared_norm;
 pub use cube_reduce::{RowReduction, reduce_rows, sum_columns};
 #[cfg(feature = "cubecl")]
 pub use cube_tensor::{contiguous, empty_buffer};
@@ -50,6 +51,9 @@ pub use gate_activation::{EXP_LIMIT, GateActivation};
 pub use gemm_plan::{GemmPlan, StridedLayout, gemm_plan};
 pub use host_gemm::{PackedMatrix, matmul_packed, matmul_packed_parallel};
 pub use host_lstm::{HostLstm, HostLstmOutput, HostLstmWeights};
+pub use host_lstm_cell::{
+    HostRecords, HostStepGradients, HostSteps, host_backward_steps, host_forward_steps,
+};
 pub use index_add::{embedding, sum_groups, sum_row_groups};
 #[cfg(feature = "cubecl")]
 pub use large_product::kernel_for_shape;
@@ -62,6 +66,7 @@ pub use split_product::{
     SplitLayout, SplitWeight, slices_for, slices_for_grid, slices_over_rows, slices_when,
     transposed_product,
 };
+pub use squared_norm::fused_squared_norm;
 
 /// `tensor` unchanged: without the `cubecl` feature no kernel reads a tensor's layout.
 #[cfg(not(feature = "cubecl"))]

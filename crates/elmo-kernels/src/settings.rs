@@ -7,6 +7,8 @@
 use burn::tensor::{Device, FloatDType, Tensor};
 use serde::{Deserialize, Serialize};
 
+use crate::host_tensor::HostTensor;
+
 /// Which of this crate's kernels run on a CubeCL device. They run only where the tensor's
 /// primitive is a `CubeTensor`: this crate built with its `cubecl` feature, a CubeCL device
 /// (wgpu, CUDA, ...), and burn's `fusion` off (with fusion the primitives are fusion tensors and
@@ -97,6 +99,13 @@ impl KernelSettings {
     /// Whether the fused kernels run on `tensor`: `fused` and a `CubeTensor` primitive.
     pub fn fused_for<const D: usize>(&self, tensor: &Tensor<D>) -> bool {
         self.fused && on_cube_device(tensor)
+    }
+
+    /// Whether the host kernels run on `tensor`: `host_recurrence` and an `f32` tensor of burn's
+    /// flex backend (under autodiff or not: they run on its values), with this crate's `flex`
+    /// feature.
+    pub fn host_for<const D: usize>(&self, tensor: &Tensor<D>) -> bool {
+        self.host_recurrence && HostTensor::of(&tensor.clone().inner()).is_some()
     }
 
     /// Whether products on `tensor` are split: [`Self::fused_for`] and `split_products`.

@@ -437,6 +437,14 @@ impl SplitWeight {
         }
     }
 
+    /// Each group's weight packed for the host kernel, where [`Self::on_host`] packed them.
+    pub(crate) fn host_packed(&self) -> Option<&[PackedMatrix]> {
+        match &self.factors {
+            Factors::Host(host) => Some(&host.packed),
+            _ => None,
+        }
+    }
+
     /// [`split_left_partials`](Self::split_left_partials) for a row-major `lhs` `[G·B, K]`
     /// (rearranged into the split layout first: a copy when split or grouped).
     pub fn left_partials(&self, lhs: Tensor<2>) -> Tensor<3> {

@@ -19,8 +19,9 @@
 
 use burn::tensor::Tensor;
 use elmo_kernels::{
-    CellKernels, CellRecords, GateActivation, KernelSettings, SplitWeight, half_product,
-    sum_columns, to_half, transposed_product,
+    CellKernels, CellRecords, GateActivation, HostRecords, HostSteps, KernelSettings, ProductMode,
+    SplitWeight, half_product, host_backward_steps, host_forward_steps, sum_columns, to_half,
+    transposed_product,
 };
 use elmo_model::lstm_projection::{LstmOutput, LstmState, LstmWithProjection};
 
@@ -124,6 +125,37 @@ fn previous(initial: Tensor<2>, x: &Tensor<3>) -> Tensor<3> {
         ],
         0,
     )
+}
+
+/// A recorded forward pass's output and tape from its records `[gates, memory, tanh_memory,
+/// hidden]` (`[T, B, ·]`): the outputs are the hidden records, the final state the last step's
+/// (the initial one without steps).
+fn recorded(
+    inputs: Vec<Tensor<2>>,
+    [gates, memory, tanh_memory, hidden]: [Tensor<3>; 4],
+    initial: LstmState,
+) -> (LstmOutput, LstmTape) {
+    let n_steps = hidden.dims()[0];
+    let final_state = match n_steps {
+        0 => initial.clone(),
+        _ => LstmState {
+            hidden: step(&hidden, n_steps - 1),
+            memory: step(&memory, n_steps - 1),
+        },
+    };
+    let output = LstmOutput {
+        outputs: hidden.clone().swap_dims(0, 1),
+        final_state,
+    };
+    let tape = LstmTape {
+        inputs,
+        gates,
+        memory,
+        tanh_memory,
+        hidden,
+        initial,
+    };
+    (output, tape)
 }
 
 /// `parts` concatenated along `dim` (the one part itself, uncopied).
@@ -241,6 +273,12 @@ impl<'a> LstmGroup<'a> {
         let flat_inputs: Vec<Tensor<2>> = (0..n_layers)
             .map(|g| time_major(Self::rows_of(&inputs, g, n_layers)))
             .collect();
+        if kernels == CellKernels::Host
+            && rows > 0
+            && let Some(recorded) = self.host_forward(&flat_inputs, &weights, &initial, mode)
+        {
+            return recorded;
+        }
         // All steps' input contributions (with the bias) in one matmul per layer.
         let projected = joined(
             flat_inputs
@@ -254,11 +292,6 @@ impl<'a> LstmGroup<'a> {
                 .collect(),
             1,
         );
-        // The fused kernels write these records in place.
-        let mut gates_all = elmo_kernels::empty_buffer([n_steps, rows, 4 * d_cell], &device);
-        let mut memory_all = elmo_kernels::empty_buffer([n_steps, rows, d_cell], &device);
-        let mut tanh_memory_all = elmo_kernels::empty_buffer([n_steps, rows, d_cell], &device);
-        let mut hidden_all = elmo_kernels::empty_buffer([n_steps, rows, d_projection], &device);
         let fused = kernels == CellKernels::Fused;
         // The cell kernels read the initial memory at every step, forward and backward (the
         // tape keeps it): one contiguous copy here where it is padded (CUDA pads the rows of
@@ -290,6 +323,11 @@ impl<'a> LstmGroup<'a> {
         )
         .prepared(step_mode)
         .on_host(self.kernels.host_recurrence);
+        // The fused kernels write these records in place.
+        let mut gates_all = elmo_kernels::empty_buffer([n_steps, rows, 4 * d_cell], &device);
+        let mut memory_all = elmo_kernels::empty_buffer([n_steps, rows, d_cell], &device);
+        let mut tanh_memory_all = elmo_kernels::empty_buffer([n_steps, rows, d_cell], &device);
+        let mut hidden_all = elmo_kernels::empty_buffer([n_steps, rows, d_projection], &device);
         let mut split_state: Option<Tensor<3>> = None;
         for t in 0..n_steps {
             if fused {
@@ -342,28 +380,58 @@ impl<'a> LstmGroup<'a> {
             h = hidden;
             c = memory;
         }
-        if fused && n_steps > 0 {
-            h = step(&hidden_all, n_steps - 1);
-            c = step(&memory_all, n_steps - 1);
-        }
-        let output = LstmOutput {
-            outputs: hidden_all.clone().swap_dims(0, 1),
-            final_state: LstmState {
-                hidden: h,
-                memory: c,
-            },
+        let records = [gates_all, memory_all, tanh_memory_all, hidden_all];
+        recorded(flat_inputs, records, initial)
+    }
+
+    /// The recorded forward pass as elmo-kernels' host loops ([`host_forward_steps`]), `None`
+    /// where they do not run. The weights stay as they are: the loops negate the
+    /// pre-activations themselves (exactly as the prepared weights would, `GateActivation`), and
+    /// add the bias as they read each step's input contributions, so that neither the weights
+    /// nor the contributions take a pass of their own.
+    fn host_forward(
+        &self,
+        flat_inputs: &[Tensor<2>],
+        weights: &[PlainWeights],
+        initial: &LstmState,
+        mode: ProductMode,
+    ) -> Option<(LstmOutput, LstmTape)> {
+        let layer = self.first();
+        let batch = initial.hidden.dims()[0] / weights.len();
+        let n_steps = flat_inputs[0].dims()[0] / batch;
+        let shape = [n_steps, batch, 4 * layer.d_cell()];
+        let contributions = joined(
+            (flat_inputs.iter().zip(weights))
+                .map(|(x, w)| half_product(x.clone(), w.input.clone(), mode).reshape(shape))
+                .collect(),
+            1,
+        );
+        let group = |weight: fn(&PlainWeights) -> &Tensor<2>| {
+            SplitWeight::for_group(weights.iter().map(|w| weight(w).clone()).collect(), false)
+                .on_host(true)
         };
-        (
-            output,
-            LstmTape {
-                inputs: flat_inputs,
-                gates: gates_all,
-                memory: memory_all,
-                tanh_memory: tanh_memory_all,
-                hidden: hidden_all,
-                initial,
-            },
-        )
+        let (state, projection) = (group(|w| &w.state), group(|w| &w.projection));
+        let steps = HostSteps {
+            state: &state,
+            projection: &projection,
+            cell_clip: layer.cell_clip,
+            projection_clip: layer.projection_clip,
+        };
+        let biases: Vec<Tensor<2>> = weights.iter().map(|w| w.bias.clone()).collect();
+        let HostRecords {
+            gates,
+            memory,
+            tanh_memory,
+            hidden,
+        } = host_forward_steps(
+            &steps,
+            &contributions,
+            &biases,
+            &initial.hidden,
+            &initial.memory,
+        )?;
+        let records = [gates, memory, tanh_memory, hidden];
+        Some(recorded(flat_inputs.to_vec(), records, initial.clone()))
     }
 
     /// [`RecordedLstm::backward_recorded`] for the group: `grad_outputs` `[G·B, T, P]`,
@@ -425,6 +493,7 @@ impl<'a> LstmGroup<'a> {
         } = match kernels {
             CellKernels::Composed => self.composed_steps(&tape, grad_outputs, &transposed),
             CellKernels::Fused => self.fused_steps(&tape, &grad_outputs, &transposed),
+            CellKernels::Host => self.host_steps(&tape, grad_outputs, &transposed),
         };
         let LstmTape {
             inputs,
@@ -578,6 +647,36 @@ impl<'a> LstmGroup<'a> {
         StepGradients {
             gates: grad_gates,
             projected: grad_projected,
+        }
+    }
+
+    /// The per-step part of [`Self::backward_recorded`] as elmo-kernels' host loops
+    /// ([`host_backward_steps`]); with burn's operations where they do not run.
+    fn host_steps(
+        &self,
+        tape: &LstmTape,
+        grad_outputs: Tensor<3>,
+        transposed: &TransposedWeights,
+    ) -> StepGradients {
+        let layer = self.first();
+        let steps = HostSteps {
+            state: &transposed.state,
+            projection: &transposed.projection,
+            cell_clip: layer.cell_clip,
+            projection_clip: layer.projection_clip,
+        };
+        let records = CellRecords {
+            gates: &tape.gates,
+            memory: &tape.memory,
+            tanh_memory: &tape.tanh_memory,
+            hidden: &tape.hidden,
+        };
+        match host_backward_steps(&steps, &records, &tape.initial.memory, &grad_outputs) {
+            Some(gradients) => StepGradients {
+                gates: gradients.gates,
+                projected: gradients.projected,
+            },
+            None => self.composed_steps(tape, grad_outputs, transposed),
         }
     }
 
@@ -899,10 +998,55 @@ mod tests {
         else {
             return;
         };
+        check_against_composed(&device, CellKernels::Fused);
+    }
+
+    /// The host loops against the composed operations on flex, as above (more rows than the
+    /// product kernel's blocks, rows shared among threads in the cell passes).
+    #[test]
+    fn host_loops_equal_composed_on_flex() {
+        let device = Device::flex();
+        let probe = Tensor::<1>::zeros([1], &device);
+        assert_eq!(CellKernels::for_tensor(&probe, ON), CellKernels::Host);
+        let composed_only = KernelSettings {
+            host_recurrence: false,
+            ..ON
+        };
+        assert_eq!(
+            CellKernels::for_tensor(&probe, composed_only),
+            CellKernels::Composed
+        );
+        check_against_composed(&device, CellKernels::Host);
+    }
+
+    /// Regression: the host loops' clips replaced a NaN by a bound (`max`/`min`), so a run whose
+    /// weights had diverged went on with finite losses (elmo-train's
+    /// `non_finite_loss_stops_with_the_last_checkpoint_intact`). A NaN input stays NaN in the
+    /// outputs and the memory, as with burn's operations, with both clips set.
+    #[test]
+    fn host_loops_keep_a_nan() {
+        let device = Device::flex();
         let layer = wide_layer(&device, 11);
-        let case = WideCase::new(&device, 8);
+        let case = WideCase::new(&device, 3);
+        let nan = Tensor::<3>::from_data(TensorData::new(vec![f32::NAN], [1, 1, 1]), &device);
+        let inputs = case.inputs.clone().slice_assign([1..2, 2..3, 0..1], nan);
+        let group = LstmGroup::new(vec![&layer], ON);
+        for kernels in [CellKernels::Composed, CellKernels::Host] {
+            let (output, _) =
+                group.forward_recorded_using(inputs.clone(), Some(case.start.clone()), kernels);
+            let nans = |x: Tensor<2>| x.is_nan().int().sum().into_scalar::<i64>();
+            let outputs = output.outputs.clone().reshape([3 * WIDE_STEPS, WIDE[2]]);
+            assert!(nans(outputs) > 0, "{kernels:?}: outputs");
+            assert!(nans(output.final_state.memory) > 0, "{kernels:?}: memory");
+        }
+    }
+
+    /// `kernels` against the composed operations on `device` for [`WideCase`] (both clips cut).
+    fn check_against_composed(device: &Device, kernels: CellKernels) {
+        let layer = wide_layer(device, 11);
+        let case = WideCase::new(device, 10);
         let composed = alone(case.run(&[&layer], CellKernels::Composed));
-        let fused = alone(case.run(&[&layer], CellKernels::Fused));
+        let fused = alone(case.run(&[&layer], kernels));
         let clipped = |x: &Tensor<3>, clip: f32| -> usize {
             let cut = x.clone().abs().greater_equal_elem(clip - 1e-6);
             cut.int().sum().into_scalar::<i64>() as usize
@@ -920,16 +1064,20 @@ mod tests {
             .max()
             .into_scalar();
         assert!((memory_cut - 0.5).abs() < 1e-6, "cell clip never cut");
-        assert_same_run("fused", (&composed.0, &composed.1), (&fused.0, &fused.1));
+        let what = format!("{kernels:?}");
+        assert_same_run(&what, (&composed.0, &composed.1), (&fused.0, &fused.1));
     }
 
     /// A group of two layers (a biLM layer's two directions) equals each layer run alone on its
-    /// rows: outputs, final state and every gradient. Composed on flex (batched products over
-    /// the group) and fused on wgpu (one launch per kernel for both, the grouped split layout
+    /// rows: outputs, final state and every gradient. Composed and host loops on flex (batched
+    /// products over the group; each group's rows with its own packed weights) and fused on wgpu (one launch per kernel for both, the grouped split layout
     /// `[G·S, B, K/S]` of every product).
     #[test]
     fn a_group_equals_its_layers_alone() {
-        let mut runs = vec![(Device::flex(), CellKernels::Composed)];
+        let mut runs = vec![
+            (Device::flex(), CellKernels::Composed),
+            (Device::flex(), CellKernels::Host),
+        ];
         runs.extend(
             elmo_test_support::wgpu_device_or_skip("a_group_equals_its_layers_alone")
                 .map(|device| (device, CellKernels::Fused)),

@@ -7,7 +7,9 @@ use burn::optim::{
     StateSink, StateSource,
 };
 use burn::tensor::{Device, Tensor};
-use elmo_kernels::{AdagradStep, KernelSettings, fused_adagrad_step, fused_squared_norm};
+use elmo_kernels::{
+    AdagradStep, KernelSettings, fused_adagrad_step, fused_squared_norm, host_adagrad_step,
+};
 
 use crate::config::OptimizerConfig;
 
@@ -17,7 +19,8 @@ use crate::config::OptimizerConfig;
 pub struct Adagrad {
     /// Starting value of every accumulator.
     pub initial_accumulator: f64,
-    /// Whether the update runs as one fused kernel per parameter on a CubeCL device.
+    /// Whether the update runs fused: one kernel per parameter on a CubeCL device, one host pass
+    /// on flex.
     pub kernels: KernelSettings,
 }
 
@@ -75,6 +78,12 @@ impl Optimizer for Adagrad {
         state: Option<Self::State<D>>,
     ) -> (Tensor<D>, Option<Self::State<D>>) {
         let accumulator = state.map(|state| state.accumulator);
+        if self.kernels.host_for(&tensor) {
+            let update =
+                host_adagrad_step(tensor, &grad, accumulator, self.initial_accumulator, lr);
+            let accumulator = update.accumulator;
+            return (update.parameter, Some(AdagradState { accumulator }));
+        }
         let fused = fused_adagrad_step(
             &tensor,
             &grad,
@@ -326,6 +335,52 @@ mod tests {
             ),
         ] {
             assert!(error < 1e-6, "{name}: {error}");
+        }
+    }
+
+    /// The host loop against the composed operations on flex, bit for bit: two steps (the
+    /// first without an accumulator) over several of its tasks' worth of values; a parameter
+    /// whose values another tensor shares is copied, not overwritten.
+    #[test]
+    fn host_adagrad_equals_composed_on_flex() {
+        let device = Device::flex();
+        let n = 150_001;
+        let wave = |scale: f32, phase: f32| {
+            let values = (0..n)
+                .map(|i| scale * (i as f32 * 0.37 + phase).sin())
+                .collect();
+            Tensor::<1>::from_data(TensorData::new(values, [n]), &device)
+        };
+        let (parameter, first, second) = (wave(1.0, 0.0), wave(2.0, 1.0), wave(0.3, 2.0));
+        assert!(KernelSettings::default().host_for(&parameter));
+        let adagrad = Adagrad {
+            initial_accumulator: 0.5,
+            kernels: KernelSettings::default(),
+        };
+        let shared = parameter.clone().into_data();
+        let host_first = host_adagrad_step(parameter.clone(), &first, None, 0.5, 0.2);
+        parameter.to_data().assert_eq(&shared, true);
+        let host_second = host_adagrad_step(
+            host_first.parameter.clone(),
+            &second,
+            Some(host_first.accumulator.clone()),
+            0.5,
+            0.2,
+        );
+        let composed_first = adagrad.composed_step(0.2, parameter, first, None);
+        let composed_second = adagrad.composed_step(
+            0.2,
+            composed_first.parameter.clone(),
+            second,
+            Some(composed_first.accumulator.clone()),
+        );
+        for (host, composed) in [
+            (host_first.accumulator, composed_first.accumulator),
+            (host_first.parameter, composed_first.parameter),
+            (host_second.accumulator, composed_second.accumulator),
+            (host_second.parameter, composed_second.parameter),
+        ] {
+            host.into_data().assert_eq(&composed.into_data(), true);
         }
     }
 

@@ -1,16 +1,21 @@
-//! Adagrad's update as one fused CubeCL kernel per parameter (TensorFlow's
-//! `ApplyAdagrad`, bilm-tf's optimizer: `acc ← acc + g²; θ ← θ − lr · g / √acc`).
+//! Adagrad's update fused into one pass per parameter (TensorFlow's `ApplyAdagrad`, bilm-tf's
+//! optimizer: `acc ← acc + g²; θ ← θ − lr · g / √acc`): one CubeCL kernel on a GPU, one host
+//! loop on burn's flex CPU backend that writes parameter and accumulator in place.
 //!
 //! Why: with burn's operations one parameter's update is six kernels (square, add, sqrt, div,
 //! scale, subtract), ~200 a training step for the biLM's ~35 parameter tensors, each a launch
-//! whatever its size. Elsewhere, or with the fused kernels off, elmo-train's `Adagrad` keeps
-//! the composed operations.
+//! whatever its size; on a CPU six passes over memory, each into a fresh buffer (at `original`'s
+//! 119M parameters, 476 MB each). Elsewhere, or with the kernels off, elmo-train's `Adagrad`
+//! keeps the composed operations.
 
 use burn::tensor::Tensor;
+
+use rayon::prelude::*;
 
 use crate::KernelSettings;
 #[cfg(feature = "cubecl")]
 use crate::cube_tensor::{ElementwiseOutput, kernel_input, kernel_input_or};
+use crate::host_tensor::HostTensor;
 
 /// One Adagrad step of a parameter.
 #[derive(Debug, Clone)]
@@ -99,5 +104,56 @@ pub fn fused_adagrad_step<const D: usize>(
             parameter: new_parameter.tensor,
             accumulator: new_accumulator.tensor,
         })
+    }
+}
+
+/// Values per task of the host loop.
+const HOST_CHUNK: usize = 1 << 16;
+
+/// One Adagrad step on the host, the arithmetic of the composed operations in their order
+/// (bit for bit): the new accumulator and parameter written over `accumulator` and
+/// `parameter` where the caller held their only reference (copies otherwise).
+///
+/// # Panics
+/// Where the tensors are not `f32` flex tensors of one shape: check
+/// [`KernelSettings::host_for`] on `parameter` first.
+pub fn host_adagrad_step<const D: usize>(
+    parameter: Tensor<D>,
+    gradient: &Tensor<D>,
+    accumulator: Option<Tensor<D>>,
+    initial_accumulator: f64,
+    learning_rate: f64,
+) -> AdagradStep<D> {
+    const HOST: &str = "f32 flex tensors (KernelSettings::host_for)";
+    let dims = parameter.dims();
+    assert!(
+        gradient.dims() == dims && accumulator.as_ref().is_none_or(|a| a.dims() == dims),
+        "a parameter, its gradient and its accumulator of one shape"
+    );
+    let gradient = HostTensor::of(gradient).expect(HOST).contiguous();
+    let mut parameter = HostTensor::take(parameter).expect(HOST).contiguous();
+    let first = accumulator.is_none();
+    let mut accumulator = match accumulator {
+        Some(accumulator) => HostTensor::take(accumulator).expect(HOST).contiguous(),
+        None => HostTensor::zeros(dims),
+    };
+    let (lr, initial) = (learning_rate as f32, initial_accumulator as f32);
+    (parameter.values_mut().par_chunks_mut(HOST_CHUNK))
+        .zip(accumulator.values_mut().par_chunks_mut(HOST_CHUNK))
+        .zip(gradient.values().par_chunks(HOST_CHUNK))
+        .for_each(|((parameter, accumulator), gradient)| {
+            for ((p, a), &g) in parameter.iter_mut().zip(accumulator).zip(gradient) {
+                let squared = g * g;
+                *a = if first {
+                    squared + initial
+                } else {
+                    *a + squared
+                };
+                *p -= g / a.sqrt() * lr;
+            }
+        });
+    AdagradStep {
+        parameter: parameter.into_tensor(),
+        accumulator: accumulator.into_tensor(),
     }
 }

@@ -1,11 +1,12 @@
-//! The global gradient norm (`tf.clip_by_global_norm`'s `global_norm`) as one fused CubeCL
-//! kernel per parameter: each writes its blocks' sums of squares into one shared buffer, and the
-//! host adds them up after a single read.
+//! The global gradient norm (`tf.clip_by_global_norm`'s `global_norm`) fused: on a GPU one CubeCL
+//! kernel per parameter, each writing its blocks' sums of squares into one shared buffer that the
+//! host adds up after a single read; on burn's flex CPU backend one pass over each gradient's
+//! values in place, on rayon's threads.
 //!
 //! Why: with burn's operations a parameter's share is four kernels (square, a zero-filled output,
 //! the sum, the running total's add), ~150 a training step for the biLM's ~37 parameter tensors,
-//! each a launch whatever its size. Elsewhere, or with the fused kernels off, elmo-train's
-//! `global_norm` keeps the composed operations.
+//! each a launch whatever its size; on a CPU the square is a fresh copy of every gradient.
+//! Elsewhere, or with the kernels off, elmo-train's `global_norm` keeps the composed operations.
 //!
 //! The sum is deterministic: every block adds its elements in a fixed order and a fixed tree, and
 //! the host adds the blocks' sums in order, in `f64`.
@@ -13,6 +14,7 @@
 use burn::tensor::Tensor;
 
 use crate::KernelSettings;
+use crate::host_tensor::HostTensor;
 
 /// The kernel (CubeCL's `Tensor` is not burn's, hence a module of its own).
 #[cfg(feature = "cubecl")]
@@ -76,10 +78,14 @@ fn cubes_for(n: usize) -> usize {
         .clamp(1, MAX_CUBES)
 }
 
-/// `Σ_i ‖gradients_i‖²` with one kernel per tensor and one read; `None` where the fused kernels
-/// do not run ([`KernelSettings::fused_for`]) or there is nothing to sum.
+/// `Σ_i ‖gradients_i‖²` with one kernel per tensor and one read on a GPU
+/// ([`KernelSettings::fused_for`]), one pass over each tensor's values on flex
+/// ([`KernelSettings::host_for`]); `None` elsewhere or with nothing to sum.
 pub fn fused_squared_norm(gradients: &[Tensor<1>], kernels: KernelSettings) -> Option<f64> {
     let first = gradients.first()?;
+    if kernels.host_for(first) {
+        return host_squared_norm(gradients);
+    }
     if !kernels.fused_for(first) {
         return None;
     }
@@ -119,6 +125,34 @@ pub fn fused_squared_norm(gradients: &[Tensor<1>], kernels: KernelSettings) -> O
     }
 }
 
+/// Values whose squares one block of the host pass adds in `f32` (then in `f64`).
+const HOST_BLOCK: usize = 1024;
+
+/// [`fused_squared_norm`] on the host: each tensor's values in blocks (in 16 lanes, in `f32`),
+/// the blocks' sums added in `f64` in their order.
+fn host_squared_norm(gradients: &[Tensor<1>]) -> Option<f64> {
+    use rayon::prelude::*;
+    let mut total = 0.0f64;
+    for gradient in gradients {
+        let values = HostTensor::of(gradient)?.contiguous();
+        let blocks: Vec<f64> = (values.values().par_chunks(HOST_BLOCK))
+            .map(|block| {
+                let mut lanes = [0.0f32; 16];
+                let mut chunks = block.chunks_exact(16);
+                for chunk in &mut chunks {
+                    for (lane, &v) in lanes.iter_mut().zip(chunk) {
+                        *lane += v * v;
+                    }
+                }
+                let rest: f32 = chunks.remainder().iter().map(|v| v * v).sum();
+                lanes.iter().map(|&l| f64::from(l)).sum::<f64>() + f64::from(rest)
+            })
+            .collect();
+        total += blocks.iter().sum::<f64>();
+    }
+    Some(total)
+}
+
 #[cfg(all(test, feature = "cubecl"))]
 mod tests {
     use super::*;
@@ -154,5 +188,41 @@ mod tests {
             .expect("the fused kernel runs on wgpu");
         let relative = (fused - expected).abs() / expected;
         assert!(relative < 1e-6, "{fused} vs {expected}: {relative}");
+    }
+}
+
+#[cfg(all(test, feature = "flex"))]
+mod host_tests {
+    use super::*;
+    use burn::tensor::{Device, TensorData};
+
+    /// The host pass against a float64 sum, over tensors from one value to many blocks, one of
+    /// them a view at an offset into a larger tensor; the composed operations decline none.
+    #[test]
+    fn host_squared_norm_equals_a_float64_sum_on_flex() {
+        let device = Device::flex();
+        let mut expected = 0.0f64;
+        let mut gradients = Vec::new();
+        for (k, n) in [1, 17, 3000, 300_001].into_iter().enumerate() {
+            let values: Vec<f32> = (0..n + 5)
+                .map(|i| ((i * 7 + k) % 13) as f32 * 0.25 - 1.5)
+                .collect();
+            expected += values[5..]
+                .iter()
+                .map(|&v| f64::from(v).powi(2))
+                .sum::<f64>();
+            let tensor = Tensor::<1>::from_data(TensorData::new(values, [n + 5]), &device);
+            gradients.push(tensor.narrow(0, 5, n));
+        }
+        let got = fused_squared_norm(&gradients, KernelSettings::default())
+            .expect("the host pass runs on flex");
+        assert!(
+            (got - expected).abs() <= 1e-6 * expected,
+            "{got} against {expected}"
+        );
+        assert_eq!(
+            fused_squared_norm(&gradients, KernelSettings::COMPOSED),
+            None
+        );
     }
 }
