@@ -357,15 +357,7 @@ impl CellForward<'_> {
                     cells,
                     clip,
                 };
-                match isa {
-                    // SAFETY: `isa` was detected on this machine when the weights were packed.
-                    #[cfg(target_arch = "x86_64")]
-                    Isa::Avx512 => unsafe { forward_row_avx512(args) },
-                    // SAFETY: as above.
-                    #[cfg(target_arch = "x86_64")]
-                    Isa::Avx2 => unsafe { forward_row_avx2(args) },
-                    Isa::Portable => forward_row(args),
-                }
+                forward_row_for(isa, args);
             });
     }
 }
@@ -478,15 +470,7 @@ impl CellBackward<'_> {
                     carry,
                     clip,
                 };
-                match isa {
-                    // SAFETY: `isa` was detected on this machine when the weights were packed.
-                    #[cfg(target_arch = "x86_64")]
-                    Isa::Avx512 => unsafe { backward_row_avx512(args) },
-                    // SAFETY: as above.
-                    #[cfg(target_arch = "x86_64")]
-                    Isa::Avx2 => unsafe { backward_row_avx2(args) },
-                    Isa::Portable => backward_row(args),
-                }
+                backward_row_for(isa, args);
             });
     }
 }
@@ -527,23 +511,32 @@ fn backward_row(r: BackwardRow) {
     }
 }
 
-/// A row pass compiled for an instruction set.
+/// `$dispatch(isa, args)`: the row pass `$row` compiled for the instruction set `isa`.
 macro_rules! row_pass_for {
-    ($name:ident, $row:ident, $args:ident, $features:literal) => {
-        #[cfg(target_arch = "x86_64")]
-        #[target_feature(enable = $features)]
-        unsafe fn $name(args: $args) {
-            $row(args)
+    ($dispatch:ident, $row:ident, $args:ident) => {
+        fn $dispatch(isa: Isa, args: $args) {
+            #[cfg(target_arch = "x86_64")]
+            #[target_feature(enable = "avx512f,fma")]
+            unsafe fn avx512(args: $args) {
+                $row(args)
+            }
+            #[cfg(target_arch = "x86_64")]
+            #[target_feature(enable = "avx2,fma")]
+            unsafe fn avx2(args: $args) {
+                $row(args)
+            }
+            match isa {
+                // SAFETY: `isa` was detected on this machine when the weights were packed.
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx512 => unsafe { avx512(args) },
+                // SAFETY: as above.
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx2 => unsafe { avx2(args) },
+                Isa::Portable => $row(args),
+            }
         }
     };
 }
 
-row_pass_for!(forward_row_avx512, forward_row, ForwardRow, "avx512f,fma");
-row_pass_for!(forward_row_avx2, forward_row, ForwardRow, "avx2,fma");
-row_pass_for!(
-    backward_row_avx512,
-    backward_row,
-    BackwardRow,
-    "avx512f,fma"
-);
-row_pass_for!(backward_row_avx2, backward_row, BackwardRow, "avx2,fma");
+row_pass_for!(forward_row_for, forward_row, ForwardRow);
+row_pass_for!(backward_row_for, backward_row, BackwardRow);

@@ -272,6 +272,30 @@ mod tests {
 
     /// The fused kernel against the composed operations on the same wgpu device: two steps
     /// (the first without an accumulator) over several workgroups' worth of elements.
+    /// Two composed Adagrad steps at learning rate 0.2, the first without an accumulator.
+    fn composed_two_steps(
+        adagrad: &Adagrad,
+        parameter: Tensor<1>,
+        [first, second]: [Tensor<1>; 2],
+    ) -> [AdagradStep<1>; 2] {
+        let one = adagrad.composed_step(0.2, parameter, first, None);
+        let two = adagrad.composed_step(
+            0.2,
+            one.parameter.clone(),
+            second,
+            Some(one.accumulator.clone()),
+        );
+        [one, two]
+    }
+
+    /// `n` values of a sine wave.
+    fn wave(n: usize, scale: f32, phase: f32, device: &Device) -> Tensor<1> {
+        let values = (0..n)
+            .map(|i| scale * (i as f32 * 0.37 + phase).sin())
+            .collect();
+        Tensor::<1>::from_data(TensorData::new(values, [n]), device)
+    }
+
     #[test]
     fn fused_adagrad_equals_composed_on_wgpu() {
         let Some(device) =
@@ -280,12 +304,7 @@ mod tests {
             return;
         };
         let n = 3000;
-        let wave = |scale: f32, phase: f32| {
-            let values = (0..n)
-                .map(|i| scale * (i as f32 * 0.37 + phase).sin())
-                .collect();
-            Tensor::<1>::from_data(TensorData::new(values, [n]), &device)
-        };
+        let wave = |scale: f32, phase: f32| wave(n, scale, phase, &device);
         let adagrad = Adagrad {
             initial_accumulator: 0.5,
             kernels: KernelSettings::default(),
@@ -308,13 +327,8 @@ mod tests {
             &second,
             Some(&fused_first.accumulator),
         );
-        let composed_first = adagrad.composed_step(0.2, parameter, first, None);
-        let composed_second = adagrad.composed_step(
-            0.2,
-            composed_first.parameter.clone(),
-            second,
-            Some(composed_first.accumulator.clone()),
-        );
+        let [composed_first, composed_second] =
+            composed_two_steps(&adagrad, parameter, [first, second]);
         let max_error = |a: Tensor<1>, b: Tensor<1>| -> f32 { (a - b).abs().max().into_scalar() };
         for (name, error) in [
             (
@@ -345,12 +359,7 @@ mod tests {
     fn host_adagrad_equals_composed_on_flex() {
         let device = Device::flex();
         let n = 150_001;
-        let wave = |scale: f32, phase: f32| {
-            let values = (0..n)
-                .map(|i| scale * (i as f32 * 0.37 + phase).sin())
-                .collect();
-            Tensor::<1>::from_data(TensorData::new(values, [n]), &device)
-        };
+        let wave = |scale: f32, phase: f32| wave(n, scale, phase, &device);
         let (parameter, first, second) = (wave(1.0, 0.0), wave(2.0, 1.0), wave(0.3, 2.0));
         assert!(KernelSettings::default().host_for(&parameter));
         let adagrad = Adagrad {
@@ -367,13 +376,8 @@ mod tests {
             0.5,
             0.2,
         );
-        let composed_first = adagrad.composed_step(0.2, parameter, first, None);
-        let composed_second = adagrad.composed_step(
-            0.2,
-            composed_first.parameter.clone(),
-            second,
-            Some(composed_first.accumulator.clone()),
-        );
+        let [composed_first, composed_second] =
+            composed_two_steps(&adagrad, parameter, [first, second]);
         for (host, composed) in [
             (host_first.accumulator, composed_first.accumulator),
             (host_first.parameter, composed_first.parameter),
