@@ -26,6 +26,7 @@ mod host_gemm;
 mod host_lstm;
 mod host_lstm_cell;
 mod host_product;
+mod host_softmax;
 mod host_tensor;
 mod index_add;
 mod large_product;
@@ -54,6 +55,7 @@ pub use host_lstm::{HostLstm, HostLstmOutput, HostLstmWeights};
 pub use host_lstm_cell::{
     HostRecords, HostStepGradients, HostSteps, host_backward_steps, host_forward_steps,
 };
+pub use host_softmax::{HostSoftmaxRows, host_softmax_rows};
 pub use index_add::{embedding, sum_groups, sum_row_groups};
 #[cfg(feature = "cubecl")]
 pub use large_product::kernel_for_shape;

@@ -6,8 +6,8 @@ use burn::module::{Module, Param};
 use burn::nn::Initializer;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use elmo_kernels::{
-    KernelSettings, RowReduction, SplitWeight, product, reduce_rows, sum_columns, sum_groups,
-    sum_row_groups, to_half,
+    KernelSettings, RowReduction, SplitWeight, host_softmax_rows, product, reduce_rows,
+    sum_columns, sum_groups, sum_row_groups, to_half,
 };
 use rand::Rng;
 use std::collections::HashSet;
@@ -291,17 +291,25 @@ impl Softmax {
                 chunk(&true_logits),
                 chunk(&not_candidate),
             );
-            let logits =
-                product(rows.clone(), candidate_weight_t.clone(), kernels) + candidate_bias.clone();
-            let max = reduce_rows(logits.clone(), RowReduction::Max, kernels).max_pair(y.clone());
-            let exp = (logits - max.clone()).exp();
-            let true_exp = (y.clone() - max.clone()).exp() * outside;
-            let sum = reduce_rows(exp.clone(), RowReduction::Sum, kernels) + true_exp.clone();
-            nll.push((sum.clone().log() + max - y).reshape([len]));
-            // ∂/∂y = scale · (p_true − 1); ∂/∂z = scale · softmax, in the logits' buffer.
-            let per_sum = scale.clone() / sum;
-            let dy = true_exp * per_sum.clone() - scale;
-            let grad_logits = exp * per_sum;
+            let logits = product(rows.clone(), candidate_weight_t.clone(), kernels);
+            // ∂/∂y = scale · (p_true − 1); ∂/∂z = scale · softmax, in the logits' buffer: one
+            // pass a row on flex (`host_softmax_rows`), burn's operations elsewhere.
+            let (grad_logits, dy) = if kernels.host_for(&logits) {
+                let rows = host_softmax_rows(logits, &candidate_bias, &y, &outside, &scale)
+                    .expect("flex tensors (KernelSettings::host_for)");
+                nll.push(rows.nll);
+                (rows.gradient, rows.true_gradient)
+            } else {
+                let logits = logits + candidate_bias.clone();
+                let max =
+                    reduce_rows(logits.clone(), RowReduction::Max, kernels).max_pair(y.clone());
+                let exp = (logits - max.clone()).exp();
+                let true_exp = (y.clone() - max.clone()).exp() * outside;
+                let sum = reduce_rows(exp.clone(), RowReduction::Sum, kernels) + true_exp.clone();
+                nll.push((sum.clone().log() + max - y).reshape([len]));
+                let per_sum = scale.clone() / sum;
+                (exp * per_sum.clone(), true_exp * per_sum - scale)
+            };
             // In 16 bits once for its two products (each would cast it); the bias gradient sums
             // the `f32` values.
             let logits_factor = to_half(grad_logits.clone(), mode.half);
@@ -505,10 +513,12 @@ mod tests {
 
     /// The hand-written gradients of both softmaxes equal autodiff's, with rows in chunks of 3
     /// (7 rows: 3 + 3 + 1), a target repeated across chunks, and (sampled) targets inside and
-    /// outside the candidates. Tolerance 1e-5.
+    /// outside the candidates. Tolerance 1e-5. On flex the chunks run `host_softmax_rows`.
     #[test]
     fn hand_written_softmax_gradients_equal_autodiff() {
         check_softmax_gradients(Device::flex(), 9);
+        // On flex the host pass: rows of several of its 16 lanes and a remainder.
+        check_softmax_gradients(Device::flex(), 41);
     }
 
     /// The same on wgpu (in CI: lavapipe), where the row adds are atomic scatters
