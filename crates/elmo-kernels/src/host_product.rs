@@ -1,6 +1,7 @@
 //! Matrix products of `f32` tensors on burn's flex CPU backend through the host kernel of
-//! `host_gemm` (the BLIS scheme: Van Zee & van de Geijn 2015), on rayon's threads: the large
-//! products ([`crate::product`], [`crate::half_product`]) and a training step's per-step
+//! `host_gemm` (the BLIS scheme: Van Zee & van de Geijn 2015), on rayon's threads: the products
+//! of [`crate::half_product`] with `ProductMode::host` (the LSTM's input projection and weight
+//! gradients, [`crate::transposed_product`]'s weight gradients) and a training step's per-step
 //! products with their weights packed once per step ([`crate::SplitWeight::on_host`]).
 
 use burn::tensor::Tensor;

@@ -28,9 +28,12 @@ pub struct KernelSettings {
     pub paired_directions: bool,
     /// On burn's flex CPU backend, the host kernels: the LSTMP forward pass of inference (no
     /// autodiff) as one host loop ([`crate::HostLstm`]: weights packed once per call, one
-    /// fused pass per cell), and the products outside autodiff through the host kernel on
-    /// every thread (a training step's per-step products with their weights packed once per
-    /// step, [`crate::SplitWeight::on_host`]). Off: burn's operations, step by step.
+    /// fused pass per cell); a training step's recurrence forward and backward as host loops
+    /// ([`crate::host_forward_steps`], [`crate::host_backward_steps`]: per-step products with
+    /// their weights packed once per step, [`crate::SplitWeight::on_host`]); the LSTM's other
+    /// products outside autodiff through the host kernel on every thread; the softmax's rows,
+    /// Adagrad and the gradient norm as one host pass each. Off: burn's operations, step by
+    /// step.
     pub host_recurrence: bool,
     /// With `fused`: the large `f32` products on a CubeCL device through the cubek kernel that
     /// suits their shape ([`crate::product`]). Off: burn's choice.
