@@ -15,8 +15,9 @@ use rayon::prelude::*;
 
 use crate::cube_lstm_cell::CellRecords;
 use crate::gate_activation::EXP_LIMIT;
-use crate::host_gemm::{Isa, PackedMatrix, matmul_packed_parallel};
+use crate::host_gemm::{Isa, PackedMatrix, Strided};
 use crate::host_lstm::{exp, tanh};
+use crate::host_product::grouped_view_product;
 use crate::host_tensor::HostTensor;
 use crate::split_product::SplitWeight;
 
@@ -69,12 +70,7 @@ fn packed<'a>(steps: &HostSteps<'a>) -> Option<(&'a [PackedMatrix], &'a [PackedM
 /// `a · W_g` for each group's rows of `a` (`rows` rows with row stride `lda`), into `out`
 /// (row-major, `N` values a row).
 fn grouped_product(weights: &[PackedMatrix], a: &[f32], lda: usize, rows: usize, out: &mut [f32]) {
-    let batch = rows / weights.len();
-    let n = weights[0].n();
-    for (g, weight) in weights.iter().enumerate() {
-        let out = &mut out[g * batch * n..(g + 1) * batch * n];
-        matmul_packed_parallel(&a[g * batch * lda..], lda, batch, weight, out, n);
-    }
+    grouped_view_product(weights, Strided::rows(a, lda), rows, out);
 }
 
 /// A clip as the cell passes take it (no clip: infinity).
@@ -194,8 +190,8 @@ pub fn host_forward_steps(
     })
 }
 
-/// The backpropagation through time (elmo-train's `LstmGroup::backward_recorded`) of a layer (or group) whose forward pass wrote
-/// `records`: the gradients of every step's gate pre-activations and projection, from the
+/// The backpropagation through time (elmo-train's `LstmGroup::backward_recorded`) of a layer
+/// (or group) whose forward pass wrote `records`: the gradients of every step's gate pre-activations and projection, from the
 /// gradient of the layer's outputs; `None` as [`host_forward_steps`].
 ///
 /// # Shapes

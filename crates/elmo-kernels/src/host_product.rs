@@ -55,19 +55,29 @@ pub(crate) fn host_product<const D: usize>(lhs: &Tensor<D>, rhs: &Tensor<D>) -> 
 pub(crate) fn grouped_product(packed: &[PackedMatrix], lhs: &Tensor<2>) -> Option<Tensor<2>> {
     let rows = lhs.dims()[0];
     let n = packed[0].n();
-    let batch = rows / packed.len();
     let lhs = HostTensor::of(lhs)?;
-    let view = lhs.strided()?;
     let mut out = HostTensor::zeros([rows, n]);
-    let values = out.values_mut();
+    grouped_view_product(packed, lhs.strided()?, rows, out.values_mut());
+    Some(out.into_tensor())
+}
+
+/// Each group's rows of `lhs` (`rows` rows read in place, `rows / G` a group) times its packed
+/// weight, into `out` (row-major, `N` values a row).
+pub(crate) fn grouped_view_product(
+    packed: &[PackedMatrix],
+    lhs: Strided,
+    rows: usize,
+    out: &mut [f32],
+) {
+    let batch = rows / packed.len();
+    let n = packed[0].n();
     for (g, weight) in packed.iter().enumerate() {
         let rows = Strided {
-            offset: view.offset + g * batch * view.row_stride,
-            ..view
+            offset: lhs.offset + g * batch * lhs.row_stride,
+            ..lhs
         };
-        matmul_view_parallel(rows, batch, weight, &mut values[g * batch * n..], n);
+        matmul_view_parallel(rows, batch, weight, &mut out[g * batch * n..], n);
     }
-    Some(out.into_tensor())
 }
 
 #[cfg(test)]

@@ -274,8 +274,8 @@ impl<'a> LstmGroup<'a> {
             .map(|g| time_major(Self::rows_of(&inputs, g, n_layers)))
             .collect();
         if kernels == CellKernels::Host
-            && rows > 0
-            && let Some(recorded) = self.host_forward(&flat_inputs, &weights, &initial, mode)
+            && let Some(recorded) =
+                self.host_forward(&flat_inputs, &weights, &initial, [n_steps, batch], mode)
         {
             return recorded;
         }
@@ -384,8 +384,8 @@ impl<'a> LstmGroup<'a> {
         recorded(flat_inputs, records, initial)
     }
 
-    /// The recorded forward pass as elmo-kernels' host loops ([`host_forward_steps`]), `None`
-    /// where they do not run. The weights stay as they are: the loops negate the
+    /// The recorded forward pass as elmo-kernels' host loops ([`host_forward_steps`]) of
+    /// `n_steps` steps of `batch` rows a layer, `None` where they do not run. The weights stay as they are: the loops negate the
     /// pre-activations themselves (exactly as the prepared weights would, `GateActivation`), and
     /// add the bias as they read each step's input contributions, so that neither the weights
     /// nor the contributions take a pass of their own.
@@ -394,11 +394,10 @@ impl<'a> LstmGroup<'a> {
         flat_inputs: &[Tensor<2>],
         weights: &[PlainWeights],
         initial: &LstmState,
+        [n_steps, batch]: [usize; 2],
         mode: ProductMode,
     ) -> Option<(LstmOutput, LstmTape)> {
         let layer = self.first();
-        let batch = initial.hidden.dims()[0] / weights.len();
-        let n_steps = flat_inputs[0].dims()[0] / batch;
         let shape = [n_steps, batch, 4 * layer.d_cell()];
         let contributions = joined(
             (flat_inputs.iter().zip(weights))
@@ -1046,7 +1045,7 @@ mod tests {
         let layer = wide_layer(device, 11);
         let case = WideCase::new(device, 10);
         let composed = alone(case.run(&[&layer], CellKernels::Composed));
-        let fused = alone(case.run(&[&layer], kernels));
+        let got = alone(case.run(&[&layer], kernels));
         let clipped = |x: &Tensor<3>, clip: f32| -> usize {
             let cut = x.clone().abs().greater_equal_elem(clip - 1e-6);
             cut.int().sum().into_scalar::<i64>() as usize
@@ -1065,13 +1064,14 @@ mod tests {
             .into_scalar();
         assert!((memory_cut - 0.5).abs() < 1e-6, "cell clip never cut");
         let what = format!("{kernels:?}");
-        assert_same_run(&what, (&composed.0, &composed.1), (&fused.0, &fused.1));
+        assert_same_run(&what, (&composed.0, &composed.1), (&got.0, &got.1));
     }
 
     /// A group of two layers (a biLM layer's two directions) equals each layer run alone on its
     /// rows: outputs, final state and every gradient. Composed and host loops on flex (batched
-    /// products over the group; each group's rows with its own packed weights) and fused on wgpu (one launch per kernel for both, the grouped split layout
-    /// `[G·S, B, K/S]` of every product).
+    /// products over the group; each group's rows with its own packed weights) and fused on
+    /// wgpu (one launch per kernel for both, the grouped split layout `[G·S, B, K/S]` of every
+    /// product).
     #[test]
     fn a_group_equals_its_layers_alone() {
         let mut runs = vec![

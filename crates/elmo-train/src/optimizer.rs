@@ -270,8 +270,6 @@ mod tests {
         }
     }
 
-    /// The fused kernel against the composed operations on the same wgpu device: two steps
-    /// (the first without an accumulator) over several workgroups' worth of elements.
     /// Two composed Adagrad steps at learning rate 0.2, the first without an accumulator.
     fn composed_two_steps(
         adagrad: &Adagrad,
@@ -296,6 +294,8 @@ mod tests {
         Tensor::<1>::from_data(TensorData::new(values, [n]), device)
     }
 
+    /// The fused kernel against the composed operations on the same wgpu device: two steps
+    /// (the first without an accumulator) over several workgroups' worth of elements.
     #[test]
     fn fused_adagrad_equals_composed_on_wgpu() {
         let Some(device) =
