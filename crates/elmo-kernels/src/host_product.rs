@@ -40,11 +40,14 @@ pub(crate) fn host_product<const D: usize>(lhs: &Tensor<D>, rhs: &Tensor<D>) -> 
     if m == 0 || k == 0 || n == 0 {
         return None;
     }
-    let packed = pack_weight(rhs.clone().reshape([k, n]))?;
-    let mut out = lhs.dims();
-    out[1] = n;
-    let product = grouped_product(&[packed], &lhs.clone().reshape([m, k]))?;
-    Some(product.reshape(out))
+    // Both read in place as two-dimensional views: a `reshape` to `[M, K]` would copy a
+    // transposed operand first (flex reshapes only contiguous tensors in place).
+    let (lhs, rhs) = (HostTensor::of(lhs)?, HostTensor::of(rhs)?);
+    let (lhs, rhs) = (lhs.strided()?, rhs.strided()?);
+    let packed = PackedMatrix::pack_view(rhs, k, n);
+    let mut out = HostTensor::zeros([m, n]);
+    grouped_view_product(&[packed], lhs, m, out.values_mut());
+    Some(out.into_tensor())
 }
 
 /// Each group's rows of `lhs` times its packed weight (`packed[g]` for rows `g·B .. (g+1)·B`),
