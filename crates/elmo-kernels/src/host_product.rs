@@ -117,7 +117,15 @@ mod tests {
         // A transposed left factor (a weight gradient's `xᵀ·∂z`).
         let x = Tensor::<2>::random([70, 300], normal, &device);
         let got = host_product(&x.clone().transpose(), &rhs).expect("flex tensors");
-        let want = x.transpose().matmul(rhs.clone()).into_data();
+        let want = x.clone().transpose().matmul(rhs.clone()).into_data();
+        got.into_data().assert_approx_eq::<f32>(&want, close);
+        // A transposed right factor (the LSTM input gradient's `W_xᵀ`), and both transposed.
+        let w = Tensor::<2>::random([45, 70], normal, &device);
+        let got = host_product(&lhs, &w.clone().transpose()).expect("flex tensors");
+        let want = lhs.clone().matmul(w.clone().transpose()).into_data();
+        got.into_data().assert_approx_eq::<f32>(&want, close);
+        let got = host_product(&x.clone().transpose(), &w.clone().transpose()).expect("flex");
+        let want = x.clone().transpose().matmul(w.transpose()).into_data();
         got.into_data().assert_approx_eq::<f32>(&want, close);
         // Two groups of 150 rows, each with its own weight.
         let other = Tensor::<2>::random([70, 45], normal, &device);
