@@ -9,6 +9,8 @@ use burn::tensor::{Device, Distribution, Tensor};
 
 #[allow(deprecated)]
 fn main() {
+    // As the CLI and the other benches run the CPU backends (packing a weight allocates it).
+    elmo_model::cpu_memory::keep_large_allocations();
     let backend = std::env::args().nth(1).unwrap_or_else(|| "flex".into());
     let packed = std::env::args().any(|a| a == "--packed");
     if packed {
