@@ -539,7 +539,7 @@ unsafe fn run<const NR: usize, const MR: usize>(
 }
 
 /// Bytes of `c` (all rows, a group's panels' columns) that a group of panels accumulates while
-/// the slices of `K` pass: a quarter of the 1-2 MiB L2 of current x86-64 server cores.
+/// the slices of `K` pass: half or less of the 512 KiB-2 MiB L2 of current x86-64 cores.
 const GROUP_BYTES: usize = 256 * 1024;
 
 /// Bytes of a panel's slice that the blocks of `a` pass over while it stays in L1 (32 KiB of
