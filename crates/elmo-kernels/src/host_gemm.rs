@@ -124,10 +124,11 @@ impl<'a> Strided<'a> {
             ),
         };
         let start = self.offset + row0 * self.row_stride + col0 * self.col_stride;
-        assert!(
-            start + (lines - 1) * line + (run_len - 1) * step < self.values.len(),
-            "the view holds the block"
-        );
+        let block = Strided {
+            offset: start,
+            ..*self
+        };
+        assert!(block.holds(rows, cols), "the view holds the block");
         assert!(
             (lines - 1) * out_line + (run_len - 1) * out_step < out.len(),
             "out holds the block"

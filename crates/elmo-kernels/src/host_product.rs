@@ -12,7 +12,10 @@ use crate::host_tensor::HostTensor;
 /// A two-dimensional `f32` tensor of burn's flex backend outside autodiff, read in place (its
 /// strides, so that transposed views and row ranges are not copied), handed to `read`;
 /// `None` for any other tensor (this crate's `flex` feature).
-fn read_in_place<R>(tensor: &Tensor<2>, read: impl FnOnce(Strided) -> R) -> Option<R> {
+fn read_in_place<const D: usize, R>(
+    tensor: &Tensor<D>,
+    read: impl FnOnce(Strided) -> R,
+) -> Option<R> {
     let host = HostTensor::of(tensor)?;
     Some(read(host.strided()?))
 }
@@ -42,20 +45,19 @@ pub(crate) fn host_product<const D: usize>(lhs: &Tensor<D>, rhs: &Tensor<D>) -> 
     }
     // Both read in place as two-dimensional views: a `reshape` to `[M, K]` would copy a
     // transposed operand first (flex reshapes only contiguous tensors in place).
-    let (lhs, rhs) = (HostTensor::of(lhs)?, HostTensor::of(rhs)?);
-    let (lhs, rhs) = (lhs.strided()?, rhs.strided()?);
-    let packed = PackedMatrix::pack_view(rhs, k, n);
-    let mut out = HostTensor::zeros([m, n]);
-    grouped_view_product(&[packed], lhs, m, out.values_mut());
-    Some(out.into_tensor())
+    let packed = read_in_place(rhs, |view| PackedMatrix::pack_view(view, k, n))?;
+    grouped_product(&[packed], lhs)
 }
 
 /// Each group's rows of `lhs` times its packed weight (`packed[g]` for rows `g·B .. (g+1)·B`),
-/// `None` where `lhs` is not a flex tensor outside autodiff.
+/// `None` where `lhs` is not a two-dimensional flex tensor outside autodiff.
 ///
 /// # Shapes
 /// - lhs: `[G·B, K]`; output: `[G·B, N]`
-pub(crate) fn grouped_product(packed: &[PackedMatrix], lhs: &Tensor<2>) -> Option<Tensor<2>> {
+pub(crate) fn grouped_product<const D: usize>(
+    packed: &[PackedMatrix],
+    lhs: &Tensor<D>,
+) -> Option<Tensor<D>> {
     let rows = lhs.dims()[0];
     let n = packed[0].n();
     let lhs = HostTensor::of(lhs)?;
