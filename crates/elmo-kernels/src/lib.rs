@@ -28,6 +28,7 @@ mod host_lstm_cell;
 mod host_product;
 mod host_softmax;
 mod host_tensor;
+mod host_window_max;
 mod index_add;
 mod large_product;
 mod settings;
@@ -56,6 +57,7 @@ pub use host_lstm_cell::{
     HostRecords, HostStepGradients, HostSteps, host_backward_steps, host_forward_steps,
 };
 pub use host_softmax::{HostSoftmaxRows, host_softmax_rows};
+pub use host_window_max::{HostWindowMax, host_window_max};
 pub use index_add::{embedding, sum_groups, sum_row_groups};
 #[cfg(feature = "cubecl")]
 pub use large_product::kernel_for_shape;

@@ -9,7 +9,9 @@ use burn::nn::{Initializer, Linear, LinearConfig};
 use burn::tensor::activation::{relu, tanh};
 use burn::tensor::{Device, Distribution, Int, Tensor, TensorData};
 
-use elmo_kernels::{KernelSettings, half_product, product, slices_when, to_half};
+use elmo_kernels::{
+    KernelSettings, half_product, host_window_max, product, slices_when, to_half,
+};
 
 use crate::char_ids::MAX_CHARS_PER_TOKEN;
 use crate::convolution_record::{ConvolutionRecord, PaddingWindow};
@@ -162,6 +164,14 @@ impl CharConvolution {
     ) -> Tensor<2> {
         let n_slots = chars.dims()[1];
         let n_positions = self.positions(n_slots, extent);
+        // On flex outside autodiff: from the chars on the host, no window or position's value
+        // through memory.
+        if self.kernels.host_for(&chars) {
+            let weight = self.weight.val();
+            if let Some(max) = host_window_max(&chars, &weight, self.width, n_positions, false) {
+                return self.pooled(max.pooled, n_slots, n_positions, padding_char);
+            }
+        }
         let windows = self.windows(chars, n_positions);
         self.convolve_windows(windows, n_slots, padding_char)
     }
@@ -215,18 +225,37 @@ impl CharConvolution {
         padding_char: Option<Tensor<1>>,
     ) -> Tensor<2> {
         let [n_tokens, n_positions, flat_width] = windows.dims();
-        let all_positions = n_slots - self.width + 1;
         let weight = self.weight.val();
         let windows = windows.reshape([n_tokens * n_positions, flat_width]);
-        let convolved = windows_product(windows, weight.clone(), self.kernels);
+        let convolved = windows_product(windows, weight, self.kernels);
         let [_, n_filters] = convolved.dims();
-        let mut pooled = convolved
+        let pooled = convolved
             .reshape([n_tokens, n_positions, n_filters])
             .max_dim(1)
             .reshape([n_tokens, n_filters]);
-        if n_positions < all_positions {
+        self.pooled(pooled, n_slots, n_positions, padding_char)
+    }
+
+    /// The max over the first `n_positions` windows of tokens of `n_slots` slots, with the
+    /// all-padding window's value where they stop before the last, plus the bias.
+    ///
+    /// # Shapes
+    /// - max: `[n_tokens, n_filters]`; padding_char: `[d_char]`; output: as `max`
+    ///
+    /// # Panics
+    /// If the windows stop before the last and there is no `padding_char`.
+    fn pooled(
+        &self,
+        max: Tensor<2>,
+        n_slots: usize,
+        n_positions: usize,
+        padding_char: Option<Tensor<1>>,
+    ) -> Tensor<2> {
+        let mut pooled = max;
+        if n_positions < n_slots - self.width + 1 {
             let window = self.padding_window(padding_char);
-            pooled = pooled.max_pair(window.matmul(weight).expand([n_tokens, n_filters]));
+            let value = window.matmul(self.weight.val()).expand(pooled.dims());
+            pooled = pooled.max_pair(value);
         }
         pooled + self.bias.val().unsqueeze_dim(0)
     }

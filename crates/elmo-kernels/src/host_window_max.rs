@@ -1,0 +1,231 @@
+//! A char convolution and its max over positions on the host (the char CNN of Kim et al. 2016 as
+//! bilm-tf's `_build_word_char_embeddings` runs it: valid windows, each filter's max over the
+//! positions), for burn's flex CPU backend: each token's windows read from its looked-up chars
+//! (a window is a contiguous run of `width · d_char` values), multiplied a few tokens at a time
+//! by the weight packed once per call (`host_gemm`'s kernel) into a buffer that stays in L2,
+//! and reduced there; tokens shared among rayon's threads.
+//!
+//! Why: with burn's operations every window (`width` times the chars) and every position's
+//! value (180 KiB a token at `original`'s widest convolution) go through memory, and flex
+//! reduces over the middle axis one scalar at a time.
+
+use burn::tensor::{Int, Tensor, TensorData};
+use rayon::prelude::*;
+
+use crate::host_gemm::{PackedMatrix, matmul_packed};
+use crate::host_tensor::HostTensor;
+
+/// A convolution's max over positions ([`host_window_max`]).
+#[derive(Debug, Clone)]
+pub struct HostWindowMax {
+    /// `[N, F]`: each filter's max over the positions, without the bias.
+    pub pooled: Tensor<2>,
+    /// `[N, 1, F]`: the position of each max, where asked for: the first one, or the first NaN
+    /// (as burn's `max_dim_with_indices`).
+    pub argmax: Option<Tensor<3, Int>>,
+}
+
+/// Bytes of a task's values before the max: a few tokens' positions times the filters, in L2.
+const BUFFER_BYTES: usize = 512 * 1024;
+
+/// The convolution of `width` slots of `chars` with `weight` at the first `n_positions`
+/// positions of each token, and each filter's max over them (with its position where
+/// `positions`); `None` where `chars` or `weight` is not an `f32` flex tensor (the caller runs
+/// burn's operations). Window `p` of a token is its slots `p .. p + width`, flat as the rows
+/// of `weight` (slot-major, then the char dimension).
+///
+/// # Shapes
+/// - chars: `[N, S, E]`; weight: `[width · E, F]`
+///
+/// # Panics
+/// When `weight` does not have `width · E` rows, when the windows pass the `S` slots, or when
+/// there is no position.
+pub fn host_window_max(
+    chars: &Tensor<3>,
+    weight: &Tensor<2>,
+    width: usize,
+    n_positions: usize,
+    positions: bool,
+) -> Option<HostWindowMax> {
+    let [n_tokens, n_slots, d_char] = chars.dims();
+    let [d_window, n_filters] = weight.dims();
+    assert_eq!(d_window, width * d_char, "a weight of width · d_char rows");
+    assert!(
+        n_positions >= 1 && n_positions + width - 1 <= n_slots,
+        "between 1 and {} positions of width {width}, not {n_positions}",
+        n_slots + 1 - width.min(n_slots)
+    );
+    let chars = HostTensor::of(chars)?.contiguous();
+    let packed = {
+        let weight = HostTensor::of(weight)?;
+        PackedMatrix::pack_view(weight.strided()?, d_window, n_filters)
+    };
+    let mut pooled = HostTensor::zeros([n_tokens, n_filters]);
+    let mut argmax = vec![0i64; if positions { n_tokens * n_filters } else { 0 }];
+    if n_tokens > 0 && n_filters > 0 {
+        let chars = chars.values();
+        let per_token = n_positions * n_filters;
+        let tokens = (BUFFER_BYTES / (4 * per_token)).clamp(1, n_tokens);
+        let token_values = n_slots * d_char;
+        // Tokens `first..` of a task: their windows (one row each, a contiguous run of their
+        // chars) times the weight, each token's values reduced over its positions.
+        let task = |(windows, values): &mut (Vec<f32>, Vec<f32>),
+                    first: usize,
+                    pooled: &mut [f32],
+                    mut argmax: Option<&mut [i64]>| {
+            let count = pooled.len() / n_filters;
+            let rows = count * n_positions;
+            windows.clear();
+            for token in chars[first * token_values..].chunks_exact(token_values).take(count) {
+                for p in 0..n_positions {
+                    windows.extend_from_slice(&token[p * d_char..p * d_char + d_window]);
+                }
+            }
+            values.resize(rows * n_filters, 0.0);
+            matmul_packed(windows, d_window, rows, &packed, values, n_filters);
+            for (t, pooled) in pooled.chunks_exact_mut(n_filters).enumerate() {
+                let argmax = (argmax.as_deref_mut()).map(|a| &mut a[t * n_filters..][..n_filters]);
+                max_over_rows(&values[t * per_token..][..per_token], pooled, argmax);
+            }
+        };
+        let buffers = || (Vec::new(), Vec::new());
+        let pooled = pooled.values_mut().par_chunks_mut(tokens * n_filters);
+        match positions {
+            true => (pooled.zip(argmax.par_chunks_mut(tokens * n_filters)).enumerate())
+                .for_each_init(buffers, |buffers, (i, (pooled, argmax))| {
+                    task(buffers, i * tokens, pooled, Some(argmax))
+                }),
+            false => pooled
+                .enumerate()
+                .for_each_init(buffers, |buffers, (i, pooled)| {
+                    task(buffers, i * tokens, pooled, None)
+                }),
+        }
+    }
+    let pooled = pooled.into_tensor::<2>();
+    let device = pooled.device();
+    Some(HostWindowMax {
+        pooled,
+        argmax: positions.then(|| {
+            Tensor::from_data(TensorData::new(argmax, [n_tokens, 1, n_filters]), &device)
+        }),
+    })
+}
+
+/// Each column's max over the rows of `values` (`[rows, F]` row-major) into `max`, with the
+/// first row of it in `argmax`: a NaN wins and stays (burn's `max_dim` and
+/// `max_dim_with_indices` on flex).
+fn max_over_rows(values: &[f32], max: &mut [f32], argmax: Option<&mut [i64]>) {
+    let n = max.len();
+    let mut rows = values.chunks_exact(n);
+    max.copy_from_slice(rows.next().expect("one position or more"));
+    match argmax {
+        None => {
+            for row in rows {
+                for (m, &v) in max.iter_mut().zip(row) {
+                    *m = if takes(v, *m) { v } else { *m };
+                }
+            }
+        }
+        Some(argmax) => {
+            argmax.fill(0);
+            for (p, row) in rows.enumerate() {
+                let p = p as i64 + 1;
+                for ((m, a), &v) in max.iter_mut().zip(argmax.iter_mut()).zip(row) {
+                    let take = takes(v, *m);
+                    *m = if take { v } else { *m };
+                    *a = if take { p } else { *a };
+                }
+            }
+        }
+    }
+}
+
+/// Whether `value` replaces the running max `max`: larger, or NaN over a number.
+#[inline(always)]
+fn takes(value: f32, max: f32) -> bool {
+    !max.is_nan() && (value > max || value.is_nan())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::tensor::{Device, Distribution, Tolerance};
+
+    /// burn's convolution of the windows and max over positions, with the positions.
+    fn reference(
+        chars: &Tensor<3>,
+        weight: &Tensor<2>,
+        width: usize,
+        n_positions: usize,
+    ) -> (Tensor<2>, Tensor<3, Int>) {
+        let [n_tokens, _, d_char] = chars.dims();
+        let windows: Vec<Tensor<3>> = (0..n_positions)
+            .map(|p| {
+                chars
+                    .clone()
+                    .narrow(1, p, width)
+                    .reshape([n_tokens, 1, width * d_char])
+            })
+            .collect();
+        let windows = Tensor::cat(windows, 1).reshape([n_tokens * n_positions, width * d_char]);
+        let n_filters = weight.dims()[1];
+        let values = windows
+            .matmul(weight.clone())
+            .reshape([n_tokens, n_positions, n_filters]);
+        let (max, argmax) = values.max_dim_with_indices(1);
+        (max.reshape([n_tokens, n_filters]), argmax)
+    }
+
+    /// The host's max equals burn's, with its positions: several tokens a task and one token
+    /// over several tasks, fewer positions than the slots allow, a single position, filters
+    /// past a panel; ties keep the first position and a NaN wins (burn's `max_dim_with_indices`);
+    /// not under autodiff.
+    #[test]
+    fn window_max_equals_burns() {
+        let device = Device::flex();
+        let normal = Distribution::Normal(0.0, 1.0);
+        for (n_tokens, n_slots, d_char, width, n_positions, n_filters) in [
+            (37, 50, 4, 3, 48, 45),
+            (5, 50, 16, 7, 44, 1024),
+            (9, 12, 3, 2, 5, 33),
+            (4, 6, 2, 6, 1, 7),
+        ] {
+            let chars = Tensor::<3>::random([n_tokens, n_slots, d_char], normal, &device);
+            let weight = Tensor::<2>::random([width * d_char, n_filters], normal, &device);
+            let got = host_window_max(&chars, &weight, width, n_positions, true);
+            assert_eq!(got.is_some(), cfg!(feature = "flex"), "flex runs the host max");
+            let Some(got) = got else {
+                return;
+            };
+            let (max, argmax) = reference(&chars, &weight, width, n_positions);
+            let close = Tolerance::absolute(1e-4);
+            got.pooled.into_data().assert_approx_eq::<f32>(&max.into_data(), close);
+            let got_argmax = got.argmax.expect("positions asked for");
+            assert_eq!(
+                got_argmax.into_data().convert::<i64>(),
+                argmax.into_data().convert::<i64>()
+            );
+            let without = host_window_max(&chars, &weight, width, n_positions, false)
+                .expect("flex tensors");
+            assert!(without.argmax.is_none());
+        }
+        // Equal windows (ties at every position), then a NaN char in token 1's third window.
+        let mut values = vec![1.0f32; 2 * 8 * 2];
+        values[8 * 2 + 2 * 2] = f32::NAN;
+        let chars = Tensor::<3>::from_data(TensorData::new(values, [2, 8, 2]), &device);
+        let weight = Tensor::<2>::from_data(TensorData::new(vec![1.0f32, -1.0], [2, 1]), &device);
+        let got = host_window_max(&chars, &weight, 1, 8, true).expect("flex tensors");
+        let (_, want) = reference(&chars, &weight, 1, 8);
+        let argmax = |t: Tensor<3, Int>| t.into_data().convert::<i64>().to_vec::<i64>();
+        let got_argmax = argmax(got.argmax.expect("positions"));
+        assert_eq!(got_argmax, argmax(want), "as burn's");
+        assert_eq!(got_argmax.expect("i64"), [0, 2], "the first of equal values; the first NaN");
+        let pooled = got.pooled.into_data().to_vec::<f32>().expect("f32");
+        assert!(pooled[0] == 0.0 && pooled[1].is_nan(), "{pooled:?}");
+        let autodiff = Device::autodiff(device.clone());
+        let chars = Tensor::<3>::random([2, 8, 2], normal, &autodiff);
+        let weight = Tensor::<2>::random([2, 3], normal, &autodiff);
+        assert!(host_window_max(&chars, &weight, 1, 8, false).is_none());
+    }
+}
