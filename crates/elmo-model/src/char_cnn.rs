@@ -10,7 +10,7 @@ use burn::tensor::activation::{relu, tanh};
 use burn::tensor::{Device, Distribution, Int, Tensor, TensorData};
 
 use elmo_kernels::{
-    KernelSettings, half_product, host_window_max, product, slices_when, to_half,
+    HostWindowMax, KernelSettings, half_product, host_window_max, product, slices_when, to_half,
 };
 
 use crate::char_ids::MAX_CHARS_PER_TOKEN;
@@ -260,35 +260,49 @@ impl CharConvolution {
         pooled + self.bias.val().unsqueeze_dim(0)
     }
 
-    /// [`Self::convolve_windows`] outside autodiff, before the activation, with what its
+    /// [`Self::forward_with_extent`] outside autodiff, before the activation, with what its
     /// backward pass needs: the windows, the position of each filter's max and where the
     /// all-padding window wins. The product runs as [`product`] runs it (on CUDA through cuBLAS;
-    /// with mixed precision in 16 bits with `f32` accumulation: the windows may be in 16 bits
-    /// already), not split; the output is `f32`.
+    /// with mixed precision in 16 bits with `f32` accumulation: the chars may be in 16 bits
+    /// already), not split, or on flex with the max on the host ([`host_window_max`]); the
+    /// output is `f32`.
     ///
     /// # Shapes
-    /// - windows: `[n_tokens, n_positions, width · d_char]`; padding_char: `[d_char]`
+    /// - chars: `[n_tokens, n_slots, d_char]`; padding_char: `[d_char]`
     ///
     /// # Panics
     /// If the windows stop before the last and there is no `padding_char`.
     pub fn convolve_recorded(
         &self,
-        windows: Tensor<3>,
-        n_slots: usize,
+        chars: Tensor<3>,
+        n_positions: usize,
         padding_char: Option<Tensor<1>>,
     ) -> ConvolutionPass {
-        let [n_tokens, n_positions, flat_width] = windows.dims();
+        let [n_tokens, n_slots, _] = chars.dims();
         let all_positions = n_slots - self.width + 1;
         let weight = self.weight.val().inner();
-        let windows = windows
-            .inner()
-            .reshape([n_tokens * n_positions, flat_width]);
-        let convolved = product(windows.clone(), weight.clone(), self.kernels);
-        let [_, n_filters] = convolved.dims();
-        let (pooled, argmax) = convolved
-            .reshape([n_tokens, n_positions, n_filters])
-            .max_dim_with_indices(1);
-        let mut pooled = pooled.reshape([n_tokens, n_filters]);
+        let chars = chars.inner();
+        let host = (self.kernels.host_for(&chars))
+            .then(|| host_window_max(&chars, &weight, self.width, n_positions, true))
+            .flatten();
+        let windows = self.windows(chars, n_positions);
+        let [_, _, flat_width] = windows.dims();
+        let windows = windows.reshape([n_tokens * n_positions, flat_width]);
+        let (pooled, argmax) = match host {
+            Some(HostWindowMax { pooled, argmax }) => {
+                (pooled, argmax.expect("positions asked for"))
+            }
+            None => {
+                let convolved = product(windows.clone(), weight.clone(), self.kernels);
+                let [_, n_filters] = convolved.dims();
+                let (pooled, argmax) = convolved
+                    .reshape([n_tokens, n_positions, n_filters])
+                    .max_dim_with_indices(1);
+                (pooled.reshape([n_tokens, n_filters]), argmax)
+            }
+        };
+        let mut pooled = pooled;
+        let n_filters = pooled.dims()[1];
         // As `max_pair`: the padding window's value where it is strictly larger.
         let padding = (n_positions < all_positions).then(|| {
             let window = self.padding_window(padding_char.map(Tensor::inner));
@@ -521,13 +535,12 @@ impl CharCnnEncoder {
             let pooled = (self.convolutions.iter().enumerate())
                 .map(|(convolution, conv)| {
                     let n_positions = conv.positions(n_slots, extent);
-                    let windows = conv.windows(chars.clone(), n_positions);
                     let ConvolutionPass {
                         pooled,
                         windows,
                         argmax,
                         padding,
-                    } = conv.convolve_recorded(windows, n_slots, padding_char.clone());
+                    } = conv.convolve_recorded(chars.clone(), n_positions, padding_char.clone());
                     let output = self.activate(pooled);
                     let n_filters = output.dims()[1];
                     records.borrow_mut().push(ConvolutionRecord {
