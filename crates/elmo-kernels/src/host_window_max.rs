@@ -112,6 +112,102 @@ pub fn host_window_max(
     })
 }
 
+/// The gradients of [`host_window_max`] ([`host_window_max_backward`]).
+#[derive(Debug, Clone)]
+pub struct HostWindowGradients {
+    /// `[width · E, F]`: the weight's, where asked for.
+    pub weight: Option<Tensor<2>>,
+    /// `[N, S, E]`: the chars', where asked for.
+    pub chars: Option<Tensor<3>>,
+}
+
+/// Backpropagates `grad`, the gradient of [`host_window_max`]'s pooled values, through the
+/// windows of its maxima (`argmax`): each filter's gradient goes to the one window its max
+/// came from, so the weight's gradient adds one window a token and filter (`Σ_t g_tf · window`)
+/// and the chars' one column of the weight, where the dense products' would add every window
+/// times zero (`N · n_positions` rows where this reads `N`). The gradients in a fixed order
+/// (tokens in order for each filter); `None` where a tensor is not an `f32` flex tensor.
+///
+/// # Shapes
+/// - chars: `[N, S, E]`; weight: `[width · E, F]`; argmax: `[N, 1, F]`; grad: `[N, F]`
+///
+/// # Panics
+/// When the shapes disagree, or a position's window passes the slots.
+pub fn host_window_max_backward(
+    chars: &Tensor<3>,
+    weight: &Tensor<2>,
+    argmax: Tensor<3, Int>,
+    grad: &Tensor<2>,
+    width: usize,
+    (weight_grad, chars_grad): (bool, bool),
+) -> Option<HostWindowGradients> {
+    let [n_tokens, n_slots, d_char] = chars.dims();
+    let [d_window, n_filters] = weight.dims();
+    assert_eq!(d_window, width * d_char, "a weight of width · d_char rows");
+    assert_eq!(argmax.dims(), [n_tokens, 1, n_filters], "a position a token and filter");
+    assert_eq!(grad.dims(), [n_tokens, n_filters], "a gradient a token and filter");
+    let read = |t: &Tensor<2>| HostTensor::of(t).map(HostTensor::contiguous);
+    let (chars, weight, grad) = (HostTensor::of(chars)?.contiguous(), read(weight)?, read(grad)?);
+    let positions = argmax.into_data().convert::<i64>().try_into_vec::<i64>().ok()?;
+    let last = n_slots - width.min(n_slots);
+    let positions: Vec<usize> = (positions.iter())
+        .map(|&p| usize::try_from(p).ok().filter(|&p| p <= last))
+        .collect::<Option<_>>()
+        .expect("positions of windows within the slots");
+    let (chars, weight, grad) = (chars.values(), weight.values(), grad.values());
+    let token_values = n_slots * d_char;
+    let weight_grad = weight_grad.then(|| {
+        // `[F, width · E]`: filter `f`'s row adds its gradient times its max's window, token
+        // by token; the filters shared among threads.
+        let mut transposed = vec![0.0f32; n_filters * d_window];
+        (transposed.par_chunks_mut(d_window).enumerate()).for_each(|(f, row)| {
+            for t in 0..n_tokens {
+                let at = t * n_filters + f;
+                let start = t * token_values + positions[at] * d_char;
+                let g = grad[at];
+                for (sum, &x) in row.iter_mut().zip(&chars[start..start + d_window]) {
+                    *sum += g * x;
+                }
+            }
+        });
+        let mut out = HostTensor::zeros([d_window, n_filters]);
+        let values = out.values_mut();
+        for (f, row) in transposed.chunks_exact(d_window).enumerate() {
+            for (k, &value) in row.iter().enumerate() {
+                values[k * n_filters + f] = value;
+            }
+        }
+        out.into_tensor()
+    });
+    let chars_grad = chars_grad.then(|| {
+        // Token `t`'s chars add, for each filter, its gradient times the filter's weights at the
+        // slots of its max's window; the tokens shared among threads.
+        let mut columns = vec![0.0f32; n_filters * d_window];
+        for (k, row) in weight.chunks_exact(n_filters).enumerate() {
+            for (f, &value) in row.iter().enumerate() {
+                columns[f * d_window + k] = value;
+            }
+        }
+        let mut out = HostTensor::zeros([n_tokens, n_slots, d_char]);
+        (out.values_mut().par_chunks_mut(token_values).enumerate()).for_each(|(t, token)| {
+            for f in 0..n_filters {
+                let at = t * n_filters + f;
+                let start = positions[at] * d_char;
+                let g = grad[at];
+                let column = &columns[f * d_window..(f + 1) * d_window];
+                for (sum, &w) in token[start..start + d_window].iter_mut().zip(column) {
+                    *sum += g * w;
+                }
+            }
+        });
+        out.into_tensor()
+    });
+    Some(HostWindowGradients {
+        weight: weight_grad,
+        chars: chars_grad,
+    })
+}
+
 /// Each column's max over the rows of `values` (`[rows, F]` row-major) into `max`, with the
 /// first row of it in `argmax`: a NaN wins and stays (burn's `max_dim` and
 /// `max_dim_with_indices` on flex).
@@ -220,18 +316,61 @@ mod tests {
         let weight = Tensor::<2>::from_data(TensorData::new(vec![1.0f32, -1.0], [2, 1]), &device);
         let got = host_window_max(&chars, &weight, 1, 8, true).expect("flex tensors");
         let (_, want) = reference(&chars, &weight, 1, 8);
-        let argmax = |t: Tensor<3, Int>| t.into_data().convert::<i64>().to_vec::<i64>();
+        let argmax = |t: Tensor<3, Int>| t.into_data().convert::<i64>().try_to_vec::<i64>();
         let got_argmax = argmax(got.argmax.expect("positions"));
         assert_eq!(got_argmax, argmax(want), "as burn's");
         assert_eq!(got_argmax.expect("i64"), [0, 2], "the first of equal values; the first NaN");
-        let pooled = got.pooled.into_data().to_vec::<f32>().expect("f32");
+        let pooled = got.pooled.into_data().try_to_vec::<f32>().expect("f32");
         assert!(pooled[0] == 0.0 && pooled[1].is_nan(), "{pooled:?}");
         let without = host_window_max(&chars, &weight, 1, 8, false).expect("flex tensors");
-        let pooled = without.pooled.into_data().to_vec::<f32>().expect("f32");
+        let pooled = without.pooled.into_data().try_to_vec::<f32>().expect("f32");
         assert!(pooled[0] == 0.0 && pooled[1].is_nan(), "without positions: {pooled:?}");
         let autodiff = Device::autodiff(device.clone());
         let chars = Tensor::<3>::random([2, 8, 2], normal, &autodiff);
         let weight = Tensor::<2>::random([2, 3], normal, &autodiff);
         assert!(host_window_max(&chars, &weight, 1, 8, false).is_none());
+    }
+
+    /// The sparse backward pass equals autodiff's through burn's windows, product and max:
+    /// the weight's and the chars' gradients, for several widths and fewer positions than the
+    /// slots allow.
+    #[test]
+    fn window_max_gradients_equal_autodiffs() {
+        let device = Device::flex();
+        let autodiff = Device::autodiff(device.clone());
+        let normal = Distribution::Normal(0.0, 1.0);
+        for (n_tokens, n_slots, d_char, width, n_positions, n_filters) in
+            [(7, 12, 3, 3, 10, 40), (5, 20, 4, 1, 9, 33), (3, 9, 2, 5, 5, 17)]
+        {
+            let chars = Tensor::<3>::random([n_tokens, n_slots, d_char], normal, &device);
+            let weight = Tensor::<2>::random([width * d_char, n_filters], normal, &device);
+            let grad = Tensor::<2>::random([n_tokens, n_filters], normal, &device);
+            let Some(forward) = host_window_max(&chars, &weight, width, n_positions, true) else {
+                return;
+            };
+            let argmax = forward.argmax.expect("positions asked for");
+            let got = host_window_max_backward(
+                &chars,
+                &weight,
+                argmax,
+                &grad,
+                width,
+                (true, true),
+            )
+            .expect("flex tensors");
+            let tracked_chars = Tensor::<3>::from_data(chars.into_data(), &autodiff).require_grad();
+            let tracked_weight =
+                Tensor::<2>::from_data(weight.into_data(), &autodiff).require_grad();
+            let (max, _) = reference(&tracked_chars, &tracked_weight, width, n_positions);
+            let loss = (max * Tensor::<2>::from_data(grad.into_data(), &autodiff)).sum();
+            let grads = loss.backward();
+            let close = Tolerance::absolute(1e-4);
+            let want_weight = tracked_weight.grad(&grads).expect("a weight gradient");
+            let want_chars = tracked_chars.grad(&grads).expect("a chars gradient");
+            (got.weight.expect("asked for").into_data())
+                .assert_approx_eq::<f32>(&want_weight.into_data(), close);
+            (got.chars.expect("asked for").into_data())
+                .assert_approx_eq::<f32>(&want_chars.into_data(), close);
+        }
     }
 }

@@ -57,7 +57,9 @@ pub use host_lstm_cell::{
     HostRecords, HostStepGradients, HostSteps, host_backward_steps, host_forward_steps,
 };
 pub use host_softmax::{HostSoftmaxRows, host_softmax_rows};
-pub use host_window_max::{HostWindowMax, host_window_max};
+pub use host_window_max::{
+    HostWindowGradients, HostWindowMax, host_window_max, host_window_max_backward,
+};
 pub use index_add::{embedding, sum_groups, sum_row_groups};
 #[cfg(feature = "cubecl")]
 pub use large_product::kernel_for_shape;

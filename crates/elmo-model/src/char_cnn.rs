@@ -14,7 +14,7 @@ use elmo_kernels::{
 };
 
 use crate::char_ids::MAX_CHARS_PER_TOKEN;
-use crate::convolution_record::{ConvolutionRecord, PaddingWindow};
+use crate::convolution_record::{ConvolutionRecord, PaddingWindow, RecordedWindows};
 use crate::highway::{Highway, HighwayConfig, HighwayRecord, linear_in};
 use crate::options::{BiLmOptions, CnnActivation};
 
@@ -285,20 +285,23 @@ impl CharConvolution {
         let host = (self.kernels.host_for(&chars))
             .then(|| host_window_max(&chars, &weight, self.width, n_positions, true))
             .flatten();
-        let windows = self.windows(chars, n_positions);
-        let [_, _, flat_width] = windows.dims();
-        let windows = windows.reshape([n_tokens * n_positions, flat_width]);
-        let (pooled, argmax) = match host {
+        let (pooled, argmax, windows) = match host {
+            // The backward pass reads the windows from the chars too.
             Some(HostWindowMax { pooled, argmax }) => {
-                (pooled, argmax.expect("positions asked for"))
+                let windows = RecordedWindows::Chars { chars, n_positions };
+                (pooled, argmax.expect("positions asked for"), windows)
             }
             None => {
+                let windows = self.windows(chars, n_positions);
+                let [_, _, flat_width] = windows.dims();
+                let windows = windows.reshape([n_tokens * n_positions, flat_width]);
                 let convolved = product(windows.clone(), weight.clone(), self.kernels);
                 let [_, n_filters] = convolved.dims();
                 let (pooled, argmax) = convolved
                     .reshape([n_tokens, n_positions, n_filters])
                     .max_dim_with_indices(1);
-                (pooled.reshape([n_tokens, n_filters]), argmax)
+                let windows = RecordedWindows::Flat(windows);
+                (pooled.reshape([n_tokens, n_filters]), argmax, windows)
             }
         };
         let mut pooled = pooled;
@@ -341,8 +344,8 @@ impl CharConvolution {
 pub struct ConvolutionPass {
     /// `[n_tokens, F]`: the max over positions plus the bias, before the activation.
     pub pooled: Tensor<2>,
-    /// `[n_tokens · n_positions, width · d_char]`: the windows, flat.
-    pub windows: Tensor<2>,
+    /// The windows, flat, or the chars the host read them from.
+    pub windows: RecordedWindows,
     /// `[n_tokens, 1, F]`: the position of each filter's max over the computed windows.
     pub argmax: Tensor<3, Int>,
     /// The all-padding window and where it wins, where the windows stop before the last.

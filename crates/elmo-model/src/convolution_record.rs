@@ -19,10 +19,8 @@ pub struct ConvolutionRecord {
     pub rows: Range<usize>,
     /// The convolution's columns in the concatenated filters.
     pub columns: Range<usize>,
-    /// `[n · n_positions, width · E]`: the windows of looked-up chars
-    /// ([`crate::char_cnn::CharConvolution::windows`], flat; their slots' char ids:
-    /// [`ConvolvedChunk::slot_ids`]).
-    pub windows: Tensor<2>,
+    /// The windows the convolution read.
+    pub windows: RecordedWindows,
     /// `[n, 1, F]`: the position of each filter's largest value over the windows.
     pub argmax: Tensor<3, Int>,
     /// Where the windows stop before the last: the all-padding window and where its value is
@@ -30,6 +28,32 @@ pub struct ConvolutionRecord {
     pub padding: Option<PaddingWindow>,
     /// `[n, F]`: the activated output.
     pub output: Tensor<2>,
+}
+
+/// What a convolution's backward pass reads its windows from.
+#[derive(Debug, Clone)]
+pub enum RecordedWindows {
+    /// `[n · n_positions, width · E]`: the windows of looked-up chars
+    /// ([`crate::char_cnn::CharConvolution::windows`], flat).
+    Flat(Tensor<2>),
+    /// `[n, S, E]`: the looked-up chars whose first `n_positions` windows the host read in place
+    /// (`elmo_kernels::host_window_max`, on flex).
+    Chars {
+        /// The looked-up chars of the record's tokens.
+        chars: Tensor<3>,
+        /// The windows computed per token.
+        n_positions: usize,
+    },
+}
+
+impl RecordedWindows {
+    /// The windows computed per token, of `n_tokens` tokens.
+    pub fn n_positions(&self, n_tokens: usize) -> usize {
+        match self {
+            RecordedWindows::Flat(windows) => windows.dims()[0] / n_tokens.max(1),
+            RecordedWindows::Chars { n_positions, .. } => *n_positions,
+        }
+    }
 }
 
 /// The window of padding chars that stands for the windows past the longest token of a chunk
@@ -61,17 +85,23 @@ pub struct ConvolvedChunk {
 }
 
 impl ConvolvedChunk {
-    /// The char ids of the slots of `record`'s windows (of a convolution of `width`), row-major:
-    /// slot `k` of window `p` of token `t` is slot `p + k` of the token; a row each of its
-    /// windows' gradient reshaped to `[_, E]`.
+    /// The char ids of the rows of `record`'s windows' gradient reshaped to `[_, E]` (of a
+    /// convolution of `width`), row-major: for [`RecordedWindows::Flat`], slot `k` of window
+    /// `p` of token `t` is slot `p + k` of the token; for [`RecordedWindows::Chars`], the
+    /// tokens' slots.
     ///
     /// # Panics
     /// If `record` is not one of this chunk's, or `width` not its convolution's.
     pub fn slot_ids(&self, record: &ConvolutionRecord, width: usize) -> Vec<usize> {
         let n_slots = self.ids.len() / self.n_rows;
-        let n_positions = record.windows.dims()[0] / record.rows.len();
         let ids = &self.ids[record.rows.start * n_slots..record.rows.end * n_slots];
-        window_ids(ids, n_positions, width, n_slots)
+        match &record.windows {
+            RecordedWindows::Flat(_) => {
+                let n_positions = record.windows.n_positions(record.rows.len());
+                window_ids(ids, n_positions, width, n_slots)
+            }
+            RecordedWindows::Chars { .. } => window_ids(ids, n_slots, 1, n_slots),
+        }
     }
 }
 

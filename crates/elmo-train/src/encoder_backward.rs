@@ -18,11 +18,12 @@ use burn::optim::GradientsParams;
 use burn::tensor::activation::relu;
 use burn::tensor::{Device, IndexingUpdateOp, Tensor};
 use elmo_kernels::{
-    KernelSettings, product, sum_columns, sum_row_groups, to_half, transposed_product,
+    HostWindowGradients, KernelSettings, host_window_max_backward, product, sum_columns,
+    sum_row_groups, to_half, transposed_product,
 };
 use elmo_model::bilm::ConvolvedTokens;
 use elmo_model::char_cnn::{DenseRecord, PADDING_CHAR_ID};
-use elmo_model::convolution_record::{ConvolvedChunk, PaddingWindow};
+use elmo_model::convolution_record::{ConvolvedChunk, PaddingWindow, RecordedWindows};
 use elmo_model::highway::HighwayRecord;
 use elmo_model::options::CnnActivation;
 use elmo_model::{BiLm, CharCnnEncoder, CharIdBatch};
@@ -201,23 +202,53 @@ fn convolutions_backward(
                 }
                 None => (grad_pooled, None),
             };
-            // In the products' type (16 bits with mixed precision), which both its products
-            // read; assigned, not added: each value has one index (no atomics on a GPU).
-            let grad_pooled = to_half(grad_pooled, mode.half);
-            let [n_tokens, _, filters] = record.argmax.dims();
-            let n_positions = record.windows.dims()[0] / n_tokens;
-            let shape = [n_tokens, n_positions, filters];
-            let grad_convolved = Tensor::zeros(shape, (&grad.device(), grad_pooled.dtype()))
-                .scatter(
-                    1,
-                    record.argmax,
-                    grad_pooled.reshape([n_tokens, 1, filters]),
-                    IndexingUpdateOp::Assign,
-                )
-                .reshape([n_tokens * n_positions, filters]);
-            if conv.weight.val().is_require_grad() {
-                let mut grad_weight =
-                    transposed_product(record.windows, grad_convolved.clone(), split, mode);
+            let trains_weight = conv.weight.val().is_require_grad();
+            let weight = conv.weight.val().inner();
+            let (grad_weight, grad_rows) = match record.windows {
+                // On flex: one window a token and filter (the max's), read from the chars.
+                RecordedWindows::Chars { chars, .. } => {
+                    let HostWindowGradients { weight, chars } = host_window_max_backward(
+                        &chars,
+                        &weight,
+                        record.argmax,
+                        &grad_pooled,
+                        conv.width,
+                        (trains_weight, slot_ids.is_some()),
+                    )
+                    .expect("flex tensors (RecordedWindows::Chars)");
+                    let rows = chars.map(|chars| {
+                        let [n_tokens, n_slots, _] = chars.dims();
+                        chars.reshape([n_tokens * n_slots, d_char])
+                    });
+                    (weight, rows)
+                }
+                RecordedWindows::Flat(windows) => {
+                    // In the products' type (16 bits with mixed precision), which both its
+                    // products read; assigned, not added: each value has one index (no atomics
+                    // on a GPU).
+                    let grad_pooled = to_half(grad_pooled, mode.half);
+                    let [n_tokens, _, filters] = record.argmax.dims();
+                    let n_positions = windows.dims()[0] / n_tokens;
+                    let shape = [n_tokens, n_positions, filters];
+                    let grad_convolved =
+                        Tensor::zeros(shape, (&grad.device(), grad_pooled.dtype()))
+                            .scatter(
+                                1,
+                                record.argmax,
+                                grad_pooled.reshape([n_tokens, 1, filters]),
+                                IndexingUpdateOp::Assign,
+                            )
+                            .reshape([n_tokens * n_positions, filters]);
+                    let grad_weight = trains_weight.then(|| {
+                        transposed_product(windows, grad_convolved.clone(), split, mode)
+                    });
+                    let grad_windows = slot_ids.is_some().then(|| {
+                        product(grad_convolved, weight.clone().transpose(), kernels)
+                    });
+                    (grad_weight, grad_windows)
+                }
+            };
+            if let Some(mut grad_weight) = grad_weight {
                 if let Some((window, grad_value)) = &padding {
                     grad_weight =
                         grad_weight + window.clone().transpose().matmul(grad_value.clone());
@@ -225,9 +256,8 @@ fn convolutions_backward(
                 add_to(&mut weights[record.convolution], grad_weight);
             }
             if let Some(slot_ids) = slot_ids {
-                let weight = conv.weight.val().inner();
-                let grad_windows = product(grad_convolved, weight.clone().transpose(), kernels);
-                rows.push(grad_windows.reshape([slot_ids.len(), d_char]));
+                let grad_rows = grad_rows.expect("asked for with the slot ids");
+                rows.push(grad_rows.reshape([slot_ids.len(), d_char]));
                 group_of.extend(slot_ids);
                 if let Some((window, grad_value)) = padding {
                     let width = window.dims()[1] / d_char;
