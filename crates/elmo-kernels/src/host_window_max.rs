@@ -9,10 +9,10 @@
 //! value (180 KiB a token at `original`'s widest convolution) go through memory, and flex
 //! reduces over the middle axis one scalar at a time.
 
-use burn::tensor::{Int, Tensor, TensorData};
+use burn::tensor::Tensor;
 use rayon::prelude::*;
 
-use crate::host_gemm::{PackedMatrix, matmul_packed};
+use crate::host_gemm::{Isa, PackedMatrix, matmul_packed};
 use crate::host_tensor::HostTensor;
 
 /// A convolution's max over positions ([`host_window_max`]).
@@ -20,9 +20,9 @@ use crate::host_tensor::HostTensor;
 pub struct HostWindowMax {
     /// `[N, F]`: each filter's max over the positions, without the bias.
     pub pooled: Tensor<2>,
-    /// `[N, 1, F]`: the position of each max, where asked for: the first one, or the first NaN
-    /// (as burn's `max_dim_with_indices`).
-    pub argmax: Option<Tensor<3, Int>>,
+    /// `[N, F]` row-major: the position of each max, where asked for: the first one, or the
+    /// first NaN (as burn's `max_dim_with_indices`); what [`host_window_max_backward`] reads.
+    pub positions: Option<Vec<u32>>,
 }
 
 /// Bytes of a task's values before the max: a few tokens' positions times the filters, in L2.
@@ -61,7 +61,7 @@ pub fn host_window_max(
         PackedMatrix::pack_view(weight.strided()?, d_window, n_filters)
     };
     let mut pooled = HostTensor::zeros([n_tokens, n_filters]);
-    let mut argmax = vec![0i64; if positions { n_tokens * n_filters } else { 0 }];
+    let mut argmax = vec![0u32; if positions { n_tokens * n_filters } else { 0 }];
     if n_tokens > 0 && n_filters > 0 {
         let chars = chars.values();
         let per_token = n_positions * n_filters;
@@ -72,11 +72,14 @@ pub fn host_window_max(
         let task = |(windows, values): &mut (Vec<f32>, Vec<f32>),
                     first: usize,
                     pooled: &mut [f32],
-                    mut argmax: Option<&mut [i64]>| {
+                    mut argmax: Option<&mut [u32]>| {
             let count = pooled.len() / n_filters;
             let rows = count * n_positions;
             windows.clear();
-            for token in chars[first * token_values..].chunks_exact(token_values).take(count) {
+            for token in chars[first * token_values..]
+                .chunks_exact(token_values)
+                .take(count)
+            {
                 for p in 0..n_positions {
                     windows.extend_from_slice(&token[p * d_char..p * d_char + d_window]);
                 }
@@ -91,10 +94,12 @@ pub fn host_window_max(
         let buffers = || (Vec::new(), Vec::new());
         let pooled = pooled.values_mut().par_chunks_mut(tokens * n_filters);
         match positions {
-            true => (pooled.zip(argmax.par_chunks_mut(tokens * n_filters)).enumerate())
-                .for_each_init(buffers, |buffers, (i, (pooled, argmax))| {
-                    task(buffers, i * tokens, pooled, Some(argmax))
-                }),
+            true => (pooled
+                .zip(argmax.par_chunks_mut(tokens * n_filters))
+                .enumerate())
+            .for_each_init(buffers, |buffers, (i, (pooled, argmax))| {
+                task(buffers, i * tokens, pooled, Some(argmax))
+            }),
             false => pooled
                 .enumerate()
                 .for_each_init(buffers, |buffers, (i, pooled)| {
@@ -102,13 +107,9 @@ pub fn host_window_max(
                 }),
         }
     }
-    let pooled = pooled.into_tensor::<2>();
-    let device = pooled.device();
     Some(HostWindowMax {
-        pooled,
-        argmax: positions.then(|| {
-            Tensor::from_data(TensorData::new(argmax, [n_tokens, 1, n_filters]), &device)
-        }),
+        pooled: pooled.into_tensor(),
+        positions: positions.then_some(argmax),
     })
 }
 
@@ -122,21 +123,21 @@ pub struct HostWindowGradients {
 }
 
 /// Backpropagates `grad`, the gradient of [`host_window_max`]'s pooled values, through the
-/// windows of its maxima (`argmax`): each filter's gradient goes to the one window its max
+/// windows of its maxima (`positions`, [`HostWindowMax::positions`]): each filter's gradient goes to the one window its max
 /// came from, so the weight's gradient adds one window a token and filter (`Σ_t g_tf · window`)
 /// and the chars' one column of the weight, where the dense products' would add every window
 /// times zero (`N · n_positions` rows where this reads `N`). The gradients in a fixed order
 /// (tokens in order for each filter); `None` where a tensor is not an `f32` flex tensor.
 ///
 /// # Shapes
-/// - chars: `[N, S, E]`; weight: `[width · E, F]`; argmax: `[N, 1, F]`; grad: `[N, F]`
+/// - chars: `[N, S, E]`; weight: `[width · E, F]`; positions, grad: `[N, F]`
 ///
 /// # Panics
 /// When the shapes disagree, or a position's window passes the slots.
 pub fn host_window_max_backward(
     chars: &Tensor<3>,
     weight: &Tensor<2>,
-    argmax: Tensor<3, Int>,
+    positions: &[u32],
     grad: &Tensor<2>,
     width: usize,
     (weight_grad, chars_grad): (bool, bool),
@@ -144,32 +145,45 @@ pub fn host_window_max_backward(
     let [n_tokens, n_slots, d_char] = chars.dims();
     let [d_window, n_filters] = weight.dims();
     assert_eq!(d_window, width * d_char, "a weight of width · d_char rows");
-    assert_eq!(argmax.dims(), [n_tokens, 1, n_filters], "a position a token and filter");
-    assert_eq!(grad.dims(), [n_tokens, n_filters], "a gradient a token and filter");
+    assert_eq!(
+        positions.len(),
+        n_tokens * n_filters,
+        "a position a token and filter"
+    );
+    assert_eq!(
+        grad.dims(),
+        [n_tokens, n_filters],
+        "a gradient a token and filter"
+    );
     let read = |t: &Tensor<2>| HostTensor::of(t).map(HostTensor::contiguous);
-    let (chars, weight, grad) = (HostTensor::of(chars)?.contiguous(), read(weight)?, read(grad)?);
-    let positions = argmax.into_data().convert::<i64>().try_into_vec::<i64>().ok()?;
+    let (chars, weight, grad) = (
+        HostTensor::of(chars)?.contiguous(),
+        read(weight)?,
+        read(grad)?,
+    );
     let last = n_slots - width.min(n_slots);
-    let positions: Vec<usize> = (positions.iter())
-        .map(|&p| usize::try_from(p).ok().filter(|&p| p <= last))
-        .collect::<Option<_>>()
-        .expect("positions of windows within the slots");
-    let (chars, weight, grad) = (chars.values(), weight.values(), grad.values());
-    let token_values = n_slots * d_char;
+    assert!(
+        positions.iter().all(|&p| p as usize <= last),
+        "positions of windows within the slots"
+    );
+    let pass = SparsePass {
+        isa: Isa::detect(),
+        chars: chars.values(),
+        grad: grad.values(),
+        positions,
+        n_filters,
+        token_values: n_slots * d_char,
+        d_char,
+        d_window,
+    };
     let weight_grad = weight_grad.then(|| {
         // `[F, width · E]`: filter `f`'s row adds its gradient times its max's window, token
-        // by token; the filters shared among threads.
+        // by token; blocks of filters shared among threads, each reading the tokens' rows of
+        // the gradient and positions in order.
         let mut transposed = vec![0.0f32; n_filters * d_window];
-        (transposed.par_chunks_mut(d_window).enumerate()).for_each(|(f, row)| {
-            for t in 0..n_tokens {
-                let at = t * n_filters + f;
-                let start = t * token_values + positions[at] * d_char;
-                let g = grad[at];
-                for (sum, &x) in row.iter_mut().zip(&chars[start..start + d_window]) {
-                    *sum += g * x;
-                }
-            }
-        });
+        let block = n_filters.div_ceil(4 * rayon::current_num_threads()).max(1);
+        (transposed.par_chunks_mut(block * d_window).enumerate())
+            .for_each(|(b, rows)| pass.filter_sums(b * block, rows));
         let mut out = HostTensor::zeros([d_window, n_filters]);
         let values = out.values_mut();
         for (f, row) in transposed.chunks_exact(d_window).enumerate() {
@@ -183,23 +197,17 @@ pub fn host_window_max_backward(
         // Token `t`'s chars add, for each filter, its gradient times the filter's weights at the
         // slots of its max's window; the tokens shared among threads.
         let mut columns = vec![0.0f32; n_filters * d_window];
-        for (k, row) in weight.chunks_exact(n_filters).enumerate() {
+        for (k, row) in weight.values().chunks_exact(n_filters).enumerate() {
             for (f, &value) in row.iter().enumerate() {
                 columns[f * d_window + k] = value;
             }
         }
         let mut out = HostTensor::zeros([n_tokens, n_slots, d_char]);
-        (out.values_mut().par_chunks_mut(token_values).enumerate()).for_each(|(t, token)| {
-            for f in 0..n_filters {
-                let at = t * n_filters + f;
-                let start = positions[at] * d_char;
-                let g = grad[at];
-                let column = &columns[f * d_window..(f + 1) * d_window];
-                for (sum, &w) in token[start..start + d_window].iter_mut().zip(column) {
-                    *sum += g * w;
-                }
-            }
-        });
+        let tokens = n_tokens.div_ceil(4 * rayon::current_num_threads()).max(1);
+        (out.values_mut()
+            .par_chunks_mut(tokens * pass.token_values)
+            .enumerate())
+        .for_each(|(b, values)| pass.token_sums(b * tokens, &columns, values));
         out.into_tensor()
     });
     Some(HostWindowGradients {
@@ -208,10 +216,190 @@ pub fn host_window_max_backward(
     })
 }
 
+/// What [`host_window_max_backward`]'s loops read: the chars (`[N, S, E]`), the pooled values'
+/// gradient and their windows' positions (`[N, F]`, row-major), for the instruction set
+/// detected on this machine.
+struct SparsePass<'a> {
+    isa: Isa,
+    chars: &'a [f32],
+    grad: &'a [f32],
+    positions: &'a [u32],
+    n_filters: usize,
+    token_values: usize,
+    d_char: usize,
+    d_window: usize,
+}
+
+impl SparsePass<'_> {
+    /// Rows `first..` of the weight's transposed gradient (`rows`: whole rows of `width · E`):
+    /// each filter's gradient times its max's window, summed over the tokens in order.
+    fn filter_sums(&self, first: usize, rows: &mut [f32]) {
+        match self.isa {
+            // SAFETY: `isa` was detected on this machine.
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => unsafe { filter_sums_avx512(self, first, rows) },
+            // SAFETY: as above.
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => unsafe { filter_sums_avx2(self, first, rows) },
+            Isa::Portable => filter_sums(self, first, rows, add_scaled),
+        }
+    }
+
+    /// The chars' gradient of tokens `first..` (`tokens`: whole tokens of `S · E` values):
+    /// each filter's gradient times its weights (`columns`: `[F, width · E]`) at its max's
+    /// window, filters in order; blocks of filters whose weights stay in L1 while the tokens
+    /// pass.
+    fn token_sums(&self, first: usize, columns: &[f32], tokens: &mut [f32]) {
+        match self.isa {
+            // SAFETY: `isa` was detected on this machine.
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => unsafe { token_sums_avx512(self, first, columns, tokens) },
+            // SAFETY: as above.
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => unsafe { token_sums_avx2(self, first, columns, tokens) },
+            Isa::Portable => token_sums(self, first, columns, tokens, add_scaled),
+        }
+    }
+}
+
+/// `y += g · x` in plain code (what the target compiles to by default).
+#[inline(always)]
+fn add_scaled(y: &mut [f32], g: f32, x: &[f32]) {
+    for (y, &x) in y.iter_mut().zip(x) {
+        *y += g * x;
+    }
+}
+
+#[inline(always)]
+fn filter_sums(
+    pass: &SparsePass,
+    first: usize,
+    rows: &mut [f32],
+    add: impl Fn(&mut [f32], f32, &[f32]),
+) {
+    let (n_filters, d_window) = (pass.n_filters, pass.d_window);
+    let count = rows.len() / d_window;
+    let tokens = (pass.grad.chunks_exact(n_filters)).zip(pass.positions.chunks_exact(n_filters));
+    for (t, (grad, positions)) in tokens.enumerate() {
+        let token = &pass.chars[t * pass.token_values..][..pass.token_values];
+        let (grad, positions) = (
+            &grad[first..first + count],
+            &positions[first..first + count],
+        );
+        for ((row, &g), &p) in rows.chunks_exact_mut(d_window).zip(grad).zip(positions) {
+            let start = p as usize * pass.d_char;
+            add(row, g, &token[start..start + d_window]);
+        }
+    }
+}
+
+#[inline(always)]
+fn token_sums(
+    pass: &SparsePass,
+    first: usize,
+    columns: &[f32],
+    tokens: &mut [f32],
+    add: impl Fn(&mut [f32], f32, &[f32]),
+) {
+    let (n_filters, d_window) = (pass.n_filters, pass.d_window);
+    let block = (FILTER_BLOCK_BYTES / (4 * d_window)).max(1);
+    for filters in (0..n_filters).step_by(block) {
+        let filters = filters..(filters + block).min(n_filters);
+        let columns = &columns[filters.start * d_window..filters.end * d_window];
+        for (i, token) in tokens.chunks_exact_mut(pass.token_values).enumerate() {
+            let at = (first + i) * n_filters;
+            let grad = &pass.grad[at + filters.start..at + filters.end];
+            let positions = &pass.positions[at + filters.start..at + filters.end];
+            for ((column, &g), &p) in columns.chunks_exact(d_window).zip(grad).zip(positions) {
+                let start = p as usize * pass.d_char;
+                add(&mut token[start..start + d_window], g, column);
+            }
+        }
+    }
+}
+
+/// Bytes of the filters' weights that [`token_sums`] applies to a task's tokens before the
+/// next block (in L1 with a token's values).
+const FILTER_BLOCK_BYTES: usize = 16 * 1024;
+
+/// The loops of [`SparsePass`] compiled for an instruction set, `y += g · x` in its vectors
+/// (explicitly: left to itself, the compiler vectorises the loop over the filters instead,
+/// with gathers and scatters).
+macro_rules! sparse_loops_for {
+    ($filters:ident, $tokens:ident, $add:ident, $features:literal, $lanes:literal,
+     $set1:ident, $load:ident, $fmadd:ident, $store:ident) => {
+        /// `y += g · x`, a vector at a time, the rest one value at a time.
+        ///
+        /// # Safety
+        #[doc = concat!("`", $features, "` present.")]
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = $features)]
+        unsafe fn $add(y: &mut [f32], g: f32, x: &[f32]) {
+            use std::arch::x86_64::*;
+            let n = y.len().min(x.len());
+            let vectors = n / $lanes * $lanes;
+            let scale = $set1(g);
+            for i in (0..vectors).step_by($lanes) {
+                // SAFETY: `i + lanes <= n`, within both slices.
+                unsafe {
+                    let sum = $fmadd($load(x.as_ptr().add(i)), scale, $load(y.as_ptr().add(i)));
+                    $store(y.as_mut_ptr().add(i), sum);
+                }
+            }
+            for (y, &x) in y[vectors..n].iter_mut().zip(&x[vectors..n]) {
+                *y = x.mul_add(g, *y);
+            }
+        }
+
+        /// # Safety
+        #[doc = concat!("`", $features, "` present.")]
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = $features)]
+        unsafe fn $filters(pass: &SparsePass, first: usize, rows: &mut [f32]) {
+            // SAFETY: the features are enabled here.
+            filter_sums(pass, first, rows, |y, g, x| unsafe { $add(y, g, x) })
+        }
+
+        /// # Safety
+        #[doc = concat!("`", $features, "` present.")]
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = $features)]
+        unsafe fn $tokens(pass: &SparsePass, first: usize, columns: &[f32], tokens: &mut [f32]) {
+            // SAFETY: the features are enabled here.
+            token_sums(pass, first, columns, tokens, |y, g, x| unsafe {
+                $add(y, g, x)
+            })
+        }
+    };
+}
+
+sparse_loops_for!(
+    filter_sums_avx512,
+    token_sums_avx512,
+    add_scaled_avx512,
+    "avx512f,fma",
+    16,
+    _mm512_set1_ps,
+    _mm512_loadu_ps,
+    _mm512_fmadd_ps,
+    _mm512_storeu_ps
+);
+sparse_loops_for!(
+    filter_sums_avx2,
+    token_sums_avx2,
+    add_scaled_avx2,
+    "avx2,fma",
+    8,
+    _mm256_set1_ps,
+    _mm256_loadu_ps,
+    _mm256_fmadd_ps,
+    _mm256_storeu_ps
+);
+
 /// Each column's max over the rows of `values` (`[rows, F]` row-major) into `max`, with the
 /// first row of it in `argmax`: a NaN wins and stays (burn's `max_dim` and
 /// `max_dim_with_indices` on flex).
-fn max_over_rows(values: &[f32], max: &mut [f32], argmax: Option<&mut [i64]>) {
+fn max_over_rows(values: &[f32], max: &mut [f32], argmax: Option<&mut [u32]>) {
     let n = max.len();
     let mut rows = values.chunks_exact(n);
     max.copy_from_slice(rows.next().expect("one position or more"));
@@ -226,7 +414,7 @@ fn max_over_rows(values: &[f32], max: &mut [f32], argmax: Option<&mut [i64]>) {
         Some(argmax) => {
             argmax.fill(0);
             for (p, row) in rows.enumerate() {
-                let p = p as i64 + 1;
+                let p = p as u32 + 1;
                 for ((m, a), &v) in max.iter_mut().zip(argmax.iter_mut()).zip(row) {
                     let take = takes(v, *m);
                     *m = if take { v } else { *m };
@@ -249,7 +437,21 @@ fn takes(value: f32, max: f32) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use burn::tensor::{Device, Distribution, Tolerance};
+    use burn::tensor::{Device, Distribution, Int, TensorData, Tolerance};
+
+    /// Positions as burn's indices.
+    fn positions_of(positions: &[u32]) -> Vec<i64> {
+        positions.iter().map(|&p| i64::from(p)).collect()
+    }
+
+    /// An index tensor's values.
+    fn host(indices: Tensor<3, Int>) -> Option<Vec<i64>> {
+        indices
+            .into_data()
+            .convert::<i64>()
+            .try_to_vec::<i64>()
+            .ok()
+    }
 
     /// burn's convolution of the windows and max over positions, with the positions.
     fn reference(
@@ -293,21 +495,24 @@ mod tests {
             let chars = Tensor::<3>::random([n_tokens, n_slots, d_char], normal, &device);
             let weight = Tensor::<2>::random([width * d_char, n_filters], normal, &device);
             let got = host_window_max(&chars, &weight, width, n_positions, true);
-            assert_eq!(got.is_some(), cfg!(feature = "flex"), "flex runs the host max");
+            assert_eq!(
+                got.is_some(),
+                cfg!(feature = "flex"),
+                "flex runs the host max"
+            );
             let Some(got) = got else {
                 return;
             };
             let (max, argmax) = reference(&chars, &weight, width, n_positions);
             let close = Tolerance::absolute(1e-4);
-            got.pooled.into_data().assert_approx_eq::<f32>(&max.into_data(), close);
-            let got_argmax = got.argmax.expect("positions asked for");
-            assert_eq!(
-                got_argmax.into_data().convert::<i64>(),
-                argmax.into_data().convert::<i64>()
-            );
-            let without = host_window_max(&chars, &weight, width, n_positions, false)
-                .expect("flex tensors");
-            assert!(without.argmax.is_none());
+            got.pooled
+                .into_data()
+                .assert_approx_eq::<f32>(&max.into_data(), close);
+            let got_positions = got.positions.expect("positions asked for");
+            assert_eq!(Some(positions_of(&got_positions)), host(argmax));
+            let without =
+                host_window_max(&chars, &weight, width, n_positions, false).expect("flex tensors");
+            assert!(without.positions.is_none());
         }
         // Equal windows (ties at every position), then a NaN char in token 1's third window.
         let mut values = vec![1.0f32; 2 * 8 * 2];
@@ -316,15 +521,21 @@ mod tests {
         let weight = Tensor::<2>::from_data(TensorData::new(vec![1.0f32, -1.0], [2, 1]), &device);
         let got = host_window_max(&chars, &weight, 1, 8, true).expect("flex tensors");
         let (_, want) = reference(&chars, &weight, 1, 8);
-        let argmax = |t: Tensor<3, Int>| t.into_data().convert::<i64>().try_to_vec::<i64>();
-        let got_argmax = argmax(got.argmax.expect("positions"));
-        assert_eq!(got_argmax, argmax(want), "as burn's");
-        assert_eq!(got_argmax.expect("i64"), [0, 2], "the first of equal values; the first NaN");
+        let got_positions = positions_of(&got.positions.expect("positions"));
+        assert_eq!(Some(got_positions.clone()), host(want), "as burn's");
+        assert_eq!(
+            got_positions,
+            [0, 2],
+            "the first of equal values; the first NaN"
+        );
         let pooled = got.pooled.into_data().try_to_vec::<f32>().expect("f32");
         assert!(pooled[0] == 0.0 && pooled[1].is_nan(), "{pooled:?}");
         let without = host_window_max(&chars, &weight, 1, 8, false).expect("flex tensors");
         let pooled = without.pooled.into_data().try_to_vec::<f32>().expect("f32");
-        assert!(pooled[0] == 0.0 && pooled[1].is_nan(), "without positions: {pooled:?}");
+        assert!(
+            pooled[0] == 0.0 && pooled[1].is_nan(),
+            "without positions: {pooled:?}"
+        );
         let autodiff = Device::autodiff(device.clone());
         let chars = Tensor::<3>::random([2, 8, 2], normal, &autodiff);
         let weight = Tensor::<2>::random([2, 3], normal, &autodiff);
@@ -339,25 +550,21 @@ mod tests {
         let device = Device::flex();
         let autodiff = Device::autodiff(device.clone());
         let normal = Distribution::Normal(0.0, 1.0);
-        for (n_tokens, n_slots, d_char, width, n_positions, n_filters) in
-            [(7, 12, 3, 3, 10, 40), (5, 20, 4, 1, 9, 33), (3, 9, 2, 5, 5, 17)]
-        {
+        for (n_tokens, n_slots, d_char, width, n_positions, n_filters) in [
+            (7, 12, 3, 3, 10, 40),
+            (5, 20, 4, 1, 9, 33),
+            (3, 9, 2, 5, 5, 17),
+        ] {
             let chars = Tensor::<3>::random([n_tokens, n_slots, d_char], normal, &device);
             let weight = Tensor::<2>::random([width * d_char, n_filters], normal, &device);
             let grad = Tensor::<2>::random([n_tokens, n_filters], normal, &device);
             let Some(forward) = host_window_max(&chars, &weight, width, n_positions, true) else {
                 return;
             };
-            let argmax = forward.argmax.expect("positions asked for");
-            let got = host_window_max_backward(
-                &chars,
-                &weight,
-                argmax,
-                &grad,
-                width,
-                (true, true),
-            )
-            .expect("flex tensors");
+            let positions = forward.positions.expect("positions asked for");
+            let got =
+                host_window_max_backward(&chars, &weight, &positions, &grad, width, (true, true))
+                    .expect("flex tensors");
             let tracked_chars = Tensor::<3>::from_data(chars.into_data(), &autodiff).require_grad();
             let tracked_weight =
                 Tensor::<2>::from_data(weight.into_data(), &autodiff).require_grad();

@@ -285,11 +285,16 @@ impl CharConvolution {
         let host = (self.kernels.host_for(&chars))
             .then(|| host_window_max(&chars, &weight, self.width, n_positions, true))
             .flatten();
-        let (pooled, argmax, windows) = match host {
+        let (pooled, windows) = match host {
             // The backward pass reads the windows from the chars too.
-            Some(HostWindowMax { pooled, argmax }) => {
-                let windows = RecordedWindows::Chars { chars, n_positions };
-                (pooled, argmax.expect("positions asked for"), windows)
+            Some(HostWindowMax { pooled, positions }) => {
+                let positions = positions.expect("positions asked for");
+                let windows = RecordedWindows::Chars {
+                    chars,
+                    n_positions,
+                    positions,
+                };
+                (pooled, windows)
             }
             None => {
                 let windows = self.windows(chars, n_positions);
@@ -300,8 +305,8 @@ impl CharConvolution {
                 let (pooled, argmax) = convolved
                     .reshape([n_tokens, n_positions, n_filters])
                     .max_dim_with_indices(1);
-                let windows = RecordedWindows::Flat(windows);
-                (pooled.reshape([n_tokens, n_filters]), argmax, windows)
+                let windows = RecordedWindows::Flat { windows, argmax };
+                (pooled.reshape([n_tokens, n_filters]), windows)
             }
         };
         let mut pooled = pooled;
@@ -317,7 +322,6 @@ impl CharConvolution {
         ConvolutionPass {
             pooled: pooled + self.bias.val().inner().unsqueeze_dim(0),
             windows,
-            argmax,
             padding,
         }
     }
@@ -346,8 +350,6 @@ pub struct ConvolutionPass {
     pub pooled: Tensor<2>,
     /// The windows, flat, or the chars the host read them from.
     pub windows: RecordedWindows,
-    /// `[n_tokens, 1, F]`: the position of each filter's max over the computed windows.
-    pub argmax: Tensor<3, Int>,
     /// The all-padding window and where it wins, where the windows stop before the last.
     pub padding: Option<PaddingWindow>,
 }
@@ -541,7 +543,6 @@ impl CharCnnEncoder {
                     let ConvolutionPass {
                         pooled,
                         windows,
-                        argmax,
                         padding,
                     } = conv.convolve_recorded(chars.clone(), n_positions, padding_char.clone());
                     let output = self.activate(pooled);
@@ -551,7 +552,6 @@ impl CharCnnEncoder {
                         rows: start..start + len,
                         columns: column..column + n_filters,
                         windows,
-                        argmax,
                         padding,
                         output: output.clone(),
                     });

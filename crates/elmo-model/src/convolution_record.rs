@@ -21,8 +21,6 @@ pub struct ConvolutionRecord {
     pub columns: Range<usize>,
     /// The windows the convolution read.
     pub windows: RecordedWindows,
-    /// `[n, 1, F]`: the position of each filter's largest value over the windows.
-    pub argmax: Tensor<3, Int>,
     /// Where the windows stop before the last: the all-padding window and where its value is
     /// the largest.
     pub padding: Option<PaddingWindow>,
@@ -33,16 +31,22 @@ pub struct ConvolutionRecord {
 /// What a convolution's backward pass reads its windows from.
 #[derive(Debug, Clone)]
 pub enum RecordedWindows {
-    /// `[n · n_positions, width · E]`: the windows of looked-up chars
-    /// ([`crate::char_cnn::CharConvolution::windows`], flat).
-    Flat(Tensor<2>),
-    /// `[n, S, E]`: the looked-up chars whose first `n_positions` windows the host read in place
-    /// (`elmo_kernels::host_window_max`, on flex).
+    /// The windows as burn's operations ran them.
+    Flat {
+        /// `[n · n_positions, width · E]`: the windows of looked-up chars
+        /// ([`crate::char_cnn::CharConvolution::windows`], flat).
+        windows: Tensor<2>,
+        /// `[n, 1, F]`: the position of each filter's largest value over the windows.
+        argmax: Tensor<3, Int>,
+    },
+    /// The windows as the host read them in place (`elmo_kernels::host_window_max`, on flex).
     Chars {
-        /// The looked-up chars of the record's tokens.
+        /// `[n, S, E]`: the looked-up chars of the record's tokens.
         chars: Tensor<3>,
         /// The windows computed per token.
         n_positions: usize,
+        /// `[n, F]` row-major: the position of each filter's largest value over the windows.
+        positions: Vec<u32>,
     },
 }
 
@@ -50,7 +54,7 @@ impl RecordedWindows {
     /// The windows computed per token, of `n_tokens` tokens.
     pub fn n_positions(&self, n_tokens: usize) -> usize {
         match self {
-            RecordedWindows::Flat(windows) => windows.dims()[0] / n_tokens.max(1),
+            RecordedWindows::Flat { windows, .. } => windows.dims()[0] / n_tokens.max(1),
             RecordedWindows::Chars { n_positions, .. } => *n_positions,
         }
     }
@@ -96,7 +100,7 @@ impl ConvolvedChunk {
         let n_slots = self.ids.len() / self.n_rows;
         let ids = &self.ids[record.rows.start * n_slots..record.rows.end * n_slots];
         match &record.windows {
-            RecordedWindows::Flat(_) => {
+            RecordedWindows::Flat { .. } => {
                 let n_positions = record.windows.n_positions(record.rows.len());
                 window_ids(ids, n_positions, width, n_slots)
             }

@@ -206,11 +206,13 @@ fn convolutions_backward(
             let weight = conv.weight.val().inner();
             let (grad_weight, grad_rows) = match record.windows {
                 // On flex: one window a token and filter (the max's), read from the chars.
-                RecordedWindows::Chars { chars, .. } => {
+                RecordedWindows::Chars {
+                    chars, positions, ..
+                } => {
                     let HostWindowGradients { weight, chars } = host_window_max_backward(
                         &chars,
                         &weight,
-                        record.argmax,
+                        &positions,
                         &grad_pooled,
                         conv.width,
                         (trains_weight, slot_ids.is_some()),
@@ -222,29 +224,28 @@ fn convolutions_backward(
                     });
                     (weight, rows)
                 }
-                RecordedWindows::Flat(windows) => {
+                RecordedWindows::Flat { windows, argmax } => {
                     // In the products' type (16 bits with mixed precision), which both its
                     // products read; assigned, not added: each value has one index (no atomics
                     // on a GPU).
                     let grad_pooled = to_half(grad_pooled, mode.half);
-                    let [n_tokens, _, filters] = record.argmax.dims();
+                    let [n_tokens, _, filters] = argmax.dims();
                     let n_positions = windows.dims()[0] / n_tokens;
                     let shape = [n_tokens, n_positions, filters];
                     let grad_convolved =
                         Tensor::zeros(shape, (&grad.device(), grad_pooled.dtype()))
                             .scatter(
                                 1,
-                                record.argmax,
+                                argmax,
                                 grad_pooled.reshape([n_tokens, 1, filters]),
                                 IndexingUpdateOp::Assign,
                             )
                             .reshape([n_tokens * n_positions, filters]);
-                    let grad_weight = trains_weight.then(|| {
-                        transposed_product(windows, grad_convolved.clone(), split, mode)
-                    });
-                    let grad_windows = slot_ids.is_some().then(|| {
-                        product(grad_convolved, weight.clone().transpose(), kernels)
-                    });
+                    let grad_weight = trains_weight
+                        .then(|| transposed_product(windows, grad_convolved.clone(), split, mode));
+                    let grad_windows = slot_ids
+                        .is_some()
+                        .then(|| product(grad_convolved, weight.clone().transpose(), kernels));
                     (grad_weight, grad_windows)
                 }
             };
