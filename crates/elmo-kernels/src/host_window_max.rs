@@ -30,7 +30,7 @@ const BUFFER_BYTES: usize = 512 * 1024;
 
 /// The convolution of `width` slots of `chars` with `weight` at the first `n_positions`
 /// positions of each token, and each filter's max over them (with its position where
-/// `positions`); `None` where `chars` or `weight` is not an `f32` flex tensor (the caller runs
+/// `with_positions`); `None` where `chars` or `weight` is not an `f32` flex tensor (the caller runs
 /// burn's operations). Window `p` of a token is its slots `p .. p + width`, flat as the rows
 /// of `weight` (slot-major, then the char dimension).
 ///
@@ -45,7 +45,7 @@ pub fn host_window_max(
     weight: &Tensor<2>,
     width: usize,
     n_positions: usize,
-    positions: bool,
+    with_positions: bool,
 ) -> Option<HostWindowMax> {
     let [n_tokens, n_slots, d_char] = chars.dims();
     let [d_window, n_filters] = weight.dims();
@@ -61,18 +61,28 @@ pub fn host_window_max(
         PackedMatrix::pack_view(weight.strided()?, d_window, n_filters)
     };
     let mut pooled = HostTensor::zeros([n_tokens, n_filters]);
-    let mut argmax = vec![0u32; if positions { n_tokens * n_filters } else { 0 }];
+    let mut positions = vec![
+        0u32;
+        if with_positions {
+            n_tokens * n_filters
+        } else {
+            0
+        }
+    ];
     if n_tokens > 0 && n_filters > 0 {
         let chars = chars.values();
         let per_token = n_positions * n_filters;
-        let tokens = (BUFFER_BYTES / (4 * per_token)).clamp(1, n_tokens);
+        // A few tasks a thread at least.
+        let tokens = (BUFFER_BYTES / (4 * per_token))
+            .min(n_tokens.div_ceil(4 * rayon::current_num_threads()))
+            .max(1);
         let token_values = n_slots * d_char;
         // Tokens `first..` of a task: their windows (one row each, a contiguous run of their
         // chars) times the weight, each token's values reduced over its positions.
         let task = |(windows, values): &mut (Vec<f32>, Vec<f32>),
                     first: usize,
                     pooled: &mut [f32],
-                    mut argmax: Option<&mut [u32]>| {
+                    mut positions: Option<&mut [u32]>| {
             let count = pooled.len() / n_filters;
             let rows = count * n_positions;
             windows.clear();
@@ -87,18 +97,18 @@ pub fn host_window_max(
             values.resize(rows * n_filters, 0.0);
             matmul_packed(windows, d_window, rows, &packed, values, n_filters);
             for (t, pooled) in pooled.chunks_exact_mut(n_filters).enumerate() {
-                let argmax = (argmax.as_deref_mut()).map(|a| &mut a[t * n_filters..][..n_filters]);
-                max_over_rows(&values[t * per_token..][..per_token], pooled, argmax);
+                let at = (positions.as_deref_mut()).map(|p| &mut p[t * n_filters..][..n_filters]);
+                max_over_rows(&values[t * per_token..][..per_token], pooled, at);
             }
         };
         let buffers = || (Vec::new(), Vec::new());
         let pooled = pooled.values_mut().par_chunks_mut(tokens * n_filters);
-        match positions {
+        match with_positions {
             true => (pooled
-                .zip(argmax.par_chunks_mut(tokens * n_filters))
+                .zip(positions.par_chunks_mut(tokens * n_filters))
                 .enumerate())
-            .for_each_init(buffers, |buffers, (i, (pooled, argmax))| {
-                task(buffers, i * tokens, pooled, Some(argmax))
+            .for_each_init(buffers, |buffers, (i, (pooled, positions))| {
+                task(buffers, i * tokens, pooled, Some(positions))
             }),
             false => pooled
                 .enumerate()
@@ -109,7 +119,7 @@ pub fn host_window_max(
     }
     Some(HostWindowMax {
         pooled: pooled.into_tensor(),
-        positions: positions.then_some(argmax),
+        positions: with_positions.then_some(positions),
     })
 }
 
@@ -123,11 +133,12 @@ pub struct HostWindowGradients {
 }
 
 /// Backpropagates `grad`, the gradient of [`host_window_max`]'s pooled values, through the
-/// windows of its maxima (`positions`, [`HostWindowMax::positions`]): each filter's gradient goes to the one window its max
-/// came from, so the weight's gradient adds one window a token and filter (`Σ_t g_tf · window`)
-/// and the chars' one column of the weight, where the dense products' would add every window
-/// times zero (`N · n_positions` rows where this reads `N`). The gradients in a fixed order
-/// (tokens in order for each filter); `None` where a tensor is not an `f32` flex tensor.
+/// windows of its maxima (`positions`, [`HostWindowMax::positions`]): each filter's gradient
+/// goes to the one window its max came from, so the weight's gradient adds one window a token
+/// and filter (`Σ_t g_tf · window`) and the chars' one column of the weight, where the dense
+/// products would add every window times zero (`N · n_positions` rows where this reads `N`).
+/// The gradients in a fixed order (tokens in order for each filter); `None` where a tensor is
+/// not an `f32` flex tensor.
 ///
 /// # Shapes
 /// - chars: `[N, S, E]`; weight: `[width · E, F]`; positions, grad: `[N, F]`
