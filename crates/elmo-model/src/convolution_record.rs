@@ -30,6 +30,8 @@ pub struct ConvolutionRecord {
 
 /// What a convolution's backward pass reads its windows from.
 #[derive(Debug, Clone)]
+// A record per convolution and chunk (a few a step): the variants' sizes do not matter.
+#[allow(clippy::large_enum_variant)]
 pub enum RecordedWindows {
     /// The windows as burn's operations ran them.
     Flat {
