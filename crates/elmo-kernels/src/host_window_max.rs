@@ -166,11 +166,11 @@ pub fn host_window_max_backward(
         [n_tokens, n_filters],
         "a gradient a token and filter"
     );
-    let read = |t: &Tensor<2>| HostTensor::of(t).map(HostTensor::contiguous);
-    let (chars, weight, grad) = (
+    // The weight's columns, `[F, width · E]` (a view: copied row-major where they are read).
+    let (chars, columns, grad) = (
         HostTensor::of(chars)?.contiguous(),
-        read(weight)?,
-        read(grad)?,
+        HostTensor::of(&weight.clone().transpose())?,
+        HostTensor::of(grad)?.contiguous(),
     );
     let last = n_slots - width.min(n_slots);
     assert!(
@@ -190,35 +190,26 @@ pub fn host_window_max_backward(
     let weight_grad = weight_grad.then(|| {
         // `[F, width · E]`: filter `f`'s row adds its gradient times its max's window, token
         // by token; blocks of filters shared among threads, each reading the tokens' rows of
-        // the gradient and positions in order.
-        let mut transposed = vec![0.0f32; n_filters * d_window];
+        // the gradient and positions in order. Handed back as its transpose (a view).
+        let mut transposed = HostTensor::zeros([n_filters, d_window]);
         let block = n_filters.div_ceil(4 * rayon::current_num_threads()).max(1);
-        (transposed.par_chunks_mut(block * d_window).enumerate())
-            .for_each(|(b, rows)| pass.filter_sums(b * block, rows));
-        let mut out = HostTensor::zeros([d_window, n_filters]);
-        let values = out.values_mut();
-        for (f, row) in transposed.chunks_exact(d_window).enumerate() {
-            for (k, &value) in row.iter().enumerate() {
-                values[k * n_filters + f] = value;
-            }
-        }
-        out.into_tensor()
+        (transposed
+            .values_mut()
+            .par_chunks_mut(block * d_window)
+            .enumerate())
+        .for_each(|(b, rows)| pass.filter_sums(b * block, rows));
+        transposed.into_tensor::<2>().transpose()
     });
     let chars_grad = chars_grad.then(|| {
         // Token `t`'s chars add, for each filter, its gradient times the filter's weights at the
         // slots of its max's window; the tokens shared among threads.
-        let mut columns = vec![0.0f32; n_filters * d_window];
-        for (k, row) in weight.values().chunks_exact(n_filters).enumerate() {
-            for (f, &value) in row.iter().enumerate() {
-                columns[f * d_window + k] = value;
-            }
-        }
+        let columns = columns.contiguous();
         let mut out = HostTensor::zeros([n_tokens, n_slots, d_char]);
         let tokens = n_tokens.div_ceil(4 * rayon::current_num_threads()).max(1);
         (out.values_mut()
             .par_chunks_mut(tokens * pass.token_values)
             .enumerate())
-        .for_each(|(b, values)| pass.token_sums(b * tokens, &columns, values));
+        .for_each(|(b, values)| pass.token_sums(b * tokens, columns.values(), values));
         out.into_tensor()
     });
     Some(HostWindowGradients {

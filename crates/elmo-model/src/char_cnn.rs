@@ -285,16 +285,11 @@ impl CharConvolution {
         let host = (self.kernels.host_for(&chars))
             .then(|| host_window_max(&chars, &weight, self.width, n_positions, true))
             .flatten();
-        let (pooled, windows) = match host {
+        let (mut pooled, windows) = match host {
             // The backward pass reads the windows from the chars too.
             Some(HostWindowMax { pooled, positions }) => {
                 let positions = positions.expect("positions asked for");
-                let windows = RecordedWindows::Chars {
-                    chars,
-                    n_positions,
-                    positions,
-                };
-                (pooled, windows)
+                (pooled, RecordedWindows::Chars { chars, positions })
             }
             None => {
                 let windows = self.windows(chars, n_positions);
@@ -309,7 +304,6 @@ impl CharConvolution {
                 (pooled.reshape([n_tokens, n_filters]), windows)
             }
         };
-        let mut pooled = pooled;
         let n_filters = pooled.dims()[1];
         // As `max_pair`: the padding window's value where it is strictly larger.
         let padding = (n_positions < all_positions).then(|| {

@@ -45,21 +45,9 @@ pub enum RecordedWindows {
     Chars {
         /// `[n, S, E]`: the looked-up chars of the record's tokens.
         chars: Tensor<3>,
-        /// The windows computed per token.
-        n_positions: usize,
         /// `[n, F]` row-major: the position of each filter's largest value over the windows.
         positions: Vec<u32>,
     },
-}
-
-impl RecordedWindows {
-    /// The windows computed per token, of `n_tokens` tokens.
-    pub fn n_positions(&self, n_tokens: usize) -> usize {
-        match self {
-            RecordedWindows::Flat { windows, .. } => windows.dims()[0] / n_tokens.max(1),
-            RecordedWindows::Chars { n_positions, .. } => *n_positions,
-        }
-    }
 }
 
 /// The window of padding chars that stands for the windows past the longest token of a chunk
@@ -102,8 +90,8 @@ impl ConvolvedChunk {
         let n_slots = self.ids.len() / self.n_rows;
         let ids = &self.ids[record.rows.start * n_slots..record.rows.end * n_slots];
         match &record.windows {
-            RecordedWindows::Flat { .. } => {
-                let n_positions = record.windows.n_positions(record.rows.len());
+            RecordedWindows::Flat { windows, .. } => {
+                let n_positions = windows.dims()[0] / record.rows.len();
                 window_ids(ids, n_positions, width, n_slots)
             }
             RecordedWindows::Chars { .. } => window_ids(ids, n_slots, 1, n_slots),

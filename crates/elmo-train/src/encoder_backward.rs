@@ -206,9 +206,7 @@ fn convolutions_backward(
             let weight = conv.weight.val().inner();
             let (grad_weight, grad_rows) = match record.windows {
                 // On flex: one window a token and filter (the max's), read from the chars.
-                RecordedWindows::Chars {
-                    chars, positions, ..
-                } => {
+                RecordedWindows::Chars { chars, positions } => {
                     let HostWindowGradients { weight, chars } = host_window_max_backward(
                         &chars,
                         &weight,
