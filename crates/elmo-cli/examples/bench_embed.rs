@@ -14,7 +14,9 @@
 //! batch; 0, the default, encodes every batch's words anew).
 //! `--peer PYTHON` also runs the PyTorch peer (`xtask/peer/elmo_pytorch.py`, AllenNLP's loop) on
 //! each shape and batch size in the same run, with `--threads` threads (default 2) on
-//! `--peer-device cpu|cuda` (default cpu), and prints its ratio.
+//! `--peer-device cpu|cuda` (default cpu), and prints its ratio; `--peer-instructions avx2`
+//! limits it to AVX2 (against `flex-avx2`, the host kernels limited alike: an AVX2 machine's
+//! code on an AVX-512 one).
 //! The first line names the CPU (model, cores, SIMD flags), so that every table says where it
 //! was measured.
 //! On a GPU backend (and the peer on CUDA) the timed batches are the steady state of a long run:
@@ -306,6 +308,7 @@ fn main() {
     let threads = get("--threads", "");
     let peer = get("--peer", "");
     let peer_device = get("--peer-device", "cpu");
+    let peer_instructions = get("--peer-instructions", "widest");
     let peer_script = get("--peer-script", &common::peer_script("elmo_pytorch.py"));
     let exe = std::env::current_exe().expect("own path");
     println!("{}", cpu_description());
@@ -329,23 +332,23 @@ fn main() {
         // The peer first, so that elmo-rs's rows can say their ratio to it.
         let peer_speed = (!peer.is_empty()).then(|| {
             let peer_threads = if threads.is_empty() { "2" } else { &threads };
-            let output = Command::new(&peer)
-                .args([
-                    &peer_script,
-                    shape,
-                    peer_threads,
-                    &batches.to_string(),
-                    &batch_size.to_string(),
-                    &peer_device,
-                ])
-                .output()
-                .expect("run the PyTorch peer");
+            let mut command = Command::new(&peer);
+            command.args([
+                &peer_script,
+                shape,
+                peer_threads,
+                &batches.to_string(),
+                &batch_size.to_string(),
+                &peer_device,
+            ]);
+            let limited = common::limit_peer(&mut command, &peer_instructions);
+            let output = command.output().expect("run the PyTorch peer");
             let stdout = String::from_utf8_lossy(&output.stdout);
             match stdout.lines().find(|l| l.starts_with("RESULT")) {
                 Some(line) => {
                     let speed = field(line, "tokens_per_s");
                     let on = match peer_device.as_str() {
-                        "cpu" => format!("{peer_threads} threads"),
+                        "cpu" => format!("{peer_threads} threads{limited}"),
                         other => other.to_string(),
                     };
                     println!(

@@ -2,10 +2,12 @@
 //! `cargo xtask bench`. `cargo run -p elmo-cli --example bench_matmul -- flex [--packed]`
 //! (`--packed`: with `elmo_model::cpu_matmul::pack_small_batch_weights`, as the CLI runs flex;
 //! `host`: the host LSTM loop's kernel, `elmo_kernels::matmul_packed`, on one thread, its weights
-//! packed once as the loop packs them).
+//! packed once as the loop packs them; `--instructions avx2|portable`: the kernel of that
+//! instruction set at most, `elmo_kernels::PackedMatrix::pack_limited`).
 use std::time::Instant;
 
 use burn::tensor::{Device, Distribution, Tensor};
+use elmo_model::HostInstructions;
 
 #[allow(deprecated)]
 fn main() {
@@ -17,7 +19,17 @@ fn main() {
         elmo_model::cpu_matmul::pack_small_batch_weights();
     }
     if backend == "host" {
-        host_products();
+        let args: Vec<String> = std::env::args().collect();
+        let limit = match (args.iter().position(|a| a == "--instructions"))
+            .and_then(|i| args.get(i + 1))
+            .map(String::as_str)
+        {
+            None | Some("widest") => HostInstructions::Widest,
+            Some("avx2") => HostInstructions::Avx2,
+            Some("portable") => HostInstructions::Portable,
+            Some(other) => panic!("--instructions takes widest, avx2 or portable, not {other}"),
+        };
+        host_products(limit);
         return;
     }
     let device = match backend.as_str() {
@@ -63,8 +75,9 @@ fn time_product(name: &str, [m, k, n]: [usize; 3], min_reps: usize, mut product:
 }
 
 /// GFLOP/s of [`elmo_kernels::matmul_packed`] on the shapes of the host LSTM loop: one step's
-/// `h·W_h` and projection at 64 and 256 rows, and a chunk's input projection.
-fn host_products() {
+/// `h·W_h` and projection at 64 and 256 rows, and a chunk's input projection; the kernel of the
+/// widest instruction set up to `limit`.
+fn host_products(limit: HostInstructions) {
     for (m, k, n) in [
         (64usize, 512usize, 16384usize),
         (64, 4096, 512),
@@ -77,7 +90,7 @@ fn host_products() {
                 .map(|i| ((i * 7919 + seed) % 1000) as f32 / 1000.0 - 0.5)
                 .collect()
         };
-        let b = elmo_kernels::PackedMatrix::pack(&values(k * n, 1), n);
+        let b = elmo_kernels::PackedMatrix::pack_limited(&values(k * n, 1), n, limit);
         let a = values(m * k, 2);
         let mut c = vec![0.0f32; m * n];
         time_product("host", [m, k, n], 3, || {
@@ -95,10 +108,10 @@ fn host_products() {
         let (a, b) = (values(m * k, 2), values(k * n, 1));
         let mut c = vec![0.0f32; m * n];
         time_product("host parallel", [m, k, n], 3, || {
-            let b = elmo_kernels::PackedMatrix::pack(&b, n);
+            let b = elmo_kernels::PackedMatrix::pack_limited(&b, n, limit);
             elmo_kernels::matmul_packed_parallel(&a, k, m, &b, &mut c, n)
         });
-        let b = elmo_kernels::PackedMatrix::pack(&b, n);
+        let b = elmo_kernels::PackedMatrix::pack_limited(&b, n, limit);
         time_product("host parallel, packed once", [m, k, n], 3, || {
             elmo_kernels::matmul_packed_parallel(&a, k, m, &b, &mut c, n)
         });

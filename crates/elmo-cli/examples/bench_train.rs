@@ -15,6 +15,8 @@
 //! `--batch-size 32`, `--unroll-steps 20`, `--vocab-size 50000`, `--negatives 8192`,
 //! `--peer PYTHON` (a Python with torch), `--peer-device cpu|cuda` (where the peer runs),
 //! `--peer-amp bf16|f16` (also the peer with automatic mixed precision, a second ratio),
+//! `--peer-instructions avx2` (the peer limited to AVX2, against `flex-avx2`: the host kernels
+//! limited alike, an AVX2 machine's code on an AVX-512 one),
 //! `--peer-script PATH` (default: `xtask/peer/bilm_train_pytorch.py` of the repository that
 //! `cargo run` runs in, else of the one built from), `--threads N`, `--rounds N` (run every
 //! implementation N times, alternating, and report each one's median and its ratio to the
@@ -594,7 +596,8 @@ fn main() {
             command.args(["--threads", &threads]);
         }
         command.args(["--device", &peer_device]);
-        runs.push((format!("PyTorch peer ({peer_device})"), command));
+        let limited = common::limit_peer(&mut command, &get("--peer-instructions", "widest"));
+        runs.push((format!("PyTorch peer ({peer_device}{limited})"), command));
     }
     let peer_index = (!peer.is_empty()).then(|| runs.len() - 1);
     let peer_amp = get("--peer-amp", "off");
@@ -602,6 +605,11 @@ fn main() {
         let (_, f32_peer) = &runs[runs.len() - 1];
         let mut command = Command::new(f32_peer.get_program());
         command.args(f32_peer.get_args()).args(["--amp", &peer_amp]);
+        for (key, value) in f32_peer.get_envs() {
+            if let Some(value) = value {
+                command.env(key, value);
+            }
+        }
         runs.push((
             format!("PyTorch peer ({peer_device}, AMP {peer_amp})"),
             command,

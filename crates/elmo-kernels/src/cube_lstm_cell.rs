@@ -840,7 +840,7 @@ mod tests {
         let mode = ProductMode {
             half: Some(half),
             vendor_blas: false,
-            host: false,
+            host: None,
         };
         let mixed = inputs.run(0, mode);
         for (i, (a, b)) in full.iter().zip(&mixed).enumerate() {

@@ -1,8 +1,9 @@
 //! Matrix products on the host CPU for the LSTMP recurrence: the weight operand packed once into
 //! column panels, then every step's `[B, K] · [K, N]` walks each panel once for all rows with a
 //! register-blocked micro-kernel (the BLIS / GotoBLAS scheme: Van Zee & van de Geijn 2015),
-//! compiled for AVX-512, AVX2 + FMA or plain SIMD and chosen at run time; the panels shared
-//! among threads where the caller is one thread ([`matmul_packed_parallel`]).
+//! compiled for AVX-512, AVX2 + FMA or plain SIMD and chosen at run time (the widest this CPU
+//! has, up to a [`HostInstructions`] limit); the panels shared among threads where the caller is
+//! one thread ([`matmul_packed_parallel`]).
 //!
 //! A general-purpose GEMM packs the weights again on every call; a recurrence multiplies by the
 //! same weights at every step, so packing them once per sequence removes a full copy of the
@@ -10,6 +11,29 @@
 
 use std::mem::MaybeUninit;
 use std::ops::Range;
+
+use serde::{Deserialize, Serialize};
+
+/// The widest instruction set the host kernels (the products' micro-kernels, the LSTM cell
+/// passes, the char CNN's backward loops) use on an x86-64 CPU: each is compiled for AVX-512,
+/// AVX2 with FMA and the target's default, and runs the widest this CPU has up to this limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HostInstructions {
+    /// The widest this CPU has (the default).
+    #[default]
+    Widest,
+    /// AVX2 with FMA at most (AMD's Zen 1-3 and Intel's CPUs before AVX-512 have no wider).
+    Avx2,
+    /// What the target compiles to by default (SSE2 on x86-64).
+    Portable,
+}
+
+#[cfg(test)]
+impl HostInstructions {
+    /// Every limit, for tests that run each kernel this CPU has.
+    pub(crate) const EVERY: [Self; 3] = [Self::Widest, Self::Avx2, Self::Portable];
+}
 
 /// Which instruction set the micro-kernels (and `host_lstm`'s cell pass) use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,8 +49,18 @@ pub(crate) enum Isa {
 }
 
 impl Isa {
+    /// The widest this CPU has up to `limit`.
+    pub(crate) fn at_most(limit: HostInstructions) -> Self {
+        match limit {
+            HostInstructions::Widest => Self::detect(),
+            #[cfg(target_arch = "x86_64")]
+            HostInstructions::Avx2 if Self::detect() != Isa::Portable => Isa::Avx2,
+            _ => Isa::Portable,
+        }
+    }
+
     /// The widest this CPU has.
-    pub(crate) fn detect() -> Self {
+    fn detect() -> Self {
         #[cfg(target_arch = "x86_64")]
         {
             if std::arch::is_x86_feature_detected!("avx512f")
@@ -195,6 +229,15 @@ impl PackedMatrix {
         Self::pack_for(Isa::detect(), values, n)
     }
 
+    /// [`Self::pack`] for the products of the widest instruction set this CPU has up to
+    /// `limit`.
+    ///
+    /// # Panics
+    /// When the length of `values` is not a multiple of `n`.
+    pub fn pack_limited(values: &[f32], n: usize, limit: HostInstructions) -> Self {
+        Self::pack_for(Isa::at_most(limit), values, n)
+    }
+
     fn pack_for(isa: Isa, values: &[f32], n: usize) -> Self {
         assert!(
             n > 0 && values.len().is_multiple_of(n),
@@ -203,9 +246,10 @@ impl PackedMatrix {
         Self::pack_strided(isa, Strided::rows(values, n), values.len() / n, n)
     }
 
-    /// Packs a `[k, n]` matrix read in place (for the instruction set of this machine).
-    pub(crate) fn pack_view(view: Strided, k: usize, n: usize) -> Self {
-        Self::pack_strided(Isa::detect(), view, k, n)
+    /// Packs a `[k, n]` matrix read in place, for the widest instruction set this CPU has up to
+    /// `limit`.
+    pub(crate) fn pack_view(view: Strided, k: usize, n: usize, limit: HostInstructions) -> Self {
+        Self::pack_strided(Isa::at_most(limit), view, k, n)
     }
 
     fn pack_strided(isa: Isa, view: Strided, k: usize, n: usize) -> Self {
@@ -731,20 +775,14 @@ mod tests {
 
     /// Every instruction set this machine has (the portable kernel always).
     fn isas() -> Vec<Isa> {
-        let mut isas = vec![Isa::Portable];
-        #[cfg(target_arch = "x86_64")]
-        {
-            let has = |f: &str| match f {
-                "avx512f" => std::arch::is_x86_feature_detected!("avx512f"),
-                _ => std::arch::is_x86_feature_detected!("avx2"),
-            } && std::arch::is_x86_feature_detected!("fma");
-            if has("avx2") {
-                isas.push(Isa::Avx2);
-            }
-            if has("avx512f") {
-                isas.push(Isa::Avx512);
-            }
-        }
+        let mut isas: Vec<Isa> = [
+            HostInstructions::Portable,
+            HostInstructions::Avx2,
+            HostInstructions::Widest,
+        ]
+        .map(Isa::at_most)
+        .to_vec();
+        isas.dedup();
         isas
     }
 
@@ -861,7 +899,8 @@ mod tests {
                 row_stride: 1,
                 col_stride: stride,
             };
-            let packed = PackedMatrix::pack_view(transposed(&b_t, ldb_t), k, n);
+            let packed =
+                PackedMatrix::pack_view(transposed(&b_t, ldb_t), k, n, HostInstructions::Widest);
             let ldc = n + 1;
             let mut c = vec![f32::NAN; m * ldc];
             pool.install(|| matmul_view_parallel(transposed(&a_t, lda_t), m, &packed, &mut c, ldc));

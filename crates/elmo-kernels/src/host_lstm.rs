@@ -10,7 +10,7 @@
 //! A burn CPU backend runs each of a step's ~15 operations as its own pass over memory with a
 //! scalar `exp`; this loop makes one pass with a vectorised one.
 
-use crate::host_gemm::{Isa, PackedMatrix, matmul_packed};
+use crate::host_gemm::{HostInstructions, Isa, PackedMatrix, matmul_packed};
 
 /// Rows of the input projection computed in one product (`x·W_x` of several steps at once).
 const CHUNK_ROWS: usize = 256;
@@ -32,6 +32,7 @@ pub struct HostLstm {
     d_projection: usize,
     cell_clip: Option<f32>,
     projection_clip: Option<f32>,
+    instructions: HostInstructions,
 }
 
 /// The row-major host values of an LSTMP layer's recurrent weights (the layout of
@@ -50,6 +51,8 @@ pub struct HostLstmWeights<'a> {
     pub cell_clip: Option<f64>,
     /// Projected state clip.
     pub projection_clip: Option<f64>,
+    /// The widest instruction set the loop uses ([`crate::KernelSettings::host_instructions`]).
+    pub instructions: HostInstructions,
 }
 
 /// A layer's outputs and final state on the host.
@@ -84,14 +87,23 @@ impl HostLstm {
             "weights of one LSTMP layer"
         );
         Self {
-            state: PackedMatrix::pack(weights.state_weight, gates_width),
+            state: PackedMatrix::pack_limited(
+                weights.state_weight,
+                gates_width,
+                weights.instructions,
+            ),
             bias: weights.bias.to_vec(),
-            projection: PackedMatrix::pack(weights.projection, d_projection),
+            projection: PackedMatrix::pack_limited(
+                weights.projection,
+                d_projection,
+                weights.instructions,
+            ),
             d_input: weights.d_input,
             d_cell,
             d_projection,
             cell_clip: weights.cell_clip.map(|c| c as f32),
             projection_clip: weights.projection_clip.map(|c| c as f32),
+            instructions: weights.instructions,
         }
     }
 
@@ -105,7 +117,7 @@ impl HostLstm {
             self.d_input * 4 * self.d_cell,
             "the input weight is [d_input, 4C]"
         );
-        PackedMatrix::pack(input_weight, 4 * self.d_cell)
+        PackedMatrix::pack_limited(input_weight, 4 * self.d_cell, self.instructions)
     }
 
     /// Runs the layer over `inputs` `[B, T, d_input]` (rows sorted longest first: `lengths`
@@ -438,49 +450,59 @@ mod tests {
                 })
                 .collect()
         };
-        let (d, c, p) = (5, 12, 7);
-        let (input_weight, state_weight) = (values(d * 4 * c, 1, 0.6), values(p * 4 * c, 2, 0.6));
-        let (bias, projection) = (values(4 * c, 3, 0.3), values(c * p, 4, 0.5));
-        let weights = HostLstmWeights {
-            d_input: d,
-            state_weight: &state_weight,
-            bias: &bias,
-            projection: &projection,
-            cell_clip: Some(0.9),
-            projection_clip: Some(0.4),
-        };
-        let layer = HostLstm::new(weights);
-        let packed_input = layer.pack_input(&input_weight);
-        let (lengths, n_steps) = ([6usize, 6, 4, 1, 0], 6);
-        let inputs = values(lengths.len() * n_steps * d, 5, 1.5);
-        for go_forward in [true, false] {
-            let out = layer.forward(
-                &packed_input,
-                &inputs,
-                &lengths,
-                n_steps,
-                go_forward,
-                vec![0.0; lengths.len() * p],
-                vec![0.0; lengths.len() * c],
-            );
-            let expected = reference(
-                &weights,
-                &input_weight,
-                &inputs,
-                &lengths,
-                n_steps,
-                go_forward,
-            );
-            let worst = out
-                .outputs
-                .iter()
-                .zip(&expected)
-                .map(|(a, b)| (f64::from(*a) - b).abs())
-                .fold(0.0, f64::max);
-            assert!(worst < 2e-6, "forward {go_forward}: {worst}");
-            // The final state is the last real step's (row 0 runs all steps).
-            let last = if go_forward { n_steps - 1 } else { 0 };
-            assert_eq!(out.hidden[..p], out.outputs[last * p..(last + 1) * p]);
+        // Cells within one vector and over several, for every instruction set this CPU has.
+        for ((d, c, p), instructions) in [(5, 12, 7), (9, 40, 21)]
+            .into_iter()
+            .flat_map(|shape| HostInstructions::EVERY.map(|limit| (shape, limit)))
+        {
+            let (input_weight, state_weight) =
+                (values(d * 4 * c, 1, 0.6), values(p * 4 * c, 2, 0.6));
+            let (bias, projection) = (values(4 * c, 3, 0.3), values(c * p, 4, 0.5));
+            let weights = HostLstmWeights {
+                d_input: d,
+                state_weight: &state_weight,
+                bias: &bias,
+                projection: &projection,
+                cell_clip: Some(0.9),
+                projection_clip: Some(0.4),
+                instructions,
+            };
+            let layer = HostLstm::new(weights);
+            let packed_input = layer.pack_input(&input_weight);
+            let (lengths, n_steps) = ([6usize, 6, 4, 1, 0], 6);
+            let inputs = values(lengths.len() * n_steps * d, 5, 1.5);
+            for go_forward in [true, false] {
+                let out = layer.forward(
+                    &packed_input,
+                    &inputs,
+                    &lengths,
+                    n_steps,
+                    go_forward,
+                    vec![0.0; lengths.len() * p],
+                    vec![0.0; lengths.len() * c],
+                );
+                let expected = reference(
+                    &weights,
+                    &input_weight,
+                    &inputs,
+                    &lengths,
+                    n_steps,
+                    go_forward,
+                );
+                let worst = out
+                    .outputs
+                    .iter()
+                    .zip(&expected)
+                    .map(|(a, b)| (f64::from(*a) - b).abs())
+                    .fold(0.0, f64::max);
+                assert!(
+                    worst < 2e-6,
+                    "{instructions:?} forward {go_forward}: {worst}"
+                );
+                // The final state is the last real step's (row 0 runs all steps).
+                let last = if go_forward { n_steps - 1 } else { 0 };
+                assert_eq!(out.hidden[..p], out.outputs[last * p..(last + 1) * p]);
+            }
         }
     }
 }

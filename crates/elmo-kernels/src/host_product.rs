@@ -6,7 +6,7 @@
 
 use burn::tensor::Tensor;
 
-use crate::host_gemm::{PackedMatrix, Strided, matmul_view_parallel};
+use crate::host_gemm::{HostInstructions, PackedMatrix, Strided, matmul_view_parallel};
 use crate::host_tensor::HostTensor;
 
 /// A two-dimensional `f32` tensor of burn's flex backend outside autodiff, read in place (its
@@ -20,13 +20,14 @@ fn read_in_place<const D: usize, R>(
     Some(read(host.strided()?))
 }
 
-/// A `[K, N]` flex tensor packed for the host kernel, `None` for any other tensor.
-pub(crate) fn pack_weight(weight: Tensor<2>) -> Option<PackedMatrix> {
+/// A `[K, N]` flex tensor packed for the host kernel (the widest instruction set up to `limit`),
+/// `None` for any other tensor.
+pub(crate) fn pack_weight(weight: Tensor<2>, limit: HostInstructions) -> Option<PackedMatrix> {
     let [k, n] = weight.dims();
     if n == 0 {
         return None;
     }
-    read_in_place(&weight, |view| PackedMatrix::pack_view(view, k, n))
+    read_in_place(&weight, |view| PackedMatrix::pack_view(view, k, n, limit))
 }
 
 /// `lhs · rhs` through the host kernel (`rhs` packed for this product), where both are
@@ -35,7 +36,11 @@ pub(crate) fn pack_weight(weight: Tensor<2>) -> Option<PackedMatrix> {
 ///
 /// # Shapes
 /// - lhs: `[M, K]`; rhs: `[K, N]`; output: `[M, N]`
-pub(crate) fn host_product<const D: usize>(lhs: &Tensor<D>, rhs: &Tensor<D>) -> Option<Tensor<D>> {
+pub(crate) fn host_product<const D: usize>(
+    lhs: &Tensor<D>,
+    rhs: &Tensor<D>,
+    limit: HostInstructions,
+) -> Option<Tensor<D>> {
     if D != 2 {
         return None;
     }
@@ -45,7 +50,7 @@ pub(crate) fn host_product<const D: usize>(lhs: &Tensor<D>, rhs: &Tensor<D>) -> 
     }
     // Both read in place as two-dimensional views: a `reshape` to `[M, K]` would copy a
     // transposed operand first (flex reshapes only contiguous tensors in place).
-    let packed = read_in_place(rhs, |view| PackedMatrix::pack_view(view, k, n))?;
+    let packed = read_in_place(rhs, |view| PackedMatrix::pack_view(view, k, n, limit))?;
     grouped_product(&[packed], lhs)
 }
 
@@ -92,16 +97,22 @@ mod tests {
 
     /// Products through the host kernel equal burn's: strided operands (transposed views, rows
     /// of a larger tensor), more rows than one pass of the kernel, groups of rows with their
-    /// own weights; none runs under autodiff.
+    /// own weights; none runs under autodiff; for every instruction set this CPU has.
     #[test]
     fn host_products_equal_burns() {
+        for limit in HostInstructions::EVERY {
+            products_equal_burns(limit);
+        }
+    }
+
+    fn products_equal_burns(limit: HostInstructions) {
         let device = Device::flex();
         let normal = Distribution::Normal(0.0, 1.0);
         let lhs = Tensor::<2>::random([300, 70], normal, &device);
         let rhs = Tensor::<2>::random([70, 45], normal, &device);
         let expected = lhs.clone().matmul(rhs.clone()).into_data();
         let close = Tolerance::absolute(1e-4);
-        let got = host_product(&lhs, &rhs);
+        let got = host_product(&lhs, &rhs, limit);
         assert_eq!(
             got.is_some(),
             cfg!(feature = "flex"),
@@ -114,24 +125,25 @@ mod tests {
         // Rows 300..600 of a larger tensor; the weight as the transpose of its transpose.
         let rows = Tensor::cat(vec![lhs.clone(), lhs.clone()], 0).narrow(0, 300, 300);
         let strided = rhs.clone().transpose().transpose();
-        let got = host_product(&rows, &strided).expect("flex tensors");
+        let got = host_product(&rows, &strided, limit).expect("flex tensors");
         got.into_data().assert_approx_eq::<f32>(&expected, close);
         // A transposed left factor (a weight gradient's `xᵀ·∂z`).
         let x = Tensor::<2>::random([70, 300], normal, &device);
-        let got = host_product(&x.clone().transpose(), &rhs).expect("flex tensors");
+        let got = host_product(&x.clone().transpose(), &rhs, limit).expect("flex tensors");
         let want = x.clone().transpose().matmul(rhs.clone()).into_data();
         got.into_data().assert_approx_eq::<f32>(&want, close);
         // A transposed right factor (the LSTM input gradient's `W_xᵀ`), and both transposed.
         let w = Tensor::<2>::random([45, 70], normal, &device);
-        let got = host_product(&lhs, &w.clone().transpose()).expect("flex tensors");
+        let got = host_product(&lhs, &w.clone().transpose(), limit).expect("flex tensors");
         let want = lhs.clone().matmul(w.clone().transpose()).into_data();
         got.into_data().assert_approx_eq::<f32>(&want, close);
-        let got = host_product(&x.clone().transpose(), &w.clone().transpose()).expect("flex");
+        let got =
+            host_product(&x.clone().transpose(), &w.clone().transpose(), limit).expect("flex");
         let want = x.clone().transpose().matmul(w.transpose()).into_data();
         got.into_data().assert_approx_eq::<f32>(&want, close);
         // Two groups of 150 rows, each with its own weight.
         let other = Tensor::<2>::random([70, 45], normal, &device);
-        let packed = [rhs.clone(), other.clone()].map(|w| pack_weight(w).expect("flex"));
+        let packed = [rhs.clone(), other.clone()].map(|w| pack_weight(w, limit).expect("flex"));
         let grouped = grouped_product(&packed, &lhs).expect("flex");
         let halves = vec![
             lhs.clone().narrow(0, 0, 150).matmul(rhs.clone()),
@@ -140,6 +152,6 @@ mod tests {
         let want = Tensor::cat(halves, 0).into_data();
         grouped.into_data().assert_approx_eq::<f32>(&want, close);
         let autodiff = Tensor::<2>::random([4, 70], normal, &Device::autodiff(device.clone()));
-        assert!(host_product(&autodiff, &autodiff.clone().transpose()).is_none());
+        assert!(host_product(&autodiff, &autodiff.clone().transpose(), limit).is_none());
     }
 }

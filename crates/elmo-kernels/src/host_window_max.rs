@@ -12,7 +12,7 @@
 use burn::tensor::Tensor;
 use rayon::prelude::*;
 
-use crate::host_gemm::{Isa, PackedMatrix, matmul_packed};
+use crate::host_gemm::{HostInstructions, Isa, PackedMatrix, matmul_packed};
 use crate::host_tensor::HostTensor;
 
 /// A convolution's max over positions ([`host_window_max`]).
@@ -30,7 +30,7 @@ const BUFFER_BYTES: usize = 512 * 1024;
 
 /// The convolution of `width` slots of `chars` with `weight` at the first `n_positions`
 /// positions of each token, and each filter's max over them (with its position where
-/// `with_positions`); `None` where `chars` or `weight` is not an `f32` flex tensor (the caller runs
+/// `with_positions`), with the widest instruction set up to `instructions`; `None` where `chars` or `weight` is not an `f32` flex tensor (the caller runs
 /// burn's operations). Window `p` of a token is its slots `p .. p + width`, flat as the rows
 /// of `weight` (slot-major, then the char dimension).
 ///
@@ -46,6 +46,7 @@ pub fn host_window_max(
     width: usize,
     n_positions: usize,
     with_positions: bool,
+    instructions: HostInstructions,
 ) -> Option<HostWindowMax> {
     let [n_tokens, n_slots, d_char] = chars.dims();
     let [d_window, n_filters] = weight.dims();
@@ -58,7 +59,7 @@ pub fn host_window_max(
     let chars = HostTensor::of(chars)?.contiguous();
     let packed = {
         let weight = HostTensor::of(weight)?;
-        PackedMatrix::pack_view(weight.strided()?, d_window, n_filters)
+        PackedMatrix::pack_view(weight.strided()?, d_window, n_filters, instructions)
     };
     let mut pooled = HostTensor::zeros([n_tokens, n_filters]);
     let mut positions = vec![
@@ -133,7 +134,8 @@ pub struct HostWindowGradients {
 }
 
 /// Backpropagates `grad`, the gradient of [`host_window_max`]'s pooled values, through the
-/// windows of its maxima (`positions`, [`HostWindowMax::positions`]): each filter's gradient
+/// windows of its maxima (`positions`, [`HostWindowMax::positions`]), with the widest
+/// instruction set up to `instructions`: each filter's gradient
 /// goes to the one window its max came from, so the weight's gradient adds one window a token
 /// and filter (`Σ_t g_tf · window`) and the chars' one column of the weight, where the dense
 /// products would add every window times zero (`N · n_positions` rows where this reads `N`).
@@ -152,6 +154,7 @@ pub fn host_window_max_backward(
     grad: &Tensor<2>,
     width: usize,
     (weight_grad, chars_grad): (bool, bool),
+    instructions: HostInstructions,
 ) -> Option<HostWindowGradients> {
     let [n_tokens, n_slots, d_char] = chars.dims();
     let [d_window, n_filters] = weight.dims();
@@ -178,7 +181,7 @@ pub fn host_window_max_backward(
         "positions of windows within the slots"
     );
     let pass = SparsePass {
-        isa: Isa::detect(),
+        isa: Isa::at_most(instructions),
         chars: chars.values(),
         grad: grad.values(),
         positions,
@@ -483,9 +486,15 @@ mod tests {
     /// The host's max equals burn's, with its positions: several tokens a task and one token
     /// over several tasks, fewer positions than the slots allow, a single position, filters
     /// past a panel; ties keep the first position and a NaN wins (burn's `max_dim_with_indices`);
-    /// not under autodiff.
+    /// not under autodiff; for every instruction set this CPU has.
     #[test]
     fn window_max_equals_burns() {
+        for limit in HostInstructions::EVERY {
+            window_max_equals_burns_with(limit);
+        }
+    }
+
+    fn window_max_equals_burns_with(limit: HostInstructions) {
         let device = Device::flex();
         let normal = Distribution::Normal(0.0, 1.0);
         for (n_tokens, n_slots, d_char, width, n_positions, n_filters) in [
@@ -496,7 +505,7 @@ mod tests {
         ] {
             let chars = Tensor::<3>::random([n_tokens, n_slots, d_char], normal, &device);
             let weight = Tensor::<2>::random([width * d_char, n_filters], normal, &device);
-            let got = host_window_max(&chars, &weight, width, n_positions, true);
+            let got = host_window_max(&chars, &weight, width, n_positions, true, limit);
             assert_eq!(
                 got.is_some(),
                 cfg!(feature = "flex"),
@@ -512,8 +521,8 @@ mod tests {
                 .assert_approx_eq::<f32>(&max.into_data(), close);
             let got_positions = got.positions.expect("positions asked for");
             assert_eq!(Some(positions_of(&got_positions)), host(argmax));
-            let without =
-                host_window_max(&chars, &weight, width, n_positions, false).expect("flex tensors");
+            let without = host_window_max(&chars, &weight, width, n_positions, false, limit)
+                .expect("flex tensors");
             assert!(without.positions.is_none());
         }
         // Equal windows (ties at every position), then a NaN char in token 1's third window.
@@ -521,7 +530,7 @@ mod tests {
         values[8 * 2 + 2 * 2] = f32::NAN;
         let chars = Tensor::<3>::from_data(TensorData::new(values, [2, 8, 2]), &device);
         let weight = Tensor::<2>::from_data(TensorData::new(vec![1.0f32, -1.0], [2, 1]), &device);
-        let got = host_window_max(&chars, &weight, 1, 8, true).expect("flex tensors");
+        let got = host_window_max(&chars, &weight, 1, 8, true, limit).expect("flex tensors");
         let (_, want) = reference(&chars, &weight, 1, 8);
         let got_positions = positions_of(&got.positions.expect("positions"));
         assert_eq!(Some(got_positions.clone()), host(want), "as burn's");
@@ -532,7 +541,7 @@ mod tests {
         );
         let pooled = got.pooled.into_data().try_to_vec::<f32>().expect("f32");
         assert!(pooled[0] == 0.0 && pooled[1].is_nan(), "{pooled:?}");
-        let without = host_window_max(&chars, &weight, 1, 8, false).expect("flex tensors");
+        let without = host_window_max(&chars, &weight, 1, 8, false, limit).expect("flex tensors");
         let pooled = without.pooled.into_data().try_to_vec::<f32>().expect("f32");
         assert!(
             pooled[0] == 0.0 && pooled[1].is_nan(),
@@ -541,14 +550,21 @@ mod tests {
         let autodiff = Device::autodiff(device.clone());
         let chars = Tensor::<3>::random([2, 8, 2], normal, &autodiff);
         let weight = Tensor::<2>::random([2, 3], normal, &autodiff);
-        assert!(host_window_max(&chars, &weight, 1, 8, false).is_none());
+        assert!(host_window_max(&chars, &weight, 1, 8, false, limit).is_none());
     }
 
     /// The sparse backward pass equals autodiff's through burn's windows, product and max:
     /// the weight's and the chars' gradients, for several widths and fewer positions than the
-    /// slots allow.
+    /// slots allow, windows shorter than a vector and of several vectors and a tail (the
+    /// vector loops), for every instruction set this CPU has.
     #[test]
     fn window_max_gradients_equal_autodiffs() {
+        for limit in HostInstructions::EVERY {
+            window_max_gradients_equal_autodiffs_with(limit);
+        }
+    }
+
+    fn window_max_gradients_equal_autodiffs_with(limit: HostInstructions) {
         let device = Device::flex();
         let autodiff = Device::autodiff(device.clone());
         let normal = Distribution::Normal(0.0, 1.0);
@@ -556,16 +572,20 @@ mod tests {
             (7, 12, 3, 3, 10, 40),
             (5, 20, 4, 1, 9, 33),
             (3, 9, 2, 5, 5, 17),
+            (6, 14, 16, 3, 11, 20),
+            (4, 16, 7, 5, 12, 9),
         ] {
             let chars = Tensor::<3>::random([n_tokens, n_slots, d_char], normal, &device);
             let weight = Tensor::<2>::random([width * d_char, n_filters], normal, &device);
             let grad = Tensor::<2>::random([n_tokens, n_filters], normal, &device);
-            let Some(forward) = host_window_max(&chars, &weight, width, n_positions, true) else {
+            let forward = host_window_max(&chars, &weight, width, n_positions, true, limit);
+            let Some(forward) = forward else {
                 return;
             };
             let positions = forward.positions.expect("positions asked for");
+            let both = (true, true);
             let got =
-                host_window_max_backward(&chars, &weight, &positions, &grad, width, (true, true))
+                host_window_max_backward(&chars, &weight, &positions, &grad, width, both, limit)
                     .expect("flex tensors");
             let tracked_chars = Tensor::<3>::from_data(chars.into_data(), &autodiff).require_grad();
             let tracked_weight =

@@ -114,8 +114,8 @@ pub fn half_product<const D: usize>(
 /// `lhs · rhs` in `f32`: through the host kernel where `mode` asks for it and the operands are
 /// flex tensors outside autodiff (`host_product.rs`), else burn's `matmul`.
 fn plain_product<const D: usize>(lhs: Tensor<D>, rhs: Tensor<D>, mode: ProductMode) -> Tensor<D> {
-    if mode.host
-        && let Some(out) = host_product(&lhs, &rhs)
+    if let Some(limit) = mode.host
+        && let Some(out) = host_product(&lhs, &rhs, limit)
     {
         return out;
     }
@@ -228,7 +228,7 @@ mod tests {
         let mode = ProductMode {
             half: Some(half),
             vendor_blas: false,
-            host: false,
+            host: None,
         };
         let difference = |product: Tensor<3>| {
             (product - expected.clone())

@@ -7,6 +7,7 @@
 use burn::tensor::{Device, FloatDType, Tensor};
 use serde::{Deserialize, Serialize};
 
+use crate::host_gemm::HostInstructions;
 use crate::host_tensor::HostTensor;
 
 /// Which of this crate's kernels run on a CubeCL device. They run only where the tensor's
@@ -35,6 +36,10 @@ pub struct KernelSettings {
     /// Adagrad and the gradient norm as one host pass each. Off: burn's operations, step by
     /// step.
     pub host_recurrence: bool,
+    /// With `host_recurrence`: the widest instruction set the host kernels use
+    /// ([`HostInstructions`]; by default the widest this CPU has). Lower, one machine runs the
+    /// kernels another has (AVX2 on an AVX-512 CPU) for tests and measurements.
+    pub host_instructions: HostInstructions,
     /// With `fused`: the large `f32` products on a CubeCL device through the cubek kernel that
     /// suits their shape ([`crate::product`]). Off: burn's choice.
     pub shaped_matmul: bool,
@@ -77,6 +82,7 @@ impl KernelSettings {
         split_products: true,
         paired_directions: true,
         host_recurrence: true,
+        host_instructions: HostInstructions::Widest,
         shaped_matmul: true,
         shaped_step_products: false,
         precision: Precision::F32,
@@ -91,6 +97,7 @@ impl KernelSettings {
         split_products: false,
         paired_directions: false,
         host_recurrence: false,
+        host_instructions: HostInstructions::Widest,
         shaped_matmul: false,
         shaped_step_products: false,
         precision: Precision::F32,
@@ -111,6 +118,12 @@ impl KernelSettings {
         self.host_recurrence && HostTensor::of(&tensor.clone().inner()).is_some()
     }
 
+    /// The instruction sets the host kernels may use, where they run at all (`host_recurrence`):
+    /// what [`crate::SplitWeight::on_host`] takes.
+    pub fn host_kernels(&self) -> Option<HostInstructions> {
+        self.host_recurrence.then_some(self.host_instructions)
+    }
+
     /// Whether products on `tensor` are split: [`Self::fused_for`] and `split_products`.
     pub fn split_for<const D: usize>(&self, tensor: &Tensor<D>) -> bool {
         self.split_products && self.fused_for(tensor)
@@ -124,7 +137,8 @@ impl KernelSettings {
         ProductMode {
             half: self.precision.half_for(tensor),
             vendor_blas: self.vendor_blas && self.fused_for(tensor) && vendor_blas_on(tensor),
-            host: self.host_recurrence && !on_cube_device(tensor),
+            host: (self.host_recurrence && !on_cube_device(tensor))
+                .then_some(self.host_instructions),
         }
     }
 
@@ -190,10 +204,10 @@ pub struct ProductMode {
     /// Whether a vendor BLAS (cuBLAS on a CUDA device, with the `cublas` feature) runs it (the
     /// products it is asked for are not split along K: the library splits them itself).
     pub vendor_blas: bool,
-    /// Whether the host kernel runs it where its operands are `f32` tensors of burn's flex
-    /// backend outside autodiff (`host_product.rs`, this crate's `flex` feature); burn's
-    /// matmul otherwise.
-    pub host: bool,
+    /// Where the host kernel runs it, with the instruction sets it may use: where its operands
+    /// are `f32` tensors of burn's flex backend outside autodiff (`host_product.rs`, this
+    /// crate's `flex` feature); `None`, or other operands: burn's matmul.
+    pub host: Option<HostInstructions>,
 }
 
 impl ProductMode {
@@ -201,7 +215,7 @@ impl ProductMode {
     pub const F32: Self = Self {
         half: None,
         vendor_blas: false,
-        host: false,
+        host: None,
     };
 }
 
@@ -374,7 +388,7 @@ mod tests {
         let all = KernelSettings::ALL;
         // On a CPU the host kernel is asked for (it runs on flex tensors outside autodiff).
         let host = ProductMode {
-            host: true,
+            host: Some(HostInstructions::Widest),
             ..ProductMode::F32
         };
         assert_eq!(all.product_mode(&cpu), host);

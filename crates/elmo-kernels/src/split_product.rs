@@ -20,7 +20,7 @@ use burn::tensor::{DType, Tensor};
 
 use crate::host_gemm::PackedMatrix;
 use crate::host_product::{grouped_product, pack_weight};
-use crate::{KernelSettings, ProductMode, contiguous, half_product, to_half};
+use crate::{HostInstructions, KernelSettings, ProductMode, contiguous, half_product, to_half};
 
 /// The least inner dimension of one slice.
 const MIN_SLICE: usize = 128;
@@ -357,7 +357,7 @@ impl SplitWeight {
             half: matches!(weight, DType::F16 | DType::BF16).then(|| weight.into()),
             vendor_blas: self.vendor_blas,
             // On the host these weights are packed once ([`Self::on_host`]), not per product.
-            host: false,
+            host: None,
         }
     }
 
@@ -405,15 +405,16 @@ impl SplitWeight {
         }
     }
 
-    /// These weights packed for the host kernel (`host_product.rs`), where `on_host` and they
-    /// are whole (not split) `f32` tensors of burn's flex backend outside autodiff (this crate's
-    /// `flex` feature): each product then runs on rayon's threads with the weights packed once
+    /// These weights packed for the host kernel (`host_product.rs`, the widest instruction set
+    /// up to the limit in `on_host`), where `on_host` is `Some` and they are whole (not split)
+    /// `f32` tensors of burn's flex backend outside autodiff (this crate's `flex` feature):
+    /// each product then runs on rayon's threads with the weights packed once
     /// here, where flex's matmul packs them again at every product (a full copy of them per
     /// step: 32 MiB for `original`'s `W_h`). Unchanged otherwise.
-    pub fn on_host(self, on_host: bool) -> Self {
-        if !on_host {
+    pub fn on_host(self, on_host: Option<HostInstructions>) -> Self {
+        let Some(limit) = on_host else {
             return self;
-        }
+        };
         let weights: Vec<Tensor<2>> = match &self.factors {
             Factors::Whole(whole) => vec![whole.clone()],
             Factors::Sliced { slices, n_groups } if slices.dims()[0] == *n_groups => {
@@ -426,7 +427,7 @@ impl SplitWeight {
         };
         let mut packed = Vec::with_capacity(weights.len());
         for weight in &weights {
-            match pack_weight(weight.clone()) {
+            match pack_weight(weight.clone(), limit) {
                 Some(weight) => packed.push(weight),
                 None => return self,
             }
@@ -600,7 +601,7 @@ mod tests {
                     let mode = ProductMode {
                         half,
                         vendor_blas: false,
-                        host: false,
+                        host: None,
                     };
                     let mixed = transposed_product(lhs.clone(), rhs.clone(), split, mode);
                     assert_eq!(mixed.dtype(), burn::tensor::DType::F32);

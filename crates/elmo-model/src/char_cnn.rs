@@ -168,7 +168,16 @@ impl CharConvolution {
         // through memory.
         if self.kernels.host_for(&chars) {
             let weight = self.weight.val();
-            if let Some(max) = host_window_max(&chars, &weight, self.width, n_positions, false) {
+            let instructions = self.kernels.host_instructions;
+            let max = host_window_max(
+                &chars,
+                &weight,
+                self.width,
+                n_positions,
+                false,
+                instructions,
+            );
+            if let Some(max) = max {
                 return self.pooled(max.pooled, n_slots, n_positions, padding_char);
             }
         }
@@ -282,8 +291,9 @@ impl CharConvolution {
         let all_positions = n_slots - self.width + 1;
         let weight = self.weight.val().inner();
         let chars = chars.inner();
+        let instructions = self.kernels.host_instructions;
         let host = (self.kernels.host_for(&chars))
-            .then(|| host_window_max(&chars, &weight, self.width, n_positions, true))
+            .then(|| host_window_max(&chars, &weight, self.width, n_positions, true, instructions))
             .flatten();
         let (mut pooled, windows) = match host {
             // The backward pass reads the windows from the chars too.

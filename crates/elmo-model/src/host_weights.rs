@@ -21,7 +21,7 @@ use burn::backend::Flex;
 use burn::tensor::Tensor;
 #[cfg(feature = "flex")]
 use elmo_kernels::HostLstmWeights;
-use elmo_kernels::{HostLstm, PackedMatrix};
+use elmo_kernels::{HostInstructions, HostLstm, PackedMatrix};
 
 use crate::fused_recurrence::GroupLayer;
 
@@ -44,6 +44,7 @@ impl Source {
 #[cfg_attr(not(feature = "flex"), allow(dead_code))]
 struct Packed {
     sources: Vec<Source>,
+    instructions: HostInstructions,
     layer: Arc<HostLstm>,
 }
 
@@ -77,15 +78,25 @@ pub(crate) struct PackedLayer {
 impl HostWeights {
     /// Without this crate's `flex` feature no tensor is a flex one: `None`.
     #[cfg(not(feature = "flex"))]
-    pub(crate) fn layer(&self, _weights: &GroupLayer) -> Option<PackedLayer> {
+    pub(crate) fn layer(
+        &self,
+        _weights: &GroupLayer,
+        _instructions: HostInstructions,
+    ) -> Option<PackedLayer> {
         None
     }
 
-    /// The packed layer for `weights` (this layer's, as the fused recurrence reads them): the kept recurrent weights where they are the buffers
-    /// they were packed from, else packed now (and kept), and the input weight packed now.
-    /// `None` where a weight is not a contiguous `f32` flex tensor.
+    /// The packed layer for `weights` (this layer's, as the fused recurrence reads them) and
+    /// the widest instruction set up to `instructions`: the kept recurrent weights where they
+    /// are the buffers they were packed from for the same instructions, else packed now (and
+    /// kept), and the input weight packed now. `None` where a weight is not a contiguous `f32`
+    /// flex tensor.
     #[cfg(feature = "flex")]
-    pub(crate) fn layer(&self, weights: &GroupLayer) -> Option<PackedLayer> {
+    pub(crate) fn layer(
+        &self,
+        weights: &GroupLayer,
+        instructions: HostInstructions,
+    ) -> Option<PackedLayer> {
         let flex = |tensor: &Tensor<2>| tensor.clone().inner().try_into_primitive::<Flex>().ok();
         let bias = weights.bias.clone().unsqueeze_dim::<2>(0);
         let input_weight = flex(&weights.input_weight)?;
@@ -109,7 +120,8 @@ impl HostWeights {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         let kept = slot.as_ref().filter(|packed| {
-            packed.sources.len() == sources.len()
+            packed.instructions == instructions
+                && packed.sources.len() == sources.len()
                 && packed.sources.iter().zip(&sources).all(|(a, b)| a.is(b))
         });
         let recurrent = match kept {
@@ -124,9 +136,11 @@ impl HostWeights {
                     projection: values[2],
                     cell_clip: weights.cell_clip,
                     projection_clip: weights.projection_clip,
+                    instructions,
                 }));
                 *slot = Some(Packed {
                     sources,
+                    instructions,
                     layer: layer.clone(),
                 });
                 layer

@@ -52,7 +52,7 @@ pub use bilm_state::BiLmState;
 pub use char_cnn::{CharCnnEncoder, CharCnnEncoderConfig};
 pub use char_ids::CharIdBatch;
 pub use elmo::{Elmo, ElmoConfig, ElmoOutput};
-pub use elmo_kernels::{KernelSettings, Precision};
+pub use elmo_kernels::{HostInstructions, KernelSettings, Precision};
 pub use embedder::{Embedder, EmbedderConfig, LayerSelection, SentenceVectors, SentenceView};
 pub use error::{ElmoError, Result};
 pub use host_weights::HostWeights;

@@ -214,6 +214,7 @@ fn convolutions_backward(
                         &grad_pooled,
                         conv.width,
                         (trains_weight, slot_ids.is_some()),
+                        kernels.host_instructions,
                     )
                     .expect("flex tensors (RecordedWindows::Chars)");
                     let rows = chars.map(|chars| {

@@ -316,13 +316,13 @@ impl<'a> LstmGroup<'a> {
             split,
         )
         .prepared(step_mode)
-        .on_host(self.kernels.host_recurrence);
+        .on_host(self.kernels.host_kernels());
         let projection_product = SplitWeight::for_group(
             weights.iter().map(|w| w.projection.clone()).collect(),
             split,
         )
         .prepared(step_mode)
-        .on_host(self.kernels.host_recurrence);
+        .on_host(self.kernels.host_kernels());
         // The fused kernels write these records in place.
         let mut gates_all = elmo_kernels::empty_buffer([n_steps, rows, 4 * d_cell], &device);
         let mut memory_all = elmo_kernels::empty_buffer([n_steps, rows, d_cell], &device);
@@ -407,7 +407,7 @@ impl<'a> LstmGroup<'a> {
         );
         let group = |weight: fn(&PlainWeights) -> &Tensor<2>| {
             SplitWeight::for_group(weights.iter().map(|w| weight(w).clone()).collect(), false)
-                .on_host(true)
+                .on_host(Some(self.kernels.host_instructions))
         };
         let (state, projection) = (group(|w| &w.state), group(|w| &w.projection));
         let steps = HostSteps {
@@ -480,7 +480,7 @@ impl<'a> LstmGroup<'a> {
                 split && !step_mode.vendor_blas,
             )
             .prepared(step_mode)
-            .on_host(self.kernels.host_recurrence)
+            .on_host(self.kernels.host_kernels())
         };
         let transposed = TransposedWeights {
             state: transposed(|w| &w.state),

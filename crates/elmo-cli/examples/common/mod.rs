@@ -3,9 +3,10 @@
 //! telling line of a failed child's stderr.
 
 use std::path::PathBuf;
+use std::process::Command;
 
 use burn::tensor::Device;
-use elmo_model::{KernelSettings, Precision};
+use elmo_model::{HostInstructions, KernelSettings, Precision};
 
 #[cfg(feature = "cuda")]
 #[path = "../../src/kernel_cache.rs"]
@@ -18,7 +19,9 @@ mod kernel_cache;
 /// shape too), `-mixed` (`Precision::Mixed`), `-cubek` (cubek's kernels, not cuBLAS, on CUDA:
 /// `vendor_blas` off) and `-blassteps` (cuBLAS for the LSTM's per-step products too) are the
 /// GPU backend (`wgpu`, `cuda`) with one setting changed each, in the order named
-/// (`cuda-mixed-cubek`); a name without a variant is a backend with every kernel.
+/// (`cuda-mixed-cubek`); `-avx2` and `-portable` are a CPU backend whose host kernels use AVX2
+/// (or the target's default) at most (`flex-avx2`: an AVX2 machine's kernels on an AVX-512
+/// one); a name without a variant is a backend with every kernel.
 pub fn backend_and_kernels(name: &str) -> (&str, KernelSettings) {
     let mut parts = name.split('-');
     let backend = parts.next().unwrap_or(name);
@@ -54,10 +57,40 @@ pub fn backend_and_kernels(name: &str) -> (&str, KernelSettings) {
                 vendor_blas_steps: true,
                 ..kernels
             },
+            "avx2" => KernelSettings {
+                host_instructions: HostInstructions::Avx2,
+                ..kernels
+            },
+            "portable" => KernelSettings {
+                host_instructions: HostInstructions::Portable,
+                ..kernels
+            },
             other => panic!("unknown backend variant {other} in {name}"),
         };
     }
     (backend, kernels)
+}
+
+/// Limits the PyTorch peer run by `command` to the instruction sets of an AVX2 machine where
+/// `instructions` is `avx2` (MKL's products, ATen's vector kernels and oneDNN's, through their
+/// documented environment variables), so that it is measured against `flex-avx2`; `widest`
+/// leaves it as it is. What it is called in the table: `""` or `", AVX2"`.
+///
+/// # Panics
+/// On any other name.
+pub fn limit_peer(command: &mut Command, instructions: &str) -> &'static str {
+    match instructions {
+        "widest" => "",
+        "avx2" => {
+            command.envs([
+                ("MKL_ENABLE_INSTRUCTIONS", "AVX2"),
+                ("ATEN_CPU_CAPABILITY", "avx2"),
+                ("ONEDNN_MAX_CPU_ISA", "AVX2"),
+            ]);
+            ", AVX2"
+        }
+        other => panic!("--peer-instructions takes widest or avx2, not {other}"),
+    }
 }
 
 /// How many products of this process cuBLAS ran and how many it was handed but did not run
