@@ -828,6 +828,7 @@ struct StepGradients {
 mod tests {
     use super::*;
     use burn::tensor::{Device, TensorData};
+    use elmo_kernels::HostInstructions;
     use elmo_model::LstmWithProjectionConfig;
 
     const ON: KernelSettings = KernelSettings::ALL;
@@ -969,7 +970,17 @@ mod tests {
             layers: &[&LstmWithProjection],
             kernels: CellKernels,
         ) -> (LstmOutput, LstmGroupGradients) {
-            let group = LstmGroup::new(layers.to_vec(), ON);
+            self.run_with(layers, kernels, ON)
+        }
+
+        /// [`Self::run`] with `settings`.
+        fn run_with(
+            &self,
+            layers: &[&LstmWithProjection],
+            kernels: CellKernels,
+            settings: KernelSettings,
+        ) -> (LstmOutput, LstmGroupGradients) {
+            let group = LstmGroup::new(layers.to_vec(), settings);
             let (output, tape) = group.forward_recorded_using(
                 self.inputs.clone(),
                 Some(self.start.clone()),
@@ -1001,7 +1012,8 @@ mod tests {
     }
 
     /// The host loops against the composed operations on flex, as above (more rows than the
-    /// product kernel's blocks, rows shared among threads in the cell passes).
+    /// product kernel's blocks, rows shared among threads in the cell passes), with every
+    /// instruction set this CPU has.
     #[test]
     fn host_loops_equal_composed_on_flex() {
         let device = Device::flex();
@@ -1015,7 +1027,17 @@ mod tests {
             CellKernels::for_tensor(&probe, composed_only),
             CellKernels::Composed
         );
-        check_against_composed(&device, CellKernels::Host);
+        for host_instructions in [
+            HostInstructions::Widest,
+            HostInstructions::Avx2,
+            HostInstructions::Portable,
+        ] {
+            let settings = KernelSettings {
+                host_instructions,
+                ..ON
+            };
+            check_against_composed_with(&device, CellKernels::Host, settings);
+        }
     }
 
     /// Regression: the host loops' clips replaced a NaN by a bound (`max`/`min`), so a run whose
@@ -1042,10 +1064,19 @@ mod tests {
 
     /// `kernels` against the composed operations on `device` for [`WideCase`] (both clips cut).
     fn check_against_composed(device: &Device, kernels: CellKernels) {
+        check_against_composed_with(device, kernels, ON);
+    }
+
+    /// [`check_against_composed`] with `settings`.
+    fn check_against_composed_with(
+        device: &Device,
+        kernels: CellKernels,
+        settings: KernelSettings,
+    ) {
         let layer = wide_layer(device, 11);
         let case = WideCase::new(device, 10);
         let composed = alone(case.run(&[&layer], CellKernels::Composed));
-        let got = alone(case.run(&[&layer], kernels));
+        let got = alone(case.run_with(&[&layer], kernels, settings));
         let clipped = |x: &Tensor<3>, clip: f32| -> usize {
             let cut = x.clone().abs().greater_equal_elem(clip - 1e-6);
             cut.int().sum().into_scalar::<i64>() as usize
@@ -1063,7 +1094,7 @@ mod tests {
             .max()
             .into_scalar();
         assert!((memory_cut - 0.5).abs() < 1e-6, "cell clip never cut");
-        let what = format!("{kernels:?}");
+        let what = format!("{kernels:?} {:?}", settings.host_instructions);
         assert_same_run(&what, (&composed.0, &composed.1), (&got.0, &got.1));
     }
 
