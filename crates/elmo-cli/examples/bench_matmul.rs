@@ -118,10 +118,19 @@ fn host_products(limit: HostInstructions) {
     }
 }
 
-/// `[M, K, N]` of a training step's products at `original` 32 x 20: a step's state product and
-/// its transpose, the input projection of all steps, its input gradient, the weight gradients,
-/// the sampled softmax's logits.
-const TRAINING_SHAPES: [(usize, usize, usize); 6] = [
+/// `[M, K, N]` of a training step's products at `original` 32 x 20: a highway's product, its
+/// input and weight gradients; the sampled softmax's logits (8,192 sampled and 640 targets), its
+/// input and weight gradients; the token projection; a step's state product and its transpose,
+/// the input projection of all steps, its input gradient, the weight gradients, the sampled
+/// softmax's logits as the bench once had them.
+const TRAINING_SHAPES: [(usize, usize, usize); 13] = [
+    (640, 2048, 4096),
+    (640, 4096, 2048),
+    (2048, 640, 4096),
+    (1280, 512, 8832),
+    (1280, 8832, 512),
+    (8832, 1280, 512),
+    (640, 2048, 512),
     (32, 512, 16384),
     (32, 16384, 512),
     (640, 512, 16384),

@@ -43,10 +43,12 @@ pub fn kernel_for_shape(m: usize, k: usize, n: usize) -> Option<MatmulKernel> {
 /// ([`KernelSettings::vendor_blas`]); else with [`crate::Precision::Mixed`] on a GPU, the
 /// operands in 16 bits (`rhs` may be in that type already) and the result cast back to `f32`; in
 /// `f32` on a CubeCL device without autodiff, with `fused` and `shaped_matmul` on, through
-/// [`kernel_for_shape`]'s kernel; otherwise burn's `matmul`, on flex too (the char CNN's,
-/// highways' and softmax's products ran slower through the host kernel: `ptb-large` training's
-/// softmax 230 → 288 ms a step, the token encoder 295 → 330 ms, on a 2-vCPU Xeon). The same
-/// values to float rounding.
+/// [`kernel_for_shape`]'s kernel; on flex outside autodiff, through the host kernel where the
+/// product is wide (`N ≥ 2K`: the highways' forward and weight gradients, the sampled softmax's
+/// logits; on a 2-vCPU Xeon 1.3-1.4x burn's on `[2048, 640] · [640, 4096]` and `[1280, 512] ·
+/// [512, 8832]`, `bench_matmul`); otherwise burn's `matmul`, on flex too (its kernel is ahead on
+/// the long inner dimensions of the input gradients: 1.3x on `[1280, 8832] · [8832, 512]`).
+/// The same values to float rounding.
 ///
 /// # Shapes
 /// - lhs: `[.., M, K]`; rhs: `[.., K, N]`; output: `[.., M, N]`
@@ -75,6 +77,12 @@ pub fn product<const D: usize>(
         {
             return out;
         }
+    }
+    if let Some(limit) = mode.host
+        && rhs.dims()[D - 1] >= 2 * lhs.dims()[D - 1]
+        && let Some(out) = host_product(&lhs, &rhs, limit)
+    {
+        return out;
     }
     lhs.matmul(rhs)
 }
@@ -178,7 +186,7 @@ pub fn to_half<const D: usize>(tensor: Tensor<D>, half: Option<FloatDType>) -> T
 #[cfg(all(test, feature = "cubecl"))]
 mod tests {
     use super::*;
-    use burn::tensor::{DType, Distribution, Tolerance};
+    use burn::tensor::{DType, Device, Distribution, Tolerance};
 
     #[test]
     fn large_shapes_take_the_probes_kernel() {
@@ -256,6 +264,22 @@ mod tests {
         assert!(tracked.device().is_autodiff());
         assert!(f32_product_of_halves(&tracked, &tracked_rhs).is_none());
         assert_eq!(half_product(tracked, tracked_rhs, mode).dtype(), DType::F32);
+    }
+
+    /// On flex, wide products (the host kernel, a transposed left factor too) and narrow ones
+    /// (burn's) equal burn's `matmul`.
+    #[test]
+    fn products_on_flex_equal_burns() {
+        let device = Device::flex();
+        let normal = Distribution::Normal(0.0, 1.0);
+        for (m, k, n) in [(37, 20, 90), (37, 90, 20)] {
+            let lhs = Tensor::<2>::random([k, m], normal, &device).transpose();
+            let rhs = Tensor::<2>::random([k, n], normal, &device);
+            let expected = lhs.clone().matmul(rhs.clone()).into_data();
+            product(lhs, rhs, KernelSettings::ALL)
+                .into_data()
+                .assert_approx_eq::<f32>(&expected, Tolerance::absolute(1e-4));
+        }
     }
 
     /// On wgpu a large product (a strided left factor, as the softmax's `∂zᵀ · h`) through the
