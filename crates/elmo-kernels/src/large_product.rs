@@ -120,7 +120,8 @@ pub fn half_product<const D: usize>(
 }
 
 /// `lhs · rhs` in `f32`: through the host kernel where `mode` asks for it and the operands are
-/// flex tensors outside autodiff (`host_product.rs`), else burn's `matmul`.
+/// flex tensors outside autodiff (`host_product.rs`; not for a long inner dimension against few
+/// columns, as the LSTM's input gradients: burn's kernel is ahead there), else burn's `matmul`.
 fn plain_product<const D: usize>(lhs: Tensor<D>, rhs: Tensor<D>, mode: ProductMode) -> Tensor<D> {
     if let Some(limit) = mode.host
         && let Some(out) = host_product(&lhs, &rhs, limit)
