@@ -29,10 +29,9 @@ pub enum HostInstructions {
     Portable,
 }
 
-#[cfg(test)]
 impl HostInstructions {
-    /// Every limit, for tests that run each kernel this CPU has.
-    pub(crate) const EVERY: [Self; 3] = [Self::Widest, Self::Avx2, Self::Portable];
+    /// Every limit, widest first: for running each kernel this CPU has (tests, benchmarks).
+    pub const EVERY: [Self; 3] = [Self::Widest, Self::Avx2, Self::Portable];
 }
 
 /// Which instruction set the micro-kernels (and `host_lstm`'s cell pass) use.
@@ -775,13 +774,7 @@ mod tests {
 
     /// Every instruction set this machine has (the portable kernel always).
     fn isas() -> Vec<Isa> {
-        let mut isas: Vec<Isa> = [
-            HostInstructions::Portable,
-            HostInstructions::Avx2,
-            HostInstructions::Widest,
-        ]
-        .map(Isa::at_most)
-        .to_vec();
+        let mut isas = HostInstructions::EVERY.map(Isa::at_most).to_vec();
         isas.dedup();
         isas
     }

@@ -30,9 +30,10 @@ const BUFFER_BYTES: usize = 512 * 1024;
 
 /// The convolution of `width` slots of `chars` with `weight` at the first `n_positions`
 /// positions of each token, and each filter's max over them (with its position where
-/// `with_positions`), with the widest instruction set up to `instructions`; `None` where `chars` or `weight` is not an `f32` flex tensor (the caller runs
-/// burn's operations). Window `p` of a token is its slots `p .. p + width`, flat as the rows
-/// of `weight` (slot-major, then the char dimension).
+/// `with_positions`), with the widest instruction set up to `instructions`; `None` where
+/// `chars` or `weight` is not an `f32` flex tensor (the caller runs burn's operations). Window
+/// `p` of a token is its slots `p .. p + width`, flat as the rows of `weight` (slot-major, then
+/// the char dimension).
 ///
 /// # Shapes
 /// - chars: `[N, S, E]`; weight: `[width · E, F]`
@@ -135,10 +136,10 @@ pub struct HostWindowGradients {
 
 /// Backpropagates `grad`, the gradient of [`host_window_max`]'s pooled values, through the
 /// windows of its maxima (`positions`, [`HostWindowMax::positions`]), with the widest
-/// instruction set up to `instructions`: each filter's gradient
-/// goes to the one window its max came from, so the weight's gradient adds one window a token
-/// and filter (`Σ_t g_tf · window`) and the chars' one column of the weight, where the dense
-/// products would add every window times zero (`N · n_positions` rows where this reads `N`).
+/// instruction set up to `instructions`: each filter's gradient goes to the one window its max
+/// came from, so the weight's gradient adds one window a token and filter (`Σ_t g_tf · window`)
+/// and the chars' one column of the weight, where the dense products would add every window
+/// times zero (`N · n_positions` rows where this reads `N`).
 /// The gradients in a fixed order (tokens in order for each filter); `None` where a tensor is
 /// not an `f32` flex tensor.
 ///

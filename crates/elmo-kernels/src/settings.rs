@@ -137,8 +137,7 @@ impl KernelSettings {
         ProductMode {
             half: self.precision.half_for(tensor),
             vendor_blas: self.vendor_blas && self.fused_for(tensor) && vendor_blas_on(tensor),
-            host: (self.host_recurrence && !on_cube_device(tensor))
-                .then_some(self.host_instructions),
+            host: self.host_kernels().filter(|_| !on_cube_device(tensor)),
         }
     }
 

@@ -408,9 +408,9 @@ impl SplitWeight {
     /// These weights packed for the host kernel (`host_product.rs`, the widest instruction set
     /// up to the limit in `on_host`), where `on_host` is `Some` and they are whole (not split)
     /// `f32` tensors of burn's flex backend outside autodiff (this crate's `flex` feature):
-    /// each product then runs on rayon's threads with the weights packed once
-    /// here, where flex's matmul packs them again at every product (a full copy of them per
-    /// step: 32 MiB for `original`'s `W_h`). Unchanged otherwise.
+    /// each product then runs on rayon's threads with the weights packed once here, where
+    /// flex's matmul packs them again at every product (a full copy of them per step: 32 MiB
+    /// for `original`'s `W_h`). Unchanged otherwise.
     pub fn on_host(self, on_host: Option<HostInstructions>) -> Self {
         let Some(limit) = on_host else {
             return self;

@@ -1027,11 +1027,7 @@ mod tests {
             CellKernels::for_tensor(&probe, composed_only),
             CellKernels::Composed
         );
-        for host_instructions in [
-            HostInstructions::Widest,
-            HostInstructions::Avx2,
-            HostInstructions::Portable,
-        ] {
+        for host_instructions in HostInstructions::EVERY {
             let settings = KernelSettings {
                 host_instructions,
                 ..ON
