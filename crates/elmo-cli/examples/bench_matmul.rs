@@ -75,11 +75,15 @@ fn time_product(name: &str, [m, k, n]: [usize; 3], min_reps: usize, mut product:
 }
 
 /// GFLOP/s of [`elmo_kernels::matmul_packed`] on the shapes of the host LSTM loop: one step's
-/// `h·W_h` and projection at 64 and 256 rows, and a chunk's input projection; the kernel of the
-/// widest instruction set up to `limit`.
+/// `h·W_h` and projection at 1, 64 and 256 rows (at one row the weight streams from memory at
+/// twice its GFLOP/s in GB/s), `h·W_h` at 4 rows, and a chunk's input projection; the kernel
+/// of the widest instruction set up to `limit`.
 fn host_products(limit: HostInstructions) {
     for (m, k, n) in [
-        (64usize, 512usize, 16384usize),
+        (1usize, 512usize, 16384usize),
+        (1, 4096, 512),
+        (4, 512, 16384),
+        (64, 512, 16384),
         (64, 4096, 512),
         (256, 512, 16384),
         (256, 4096, 512),

@@ -1,8 +1,8 @@
 //! The LSTMP forward pass of inference as one host loop on the CPU (AllenNLP's
 //! `LstmCellWithProjection` recurrence, allennlp/modules/lstm_cell_with_projection.py): the input
-//! projection `x·W_x` for several steps in one product, then per step `h·W_h` (weights packed,
-//! [`crate::host_gemm`]: the recurrent ones once for as long as the caller keeps the layer, the
-//! input weight once per call), one fused pass over the cells (gates, memory, clip, `tanh`), and
+//! projection `x·W_x` for several steps in one product, then per step `h·W_h` (weights packed
+//! once, [`crate::host_gemm`], for as long as the caller keeps the layer), one fused pass over
+//! the cells (gates, memory, clip, `tanh`), and
 //! the projection with its clip. The weights stream from memory at every step, so the input
 //! weights are read once per chunk of steps, not once per step. Rows sorted longest first, so
 //! the rows still running at a step are a prefix; the others keep their state and output zero.
@@ -15,12 +15,14 @@ use crate::host_gemm::{HostInstructions, Isa, PackedMatrix, matmul_packed};
 /// Rows of the input projection computed in one product (`x·W_x` of several steps at once).
 const CHUNK_ROWS: usize = 256;
 
-/// An LSTMP layer's recurrent weights on the host, packed: a caller keeps them for as long as
-/// the weights do not change. The input weight `[d_input, 4C]` is handed to each
-/// [`HostLstm::forward`] packed ([`HostLstm::pack_input`]): it is read once per chunk of steps,
-/// so packing it per call costs little and keeping it would cost its memory.
+/// An LSTMP layer's weights on the host, packed (`W_x`, `W_h`, the projection): a caller keeps
+/// them for as long as the weights do not change. Packing is a pass over fresh memory (72 MiB a
+/// layer and direction at the `original` size); packed at every call, `W_x` alone took a sixth
+/// of the recurrence's time when sentences come one at a time.
 #[derive(Debug, Clone)]
 pub struct HostLstm {
+    /// `[d_input, 4C]`.
+    input: PackedMatrix,
     /// `[P, 4C]`.
     state: PackedMatrix,
     /// `[4C]`.
@@ -32,15 +34,14 @@ pub struct HostLstm {
     d_projection: usize,
     cell_clip: Option<f32>,
     projection_clip: Option<f32>,
-    instructions: HostInstructions,
 }
 
-/// The row-major host values of an LSTMP layer's recurrent weights (the layout of
+/// The row-major host values of an LSTMP layer's weights (the layout of
 /// `LstmWithProjection`).
 #[derive(Debug, Clone, Copy)]
 pub struct HostLstmWeights<'a> {
-    /// Input width.
-    pub d_input: usize,
+    /// `[d_input, 4C]`.
+    pub input_weight: &'a [f32],
     /// `[P, 4C]`.
     pub state_weight: &'a [f32],
     /// `[4C]`.
@@ -79,14 +80,21 @@ impl HostLstm {
         let gates_width = weights.bias.len();
         let d_cell = gates_width / 4;
         let d_projection = weights.projection.len() / d_cell.max(1);
+        let d_input = weights.input_weight.len() / gates_width.max(1);
         assert!(
             gates_width == 4 * d_cell
                 && d_cell > 0
                 && weights.projection.len() == d_cell * d_projection
-                && weights.state_weight.len() == d_projection * gates_width,
+                && weights.state_weight.len() == d_projection * gates_width
+                && weights.input_weight.len() == d_input * gates_width,
             "weights of one LSTMP layer"
         );
         Self {
+            input: PackedMatrix::pack_limited(
+                weights.input_weight,
+                gates_width,
+                weights.instructions,
+            ),
             state: PackedMatrix::pack_limited(
                 weights.state_weight,
                 gates_width,
@@ -98,39 +106,22 @@ impl HostLstm {
                 d_projection,
                 weights.instructions,
             ),
-            d_input: weights.d_input,
+            d_input,
             d_cell,
             d_projection,
             cell_clip: weights.cell_clip.map(|c| c as f32),
             projection_clip: weights.projection_clip.map(|c| c as f32),
-            instructions: weights.instructions,
         }
-    }
-
-    /// The layer's input weight, row-major `[d_input, 4C]`, packed for [`Self::forward`].
-    ///
-    /// # Panics
-    /// When it is not `[d_input, 4C]`.
-    pub fn pack_input(&self, input_weight: &[f32]) -> PackedMatrix {
-        assert_eq!(
-            input_weight.len(),
-            self.d_input * 4 * self.d_cell,
-            "the input weight is [d_input, 4C]"
-        );
-        PackedMatrix::pack_limited(input_weight, 4 * self.d_cell, self.instructions)
     }
 
     /// Runs the layer over `inputs` `[B, T, d_input]` (rows sorted longest first: `lengths`
     /// non-increasing) from `hidden` `[B, P]` and `memory` `[B, C]`: left to right when
-    /// `go_forward`, else right to left from each row's own last token. `input_weight` is
-    /// [`Self::pack_input`]'s.
+    /// `go_forward`, else right to left from each row's own last token.
     ///
     /// # Panics
     /// When the shapes disagree or `lengths` is not sorted longest first.
-    #[allow(clippy::too_many_arguments)]
     pub fn forward(
         &self,
-        input_weight: &PackedMatrix,
         inputs: &[f32],
         lengths: &[usize],
         n_steps: usize,
@@ -140,10 +131,6 @@ impl HostLstm {
     ) -> HostLstmOutput {
         let batch = lengths.len();
         let (d_in, c, p) = (self.d_input, self.d_cell, self.d_projection);
-        assert!(
-            input_weight.k() == d_in && input_weight.n() == 4 * c,
-            "the input weight is [d_input, 4C]"
-        );
         assert_eq!(
             inputs.len(),
             batch * n_steps * d_in,
@@ -187,7 +174,7 @@ impl HostLstm {
                     &chunk_inputs,
                     d_in,
                     n,
-                    input_weight,
+                    &self.input,
                     &mut projected_inputs,
                     4 * c,
                 );
@@ -390,7 +377,6 @@ mod tests {
     /// A step-by-step float64 LSTMP, row by row (the definition).
     fn reference(
         w: &HostLstmWeights,
-        input_weight: &[f32],
         inputs: &[f32],
         lengths: &[usize],
         n_steps: usize,
@@ -398,7 +384,7 @@ mod tests {
     ) -> Vec<f64> {
         let c = w.bias.len() / 4;
         let p = w.projection.len() / c;
-        let d = w.d_input;
+        let d = w.input_weight.len() / (4 * c);
         let s = |x: f64| 1.0 / (1.0 + (-x).exp());
         let mut out = vec![0.0; lengths.len() * n_steps * p];
         for (row, &len) in lengths.iter().enumerate() {
@@ -414,7 +400,7 @@ mod tests {
                     let col = g * c + j;
                     let mut v = f64::from(w.bias[col]);
                     for (q, &xq) in x.iter().enumerate() {
-                        v += f64::from(xq) * f64::from(input_weight[q * 4 * c + col]);
+                        v += f64::from(xq) * f64::from(w.input_weight[q * 4 * c + col]);
                     }
                     for (q, &hq) in h.iter().enumerate() {
                         v += hq * f64::from(w.state_weight[q * 4 * c + col]);
@@ -459,7 +445,7 @@ mod tests {
                 (values(d * 4 * c, 1, 0.6), values(p * 4 * c, 2, 0.6));
             let (bias, projection) = (values(4 * c, 3, 0.3), values(c * p, 4, 0.5));
             let weights = HostLstmWeights {
-                d_input: d,
+                input_weight: &input_weight,
                 state_weight: &state_weight,
                 bias: &bias,
                 projection: &projection,
@@ -468,12 +454,10 @@ mod tests {
                 instructions,
             };
             let layer = HostLstm::new(weights);
-            let packed_input = layer.pack_input(&input_weight);
             let (lengths, n_steps) = ([6usize, 6, 4, 1, 0], 6);
             let inputs = values(lengths.len() * n_steps * d, 5, 1.5);
             for go_forward in [true, false] {
                 let out = layer.forward(
-                    &packed_input,
                     &inputs,
                     &lengths,
                     n_steps,
@@ -481,14 +465,7 @@ mod tests {
                     vec![0.0; lengths.len() * p],
                     vec![0.0; lengths.len() * c],
                 );
-                let expected = reference(
-                    &weights,
-                    &input_weight,
-                    &inputs,
-                    &lengths,
-                    n_steps,
-                    go_forward,
-                );
+                let expected = reference(&weights, &inputs, &lengths, n_steps, go_forward);
                 let worst = out
                     .outputs
                     .iter()

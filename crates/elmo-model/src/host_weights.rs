@@ -1,10 +1,8 @@
-//! The packed host copy of an LSTMP layer's recurrent weights (`W_h`, bias, projection) that the
+//! The packed host copy of an LSTMP layer's weights (`W_x`, `W_h`, bias, projection) that the
 //! inference loop on burn's flex CPU backend runs with (`elmo_kernels::HostLstm`, AllenNLP's
-//! `LstmCellWithProjection` recurrence), kept with the layer between calls: [`HostWeights`]; and
-//! the input weight `W_x`, packed per call. Each copy is a pass over fresh memory (40 MiB of
-//! recurrent weights per layer and direction at the `original` size), so an embedding run packs
-//! those once, not once per batch. `W_x` (32 MiB there) is read once per chunk of steps, so
-//! packing it per call costs little, and keeping it would cost its memory.
+//! `LstmCellWithProjection` recurrence), kept with the layer between calls: [`HostWeights`].
+//! Each copy is a pass over fresh memory (72 MiB per layer and direction at the `original`
+//! size), so an embedding run packs them once, not once per batch.
 //!
 //! The copy is valid for the exact storage it was packed from: it holds a reference to each
 //! weight's flex buffer, so flex cannot update a packed weight in place (it copies a shared
@@ -21,7 +19,7 @@ use burn::backend::Flex;
 use burn::tensor::Tensor;
 #[cfg(feature = "flex")]
 use elmo_kernels::HostLstmWeights;
-use elmo_kernels::{HostInstructions, HostLstm, PackedMatrix};
+use elmo_kernels::{HostInstructions, HostLstm};
 
 use crate::fused_recurrence::GroupLayer;
 
@@ -40,7 +38,7 @@ impl Source {
     }
 }
 
-/// A packed layer's recurrent weights and the buffers they were packed from.
+/// A packed layer's weights and the buffers they were packed from.
 #[cfg_attr(not(feature = "flex"), allow(dead_code))]
 struct Packed {
     sources: Vec<Source>,
@@ -48,7 +46,7 @@ struct Packed {
     layer: Arc<HostLstm>,
 }
 
-/// The last packed copy of a layer's recurrent weights (empty until the first inference call on
+/// The last packed copy of a layer's weights (empty until the first inference call on
 /// flex). Clones of a layer share it. Where a layer's weights change, the buffers of the old ones
 /// stay held until the next inference call packs the new ones.
 #[derive(Clone, Default)]
@@ -65,16 +63,6 @@ impl fmt::Debug for HostWeights {
     }
 }
 
-/// A layer ready for `elmo_kernels::HostLstm::forward`: its kept recurrent weights and its
-/// input weight packed for this call.
-#[cfg_attr(not(feature = "flex"), allow(dead_code))]
-pub(crate) struct PackedLayer {
-    /// The recurrent weights.
-    pub recurrent: Arc<HostLstm>,
-    /// `W_x`, packed.
-    pub input_weight: PackedMatrix,
-}
-
 impl HostWeights {
     /// Without this crate's `flex` feature no tensor is a flex one: `None`.
     #[cfg(not(feature = "flex"))]
@@ -82,25 +70,24 @@ impl HostWeights {
         &self,
         _weights: &GroupLayer,
         _instructions: HostInstructions,
-    ) -> Option<PackedLayer> {
+    ) -> Option<Arc<HostLstm>> {
         None
     }
 
     /// The packed layer for `weights` (this layer's, as the fused recurrence reads them) and
-    /// the widest instruction set up to `instructions`: the kept recurrent weights where they
-    /// are the buffers they were packed from for the same instructions, else packed now (and
-    /// kept), and the input weight packed now. `None` where a weight is not a contiguous `f32`
-    /// flex tensor.
+    /// the widest instruction set up to `instructions`: the kept copy where the weights are the
+    /// buffers it was packed from for the same instructions, else packed now (and kept). `None`
+    /// where a weight is not a contiguous `f32` flex tensor.
     #[cfg(feature = "flex")]
     pub(crate) fn layer(
         &self,
         weights: &GroupLayer,
         instructions: HostInstructions,
-    ) -> Option<PackedLayer> {
+    ) -> Option<Arc<HostLstm>> {
         let flex = |tensor: &Tensor<2>| tensor.clone().inner().try_into_primitive::<Flex>().ok();
         let bias = weights.bias.clone().unsqueeze_dim::<2>(0);
-        let input_weight = flex(&weights.input_weight)?;
         let tensors = [
+            flex(&weights.input_weight)?,
             flex(&weights.state_weight)?,
             flex(&bias)?,
             flex(&weights.projection)?,
@@ -124,16 +111,16 @@ impl HostWeights {
                 && packed.sources.len() == sources.len()
                 && packed.sources.iter().zip(&sources).all(|(a, b)| a.is(b))
         });
-        let recurrent = match kept {
+        let layer = match kept {
             Some(packed) => packed.layer.clone(),
             None => {
                 // The previous copy goes first, so that two are never held at once.
                 *slot = None;
                 let layer = Arc::new(HostLstm::new(HostLstmWeights {
-                    d_input: weights.input_weight.dims()[0],
-                    state_weight: values[0],
-                    bias: values[1],
-                    projection: values[2],
+                    input_weight: values[0],
+                    state_weight: values[1],
+                    bias: values[2],
+                    projection: values[3],
                     cell_clip: weights.cell_clip,
                     projection_clip: weights.projection_clip,
                     instructions,
@@ -146,12 +133,7 @@ impl HostWeights {
                 layer
             }
         };
-        drop(slot);
-        let input_weight = recurrent.pack_input(input_weight.as_slice::<f32>()?);
-        Some(PackedLayer {
-            recurrent,
-            input_weight,
-        })
+        Some(layer)
     }
 
     /// Whether a packed copy is kept (for tests).

@@ -368,8 +368,7 @@ impl LstmWithProjection {
         let host = |tensor: Tensor<2>| tensor.into_data().try_into_vec::<f32>().ok();
         let layer =
             (self.host_weights).layer(&self.group_layer(), self.kernels.host_instructions)?;
-        let out = layer.recurrent.forward(
-            &layer.input_weight,
+        let out = layer.forward(
             &inputs.clone().into_data().try_into_vec::<f32>().ok()?,
             lengths,
             n_steps,
@@ -543,7 +542,7 @@ mod tests {
         }
     }
 
-    /// The host loop keeps its packed recurrent weights between calls and packs them again
+    /// The host loop keeps its packed weights between calls and packs them again
     /// whenever a weight changes: replaced, or mapped by an operation that flex could run in
     /// place (`Param::map`, the optimizer's and `load_record`'s way). A copy that missed a change
     /// would give the old weights' outputs.
@@ -580,10 +579,16 @@ mod tests {
         let replaced = check(&layer);
         layer.bias = layer.bias.map(|b| b.add_scalar(0.25));
         let biased = check(&layer);
+        layer.input_weight = layer.input_weight.map(|w| w.mul_scalar(1.5));
+        let input_mapped = check(&layer);
+        layer.input_weight = Param::from_tensor(layer.input_weight.val().mul_scalar(-1.0));
+        let input_replaced = check(&layer);
         for (name, a, b) in [
             ("mapped", &first, &mapped),
             ("replaced", &mapped, &replaced),
             ("biased", &replaced, &biased),
+            ("input mapped", &biased, &input_mapped),
+            ("input replaced", &input_mapped, &input_replaced),
         ] {
             assert!(
                 max_abs_diff(a.clone(), b.clone()) > 1e-3,
