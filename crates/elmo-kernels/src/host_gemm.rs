@@ -310,6 +310,12 @@ pub fn matmul_packed(a: &[f32], lda: usize, m: usize, b: &PackedMatrix, c: &mut 
     unsafe { dispatch(&rows, b, 0..b.n_panels(), Output::of(c, ldc)) };
 }
 
+/// The threads that [`matmul_packed_parallel`] shares a product among: those of rayon's pool
+/// that the calling thread would use (the global pool unless the caller runs in another).
+pub fn host_threads() -> usize {
+    rayon::current_num_threads()
+}
+
 /// Rows of `a` per pass of [`matmul_packed_parallel`]: their packed copy stays in L2 (or L3
 /// for a long `K`) while every panel of `b` passes.
 const PASS_ROWS: usize = 256;

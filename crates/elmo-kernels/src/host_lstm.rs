@@ -10,7 +10,9 @@
 //! A burn CPU backend runs each of a step's ~15 operations as its own pass over memory with a
 //! scalar `exp`; this loop makes one pass with a vectorised one.
 
-use crate::host_gemm::{HostInstructions, Isa, PackedMatrix, matmul_packed};
+use crate::host_gemm::{
+    HostInstructions, Isa, PackedMatrix, matmul_packed, matmul_packed_parallel,
+};
 
 /// Rows of the input projection computed in one product (`x·W_x` of several steps at once).
 const CHUNK_ROWS: usize = 256;
@@ -116,10 +118,13 @@ impl HostLstm {
 
     /// Runs the layer over `inputs` `[B, T, d_input]` (rows sorted longest first: `lengths`
     /// non-increasing) from `hidden` `[B, P]` and `memory` `[B, C]`: left to right when
-    /// `go_forward`, else right to left from each row's own last token.
+    /// `go_forward`, else right to left from each row's own last token. The products run on
+    /// the calling thread, or on the threads of rayon's pool where `on_pool`
+    /// ([`matmul_packed_parallel`]).
     ///
     /// # Panics
     /// When the shapes disagree or `lengths` is not sorted longest first.
+    #[allow(clippy::too_many_arguments)]
     pub fn forward(
         &self,
         inputs: &[f32],
@@ -128,7 +133,12 @@ impl HostLstm {
         go_forward: bool,
         hidden: Vec<f32>,
         memory: Vec<f32>,
+        on_pool: bool,
     ) -> HostLstmOutput {
+        let matmul = match on_pool {
+            true => matmul_packed_parallel,
+            false => matmul_packed,
+        };
         let batch = lengths.len();
         let (d_in, c, p) = (self.d_input, self.d_cell, self.d_projection);
         assert_eq!(
@@ -170,7 +180,7 @@ impl HostLstm {
                     }
                 }
                 let n = steps.len() * chunk_rows;
-                matmul_packed(
+                matmul(
                     &chunk_inputs,
                     d_in,
                     n,
@@ -185,7 +195,7 @@ impl HostLstm {
                 continue;
             }
             let x = &projected_inputs[(step % chunk_steps) * chunk_rows * 4 * c..];
-            matmul_packed(&hidden, p, n_active, &self.state, &mut gates, 4 * c);
+            matmul(&hidden, p, n_active, &self.state, &mut gates, 4 * c);
             cell_pass(
                 self.state.isa(),
                 &gates[..n_active * 4 * c],
@@ -195,7 +205,7 @@ impl HostLstm {
                 &mut cells[..n_active * c],
                 self.cell_clip,
             );
-            matmul_packed(&cells, c, n_active, &self.projection, &mut projected, p);
+            matmul(&cells, c, n_active, &self.projection, &mut projected, p);
             let projected = &mut projected[..n_active * p];
             if let Some(clip) = self.projection_clip {
                 projected
@@ -436,6 +446,10 @@ mod tests {
                 })
                 .collect()
         };
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(3)
+            .build()
+            .unwrap();
         // Cells within one vector and over several, for every instruction set this CPU has.
         for ((d, c, p), instructions) in [(5, 12, 7), (9, 40, 21)]
             .into_iter()
@@ -456,15 +470,21 @@ mod tests {
             let layer = HostLstm::new(weights);
             let (lengths, n_steps) = ([6usize, 6, 4, 1, 0], 6);
             let inputs = values(lengths.len() * n_steps * d, 5, 1.5);
-            for go_forward in [true, false] {
-                let out = layer.forward(
-                    &inputs,
-                    &lengths,
-                    n_steps,
-                    go_forward,
-                    vec![0.0; lengths.len() * p],
-                    vec![0.0; lengths.len() * c],
-                );
+            // The products on the calling thread, and split among a pool's three threads.
+            for (go_forward, on_pool) in
+                [(true, false), (false, false), (true, true), (false, true)]
+            {
+                let out = pool.install(|| {
+                    layer.forward(
+                        &inputs,
+                        &lengths,
+                        n_steps,
+                        go_forward,
+                        vec![0.0; lengths.len() * p],
+                        vec![0.0; lengths.len() * c],
+                        on_pool,
+                    )
+                });
                 let expected = reference(&weights, &inputs, &lengths, n_steps, go_forward);
                 let worst = out
                     .outputs
@@ -474,7 +494,7 @@ mod tests {
                     .fold(0.0, f64::max);
                 assert!(
                     worst < 2e-6,
-                    "{instructions:?} forward {go_forward}: {worst}"
+                    "{instructions:?} forward {go_forward} on the pool {on_pool}: {worst}"
                 );
                 // The final state is the last real step's (row 0 runs all steps).
                 let last = if go_forward { n_steps - 1 } else { 0 };

@@ -51,7 +51,9 @@ pub use cuda_blas::{CublasStats, cublas_available, cublas_product, cublas_runs_o
 pub use dropout_mask::{MaskKey, dropout_mask};
 pub use gate_activation::{EXP_LIMIT, GateActivation};
 pub use gemm_plan::{GemmPlan, StridedLayout, gemm_plan};
-pub use host_gemm::{HostInstructions, PackedMatrix, matmul_packed, matmul_packed_parallel};
+pub use host_gemm::{
+    HostInstructions, PackedMatrix, host_threads, matmul_packed, matmul_packed_parallel,
+};
 pub use host_lstm::{HostLstm, HostLstmOutput, HostLstmWeights};
 pub use host_lstm_cell::{
     HostRecords, HostStepGradients, HostSteps, host_backward_steps, host_forward_steps,

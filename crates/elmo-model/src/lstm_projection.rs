@@ -375,6 +375,7 @@ impl LstmWithProjection {
             go_forward,
             host(initial_state.hidden.clone())?,
             host(initial_state.memory.clone())?,
+            products_on_pool(),
         );
         let data = |values: Vec<f32>, shape: Vec<usize>| TensorData::new(values, shape);
         Some(LstmOutput {
@@ -388,6 +389,15 @@ impl LstmWithProjection {
             },
         })
     }
+}
+
+/// Whether the host loop hands its products to rayon's pool: where the pool has more than two
+/// threads. The two directions of a stack run side by side on two threads (`both_directions`,
+/// one after the other with a pool of one), so with a pool of two each multiplies on its own
+/// thread (5-7% faster on 2 cores than through the pool), and a larger pool's threads all share
+/// each direction's products.
+fn products_on_pool() -> bool {
+    elmo_kernels::host_threads() > 2
 }
 
 /// Whether `device` is burn's flex CPU backend without autodiff, where `elmo_kernels::HostLstm`
