@@ -38,12 +38,15 @@
 #      phases, every kernel's GPU time at `original` 128 × 20 and `ptb-large` 256 × 35). An
 #      inference child compiles its kernels with NVRTC (up to a second each) in its untimed
 #      first pass;
+#   cpu (only when named): the machine's CPU, all its cores (`nproc`), `flex` against the
+#      peer on the CPU with as many threads: inference `original` and `small` at batch 64,
+#      training the `original` shape at 32 × 20;
 #   where: `original` with `elmo embed`'s GPU defaults (1,024 sentences, the token cache), a
 #      batch of 256 split into token encoder and LSTM time, an embedder
 #      call's phases and a second pass (WGSL f32 and SPIR-V mixed), and its kernels' GPU time
 #      ($OUT/kernels-*.txt).
 # With `.device-cuda/` only: run(command="SECTIONS='cudablas cudatrain cuda cudawhere cudaextra
-# cudaprobe' bash xtask/device/gpu-table.sh", carry=[".gl", ".device-cuda"], timeout_s=560).
+# cudaprobe cpu' bash xtask/device/gpu-table.sh", carry=[".gl", ".device-cuda"], timeout_s=560).
 # Every section checks the time left, so that the call ends within its limit with what it has.
 # Output: $OUT/gpu-table.log (also printed), $OUT/gpu-memory.csv (nvidia-smi every 200 ms).
 set -uo pipefail
@@ -208,6 +211,21 @@ train_where() {
     shift
     within 60 /tmp/bench_train_cuda --backends cuda --steps 4 --phases "$@"
     profile_run "train-cuda-$name" 3 /tmp/bench_train_cuda --backends cuda --steps 2 "$@"
+}
+# The machine's CPU, all its cores, against the peer on the same cores (the CPU tables are
+# measured on 2 vCPUs): inference `original` and `small` at batch 64, training the `original`
+# shape at 32 × 20, both with the default build's `flex`.
+section_cpu() {
+    local embed_bench train_bench cores
+    cores=$(nproc)
+    for embed_bench in /tmp/bench_embed /tmp/bench_embed_cuda; do [ -x "$embed_bench" ] && break; done
+    for train_bench in /tmp/bench_train /tmp/bench_train_cuda; do [ -x "$train_bench" ] && break; done
+    [ -x "$embed_bench" ] && within 60 "$embed_bench" --shapes original,small --backends flex \
+        --batch-size 64 --batches 3 --threads "$cores" --peer python3 \
+        --peer-script xtask/peer/elmo_pytorch.py
+    [ -x "$train_bench" ] && within 90 "$train_bench" --preset original --batch-size 32 \
+        --unroll-steps 20 --steps 3 --backends flex --threads "$cores" --peer python3 \
+        --peer-script xtask/peer/bilm_train_pytorch.py
 }
 section_quality() {
     if [ ! -x /tmp/elmo_spirv ] || [ ! -f .device/ptb/ptb.train.txt.xz ]; then
