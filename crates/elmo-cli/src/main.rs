@@ -16,6 +16,8 @@ mod task_cmd;
 mod train_cmd;
 mod vocab_cmd;
 
+use std::num::NonZeroUsize;
+
 use clap::{Parser, Subcommand};
 
 /// ELMo (deep contextualized word representations) on burn.
@@ -32,6 +34,11 @@ use clap::{Parser, Subcommand};
                   elmo task train --task tag --train pos.conll --dev dev.conll --out tasks/pos --model exported/"
 )]
 struct Cli {
+    /// CPU threads: the pool that burn's CPU backends and the host kernels share (default:
+    /// `RAYON_NUM_THREADS`, else one per core). With one, a biLM's two directions run one
+    /// after the other.
+    #[arg(long, global = true, value_name = "N")]
+    threads: Option<NonZeroUsize>,
     #[command(subcommand)]
     command: Command,
 }
@@ -73,6 +80,13 @@ impl Command {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    if let Some(threads) = cli.threads
+        && let Err(error) =
+            (rayon::ThreadPoolBuilder::new().num_threads(threads.get())).build_global()
+    {
+        eprintln!("error: --threads {threads}: {error}");
+        return std::process::ExitCode::FAILURE;
+    }
     if let Some(backend) = cli.command.backend() {
         backend.pin_as_default();
     }

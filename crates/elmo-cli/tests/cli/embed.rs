@@ -193,6 +193,11 @@ fn stateless_output_does_not_depend_on_batch_size_and_stateful_does() {
     // The token cache (on by default; the text repeats its words) changes nothing.
     let uncached = run("no cache", &["--batch-size", "5", "--token-cache-mib", "0"]);
     assert_same(&uncached, &five, 1e-6, "token cache changed a vector");
+    // One thread (the directions one after the other) and three (products shared among them).
+    for threads in ["1", "3"] {
+        let other = run(threads, &["--batch-size", "5", "--threads", threads]);
+        assert_same(&other, &five, 1e-6, "the thread count changed a vector");
+    }
     let stateful = run("stateful", &["--batch-size", "4", "--stateful"]);
     // Lines 4.. are read after the state has moved on: their vectors change.
     let differs = stateful[4]
@@ -246,6 +251,13 @@ fn bad_arguments_are_clear_errors() {
         dir.path().join("out.txt").to_str().expect("utf8"),
     ]);
     assert!(String::from_utf8_lossy(&result.stderr).contains("unsupported output format"));
+
+    let (_, result) = embed(dir.path(), TEXT, &["--threads", "0"]);
+    let stderr = String::from_utf8_lossy(&result.stderr);
+    assert!(
+        !result.status.success() && stderr.contains("--threads"),
+        "{stderr}"
+    );
 
     let result = elmo(&[
         "embed",
