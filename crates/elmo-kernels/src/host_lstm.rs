@@ -2,10 +2,10 @@
 //! `LstmCellWithProjection` recurrence, allennlp/modules/lstm_cell_with_projection.py): the input
 //! projection `x·W_x` for several steps in one product, then per step `h·W_h` (weights packed
 //! once, [`crate::host_gemm`], for as long as the caller keeps the layer), one fused pass over
-//! the cells (gates, memory, clip, `tanh`), and
-//! the projection with its clip. The weights stream from memory at every step, so the input
-//! weights are read once per chunk of steps, not once per step. Rows sorted longest first, so
-//! the rows still running at a step are a prefix; the others keep their state and output zero.
+//! the cells (gates, memory, clip, `tanh`), and the projection with its clip. The weights
+//! stream from memory at every step, so the input weights are read once per chunk of steps, not
+//! once per step. Rows sorted longest first, so the rows still running at a step are a prefix;
+//! the others keep their state and output zero.
 //!
 //! A burn CPU backend runs each of a step's ~15 operations as its own pass over memory with a
 //! scalar `exp`; this loop makes one pass with a vectorised one.
