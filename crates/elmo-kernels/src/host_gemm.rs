@@ -220,16 +220,8 @@ pub struct PackedMatrix {
 }
 
 impl PackedMatrix {
-    /// Packs a row-major `[k, n]` matrix.
-    ///
-    /// # Panics
-    /// When the length of `values` is not a multiple of `n`.
-    pub fn pack(values: &[f32], n: usize) -> Self {
-        Self::pack_for(Isa::detect(), values, n)
-    }
-
-    /// [`Self::pack`] for the products of the widest instruction set this CPU has up to
-    /// `limit`.
+    /// Packs a row-major `[k, n]` matrix for the products of the widest instruction set this
+    /// CPU has up to `limit` ([`HostInstructions::Widest`]: the widest it has).
     ///
     /// # Panics
     /// When the length of `values` is not a multiple of `n`.
