@@ -391,11 +391,11 @@ impl LstmWithProjection {
     }
 }
 
-/// Whether the host loop hands its products to rayon's pool: where the pool has more than two
-/// threads. The two directions of a stack run side by side on two threads (`both_directions`,
-/// one after the other with a pool of one), so with a pool of two each multiplies on its own
-/// thread (5-7% faster on 2 cores than through the pool), and a larger pool's threads all share
-/// each direction's products.
+/// Whether the host loop hands its products and cell passes to rayon's pool: where the pool
+/// has more than two threads. The two directions of a stack run side by side on two threads
+/// (`both_directions`, one after the other with a pool of one), so with a pool of two each
+/// computes on its own thread (4-7% faster on 2 cores than through the pool), and a larger
+/// pool's threads all share each direction's steps.
 fn products_on_pool() -> bool {
     elmo_kernels::host_threads() > 2
 }
