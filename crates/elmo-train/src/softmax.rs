@@ -260,6 +260,14 @@ impl Softmax {
         )
         .prepared(mode);
         let candidate_bias = candidate_bias.unsqueeze_dim::<2>(0);
+        // On flex, the logits' weight packed once for every chunk (the host kernel would pack
+        // it again for each), and the weight's gradient accumulated transposed, `[P, S]`: a
+        // wide product for the host kernel, where `∂/∂zᵀ · rows` has a few hundred columns.
+        let on_host = kernels.host_for(&hidden);
+        let logits_weight = on_host.then(|| {
+            SplitWeight::for_products(candidate_weight_t.clone(), false)
+                .on_host(kernels.host_kernels())
+        });
         // The targets' weights, true logits and whether they are outside the candidates.
         let target_ids = ids_tensor(targets, &device);
         let target_weight = weight.select(0, target_ids.clone());
@@ -278,7 +286,10 @@ impl Softmax {
         let scales = column(scales.to_vec());
 
         let n_candidates = candidate_weight.dims()[0];
-        let mut grad_candidate_weight = Tensor::<2>::zeros([n_candidates, d], &device);
+        let mut grad_candidate_weight = match on_host {
+            true => Tensor::<2>::zeros([d, n_candidates], &device),
+            false => Tensor::<2>::zeros([n_candidates, d], &device),
+        };
         let mut grad_candidate_bias = Tensor::<1>::zeros([n_candidates], &device);
         let (mut nll, mut grad_hidden, mut grad_true) = (Vec::new(), Vec::new(), Vec::new());
         let mut start = 0;
@@ -291,7 +302,10 @@ impl Softmax {
                 chunk(&true_logits),
                 chunk(&not_candidate),
             );
-            let logits = product(rows.clone(), candidate_weight_t.clone(), kernels);
+            let logits = match &logits_weight {
+                Some(weight) => weight.left_product(rows.clone()),
+                None => product(rows.clone(), candidate_weight_t.clone(), kernels),
+            };
             // ∂/∂y = scale · (p_true − 1); ∂/∂z = scale · softmax, in the logits' buffer: one
             // pass a row on flex (`host_softmax_rows`), burn's operations elsewhere.
             let (grad_logits, dy) = if kernels.host_for(&logits) {
@@ -318,10 +332,16 @@ impl Softmax {
                     + chunk(&target_weight) * dy.clone(),
             );
             grad_candidate_bias = grad_candidate_bias + sum_columns(grad_logits, kernels);
-            grad_candidate_weight =
-                grad_candidate_weight + product(logits_factor.transpose(), rows, kernels);
+            grad_candidate_weight = grad_candidate_weight
+                + match on_host {
+                    true => product(rows.transpose(), logits_factor, kernels),
+                    false => product(logits_factor.transpose(), rows, kernels),
+                };
             grad_true.push(dy);
             start += len;
+        }
+        if on_host {
+            grad_candidate_weight = grad_candidate_weight.transpose();
         }
         let cat = |parts: Vec<Tensor<2>>, width: usize| match parts.is_empty() {
             true => Tensor::zeros([0, width], &device),
