@@ -120,7 +120,7 @@ impl HostLstm {
     /// non-increasing) from `hidden` `[B, P]` and `memory` `[B, C]`: left to right when
     /// `go_forward`, else right to left from each row's own last token. The products and the
     /// cell pass run on the calling thread, or on the threads of rayon's pool where `on_pool`
-    /// ([`matmul_packed_parallel`], [`CellRows::pass_on_pool`]).
+    /// ([`matmul_packed_parallel`]; a step's cells at least 4,096 a task).
     ///
     /// # Panics
     /// When the shapes disagree or `lengths` is not sorted longest first.
