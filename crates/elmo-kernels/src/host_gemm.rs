@@ -166,12 +166,39 @@ impl<'a> Strided<'a> {
             (lines - 1) * out_line + (run_len - 1) * out_step < out.len(),
             "out holds the block"
         );
+        // Eight lines into eight values a position (a block of AVX-512's micro-kernel rows):
+        // eight positions at a time through a transpose in registers.
+        #[cfg(target_arch = "x86_64")]
+        let by_eight = lines == 8
+            && out_line == 1
+            && out_step == 8
+            && step == 1
+            && std::arch::is_x86_feature_detected!("avx");
         for first in (0..run_len).step_by(TILE_RUN) {
             let len = TILE_RUN.min(run_len - first);
             if step == 1 && out_line == 1 && out_step != 1 {
                 // A transposing copy: the runs' values at one position, across the lines (in
                 // L1 after the first position), to one contiguous stretch of `out`.
-                for i in first..first + len {
+                #[allow(unused_mut)]
+                let mut from = first;
+                #[cfg(target_arch = "x86_64")]
+                if by_eight {
+                    while from + 8 <= first + len {
+                        // SAFETY: AVX is detected; the view holds the block and `out` its
+                        // copy (both asserted above), so lines 0-7 at positions `from ..
+                        // from + 8` are read within `values` and written within `out`
+                        // (`out_step` 8, `out_line` 1).
+                        unsafe {
+                            x86::transpose_8x8(
+                                self.values.as_ptr().add(start + from),
+                                line,
+                                out.as_mut_ptr().add(from * 8).cast(),
+                            )
+                        };
+                        from += 8;
+                    }
+                }
+                for i in from..first + len {
                     let to = &mut out[i * out_step..i * out_step + lines];
                     for (l, to) in to.iter_mut().enumerate() {
                         to.write(self.values[start + l * line + i]);
@@ -636,6 +663,47 @@ mod x86 {
     use std::ops::Range;
 
     use super::{Output, PackedMatrix, PackedRows, run};
+
+    /// Eight values of each of eight lines (`src`, `src + stride`, ...) written position by
+    /// position, `dst[8·j + l]` = line `l`'s value `j`: an 8 × 8 transpose in AVX registers.
+    ///
+    /// # Safety
+    /// AVX is available; `src + l·stride + j` for `l, j < 8` is readable and `dst .. dst + 64`
+    /// writable.
+    #[target_feature(enable = "avx")]
+    pub(super) unsafe fn transpose_8x8(src: *const f32, stride: usize, dst: *mut f32) {
+        // SAFETY: within the reads and writes the caller guarantees.
+        unsafe {
+            let row = |l: usize| _mm256_loadu_ps(src.add(l * stride));
+            let (r0, r1, r2, r3) = (row(0), row(1), row(2), row(3));
+            let (r4, r5, r6, r7) = (row(4), row(5), row(6), row(7));
+            let (t0, t1) = (_mm256_unpacklo_ps(r0, r1), _mm256_unpackhi_ps(r0, r1));
+            let (t2, t3) = (_mm256_unpacklo_ps(r2, r3), _mm256_unpackhi_ps(r2, r3));
+            let (t4, t5) = (_mm256_unpacklo_ps(r4, r5), _mm256_unpackhi_ps(r4, r5));
+            let (t6, t7) = (_mm256_unpacklo_ps(r6, r7), _mm256_unpackhi_ps(r6, r7));
+            let s0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+            let s1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+            let s2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+            let s3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+            let s4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+            let s5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
+            let s6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+            let s7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
+            let columns = [
+                _mm256_permute2f128_ps::<0x20>(s0, s4),
+                _mm256_permute2f128_ps::<0x20>(s1, s5),
+                _mm256_permute2f128_ps::<0x20>(s2, s6),
+                _mm256_permute2f128_ps::<0x20>(s3, s7),
+                _mm256_permute2f128_ps::<0x31>(s0, s4),
+                _mm256_permute2f128_ps::<0x31>(s1, s5),
+                _mm256_permute2f128_ps::<0x31>(s2, s6),
+                _mm256_permute2f128_ps::<0x31>(s3, s7),
+            ];
+            for (j, column) in columns.into_iter().enumerate() {
+                _mm256_storeu_ps(dst.add(8 * j), column);
+            }
+        }
+    }
 
     macro_rules! micro_kernel {
         ($matmul:ident, $name:ident, $features:literal, $mr:literal, $nr:literal, $half:literal,
