@@ -166,14 +166,11 @@ impl<'a> Strided<'a> {
             (lines - 1) * out_line + (run_len - 1) * out_step < out.len(),
             "out holds the block"
         );
-        // Eight lines into eight values a position (a block of AVX-512's micro-kernel rows):
-        // eight positions at a time through a transpose in registers.
+        // In the transposing copy below, eight lines into eight values a position (a block of
+        // AVX-512's micro-kernel rows): eight positions at a time through a transpose in
+        // registers.
         #[cfg(target_arch = "x86_64")]
-        let by_eight = lines == 8
-            && out_line == 1
-            && out_step == 8
-            && step == 1
-            && std::arch::is_x86_feature_detected!("avx");
+        let by_eight = lines == 8 && out_step == 8 && std::arch::is_x86_feature_detected!("avx");
         for first in (0..run_len).step_by(TILE_RUN) {
             let len = TILE_RUN.min(run_len - first);
             if step == 1 && out_line == 1 && out_step != 1 {
