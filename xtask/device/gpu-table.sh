@@ -38,6 +38,8 @@
 #      phases, every kernel's GPU time at `original` 128 × 20 and `ptb-large` 256 × 35). An
 #      inference child compiles its kernels with NVRTC (up to a second each) in its untimed
 #      first pass;
+#   targets (only when named): issue 48's target rows with the `cuda` build's defaults, a
+#      short call (`original` and `ptb-large` training, inference at 64 / 256 / 1,024);
 #   cpu (only when named): the machine's CPU, all its cores (`nproc`), `flex` against the
 #      peer on the CPU with as many threads: inference `original` and `small` at batch 64,
 #      training the `original` shape at 32 × 20;
@@ -186,6 +188,16 @@ section_cudaextra() {
 section_cudablas() {
     [ -x /tmp/bench_train_cuda ] || return 0
     within 30 /tmp/bench_train_cuda --blas-check cuda
+}
+# Issue 48's target rows only, with the `cuda` build's defaults (a short call): `original`
+# training 128 × 20 (with cubek's per-step products beside) against the peer in f32 and bf16
+# AMP, inference `original` and `small` at 64 / 256 / 1,024, then `ptb-large` training.
+section_targets() {
+    train_with /tmp/bench_train_cuda --backends cuda,cuda-mixed,cuda-cubeksteps \
+        --peer-amp bf16 "${original_128[@]}"
+    embed_sizes cuda --shapes original,small --backends cuda,cuda-mixed
+    train_with /tmp/bench_train_cuda --backends cuda,cuda-mixed,cuda-blassteps \
+        --peer-amp bf16 "${ptb_large_256[@]}"
 }
 section_cudatrain() {
     train_cuda "${original_128[@]}"

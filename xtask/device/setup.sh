@@ -37,7 +37,7 @@ if [ -f .device-cuda/cuda-headers.tar.xz ]; then
     if [ -n "$cublas" ]; then
         export LD_LIBRARY_PATH="$(dirname "$cublas"):$LD_LIBRARY_PATH"
     fi
-    echo "cuda: cuBLAS ${cublas:-not found (cubek's kernels run the products)}"
+    echo "cuda: cuBLAS ${cublas:-not found (cubek kernels run the products)}"
     mkdir -p "${CUDA_PATH:-/usr/local/cuda}/include"
     tar -xJf .device-cuda/cuda-headers.tar.xz -C "${CUDA_PATH:-/usr/local/cuda}/include"
     echo "cuda: NVRTC ${nvrtc:-from the system}, headers in ${CUDA_PATH:-/usr/local/cuda}/include"

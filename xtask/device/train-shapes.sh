@@ -10,5 +10,8 @@ ptb_large_256=(--preset "$PWD/examples/configs/ptb-large.json" --batch-size 256
 # Timed steps of a training row (after one warm-up step).
 train_steps=8
 # The `cuda` build's training rows: cuBLAS's products and cubek's (`-cubek`), the LSTM's
-# per-step products through cuBLAS too (`-blassteps`), in f32 and mixed precision.
+# per-step products through cuBLAS (`-blassteps`) or cubek (`-cubeksteps`) whatever the layer's
+# size (by default the size picks: `KernelSettings::vendor_blas_step_min`), in f32 and mixed
+# precision.
 cuda_train_backends=cuda,cuda-mixed,cuda-cubek,cuda-mixed-cubek,cuda-blassteps,cuda-mixed-blassteps
+cuda_train_backends+=,cuda-cubeksteps,cuda-mixed-cubeksteps

@@ -1,6 +1,7 @@
 //! `cargo xtask`: project automation (std only).
 //!
-//! - `cargo xtask ci`: the module-cycle check, `cargo fmt --check`, `cargo clippy -D warnings`,
+//! - `cargo xtask ci`: the module-cycle check, `bash -n` on every shell script of `xtask/device/`
+//!   and `.ci/`, `cargo fmt --check`, `cargo clippy -D warnings`,
 //!   `cargo doc` without warnings, `cargo test --workspace` (the framework-native example `examples/elmo-tagger` runs as one
 //!   of its tests, on flex), then ~1,000 fuzz cases.
 //! - `cargo xtask spirv`: `cargo test --workspace` again with the `elmo` binary's opt-in `vulkan`
@@ -11,6 +12,7 @@
 //!   `xtask/device/fake-cuda/` (built with `cc`), which compute its products on the host; no GPU
 //!   and no CUDA toolkit. Also clippy on that build. Another build of burn; CI runs it last.
 //! - `cargo xtask cycles`: no import cycles among the modules of any workspace crate.
+//! - `cargo xtask scripts`: `bash -n` on the shell scripts (also part of `ci`).
 //! - `cargo xtask fuzz [-- --cases N]`: mutation fuzzing of every reader of user files.
 //! - `cargo xtask bench [embed|train] [-- ARGS]`: the benchmarks (tokens/s, peak RSS), built in the
 //!   dev profile with the `elmo` binary's features, so no second build of burn (see Cargo.toml).
@@ -39,8 +41,29 @@ fn run(mut command: Command) -> Result<(), String> {
     }
 }
 
+/// `bash -n` (parse without running) on the shell scripts that run where no one watches them:
+/// `.ci/run` and the lent GPU machine's `xtask/device/*.sh` (a quote left open there once made
+/// `setup.sh` skip its second half on the GPU, unnoticed until the call's results came back).
+fn shell_syntax(root: &std::path::Path) -> Result<(), String> {
+    let device = root.join("xtask/device");
+    let entries = std::fs::read_dir(&device).map_err(|e| format!("{}: {e}", device.display()))?;
+    let mut scripts: Vec<PathBuf> = entries
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|path| path.extension().is_some_and(|ext| ext == "sh"))
+        .collect();
+    scripts.sort();
+    scripts.push(root.join(".ci/run"));
+    for script in scripts {
+        let mut check = Command::new("bash");
+        check.arg("-n").arg(&script);
+        run(check)?;
+    }
+    Ok(())
+}
+
 fn ci() -> Result<(), String> {
     module_cycles::check(&workspace_root())?;
+    shell_syntax(&workspace_root())?;
     let mut fmt = cargo();
     fmt.args(["fmt", "--all", "--check"]);
     run(fmt)?;
@@ -182,10 +205,11 @@ fn main() -> ExitCode {
         Some("spirv") => spirv(),
         Some("cublas") => cublas(),
         Some("cycles") => module_cycles::check(&workspace_root()),
+        Some("scripts") => shell_syntax(&workspace_root()),
         Some("bench") => bench(&args[1..]),
         Some("fuzz") => fuzz(&args[1..]),
         _ => Err(
-            "usage: cargo xtask ci | cargo xtask spirv | cargo xtask cublas | cargo xtask cycles | cargo xtask bench [embed|train] [-- ARGS] | cargo xtask fuzz [-- ARGS]"
+            "usage: cargo xtask ci | cargo xtask spirv | cargo xtask cublas | cargo xtask cycles | cargo xtask scripts | cargo xtask bench [embed|train] [-- ARGS] | cargo xtask fuzz [-- ARGS]"
                 .into(),
         ),
     };

@@ -57,10 +57,13 @@ pub struct KernelSettings {
     /// inference products; products under autodiff keep burn's. Off, or where it does not run:
     /// cubek's kernels.
     pub vendor_blas: bool,
-    /// With `vendor_blas`: the LSTM's per-step products too (hundreds a training step, each
-    /// small; a cuBLAS call first waits for CubeCL's queue to reach the GPU, host time that
-    /// cubek's split kernels do not cost). Off (the default): cubek's.
-    pub vendor_blas_steps: bool,
+    /// With `vendor_blas`: the smallest LSTM layer, in cells × projection, whose per-step
+    /// products a vendor BLAS runs too (hundreds a training step; a cuBLAS call first waits for
+    /// CubeCL's queue to reach the GPU, host time that cubek's split kernels do not cost, while
+    /// cuBLAS runs a large layer's products at twice cubek's speed or more). Smaller layers keep
+    /// cubek's. By default [`DEFAULT_VENDOR_BLAS_STEP_MIN`] (`original`'s 4,096 × 512 through
+    /// cuBLAS, `small`'s 1,024 × 128 through cubek); `0`: every layer; `usize::MAX`: none.
+    pub vendor_blas_step_min: usize,
     /// The largest intermediate buffer, in bytes, that the large operations make at once (the
     /// LSTM's input projection, the char CNN's convolutions, the embedder's read-back; on a GPU
     /// the training softmax's logits, a quarter each): larger work runs in pieces. Lowered to
@@ -87,7 +90,7 @@ impl KernelSettings {
         shaped_step_products: false,
         precision: Precision::F32,
         vendor_blas: true,
-        vendor_blas_steps: false,
+        vendor_blas_step_min: DEFAULT_VENDOR_BLAS_STEP_MIN,
         buffer_bytes: DEFAULT_BUFFER_BYTES,
     };
 
@@ -102,7 +105,7 @@ impl KernelSettings {
         shaped_step_products: false,
         precision: Precision::F32,
         vendor_blas: false,
-        vendor_blas_steps: false,
+        vendor_blas_step_min: usize::MAX,
         buffer_bytes: DEFAULT_BUFFER_BYTES,
     };
 
@@ -141,12 +144,18 @@ impl KernelSettings {
         }
     }
 
-    /// [`Self::product_mode`] for the LSTM's per-step products: a vendor BLAS only with
-    /// `vendor_blas_steps`.
-    pub fn step_product_mode<const D: usize>(&self, tensor: &Tensor<D>) -> ProductMode {
+    /// [`Self::product_mode`] for the per-step products of an LSTM layer of `d_cell` cells
+    /// projected to `d_projection`: a vendor BLAS only where `d_cell × d_projection` is at least
+    /// `vendor_blas_step_min`.
+    pub fn step_product_mode<const D: usize>(
+        &self,
+        tensor: &Tensor<D>,
+        [d_cell, d_projection]: [usize; 2],
+    ) -> ProductMode {
         let mode = self.product_mode(tensor);
         ProductMode {
-            vendor_blas: mode.vendor_blas && self.vendor_blas_steps,
+            vendor_blas: mode.vendor_blas
+                && d_cell.saturating_mul(d_projection) >= self.vendor_blas_step_min,
             ..mode
         }
     }
@@ -228,6 +237,12 @@ pub fn largest_buffer_bytes(device: &Device) -> usize {
 
 /// [`KernelSettings::buffer_bytes`] by default: 1 GiB.
 pub const DEFAULT_BUFFER_BYTES: usize = 1 << 30;
+
+/// [`KernelSettings::vendor_blas_step_min`]'s default: layers of 2^20 cells × projection and
+/// more (`original`'s 4,096 × 512 is 2^21; `ptb-large.json`'s 1,200 × 256 and `small`'s 1,024 ×
+/// 128 are below) run their per-step products through a vendor BLAS: the rule that the H200 rows
+/// of docs/benchmarks.md measured (cuBLAS's steps faster at `original`, slower at `small`).
+pub const DEFAULT_VENDOR_BLAS_STEP_MIN: usize = 1 << 20;
 
 /// The largest piece of [`KernelSettings::rows_per_piece`] on a CPU device: 64 MiB (at the
 /// `original` size, 64 MiB pieces of the char CNN ran as fast as 1 GiB ones).
@@ -378,7 +393,7 @@ mod tests {
     }
 
     /// A vendor BLAS runs only where the fused kernels run on a CUDA device with cuBLAS, and a
-    /// time step's products only with `vendor_blas_steps`: never here (no CUDA device), and a
+    /// time step's products only for a layer of `vendor_blas_step_min` or more: never here (no CUDA device), and a
     /// product that asks for one anyway is burn's.
     #[test]
     fn a_vendor_blas_is_asked_for_where_the_kernels_run() {
@@ -391,7 +406,7 @@ mod tests {
             ..ProductMode::F32
         };
         assert_eq!(all.product_mode(&cpu), host);
-        assert_eq!(all.step_product_mode(&cpu), host);
+        assert_eq!(all.step_product_mode(&cpu, [4096, 512]), host);
         assert_eq!(
             KernelSettings::COMPOSED.product_mode(&cpu),
             ProductMode::F32
@@ -403,12 +418,12 @@ mod tests {
         };
         let gpu = on(&gpu);
         let steps = KernelSettings {
-            vendor_blas_steps: true,
+            vendor_blas_step_min: 0,
             ..all
         };
         for settings in [all, steps, KernelSettings::COMPOSED] {
             assert!(!settings.product_mode(&gpu).vendor_blas);
-            assert!(!settings.step_product_mode(&gpu).vendor_blas);
+            assert!(!settings.step_product_mode(&gpu, [4096, 512]).vendor_blas);
         }
         // A product that asks for one anyway is burn's.
         let rhs = Tensor::<2>::ones([4, 5], &gpu.device()).mul_scalar(0.5);

@@ -96,7 +96,7 @@ pub(crate) fn forward_group(
     let activation = GateActivation::new(d_cell, &device);
     // Mixed precision: every product's operands in 16 bits, results and state in `f32`.
     let mode = kernels.product_mode(&inputs);
-    let step_mode = kernels.step_product_mode(&inputs);
+    let step_mode = kernels.step_product_mode(&inputs, [d_cell, d_projection]);
     let half = mode.half;
     // A vendor BLAS splits K itself.
     let split = split && !step_mode.vendor_blas;

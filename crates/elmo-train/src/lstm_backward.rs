@@ -269,7 +269,9 @@ impl<'a> LstmGroup<'a> {
         let activation = GateActivation::new(d_cell, &device);
         // Mixed precision: every product's operands in 16 bits, its result in `f32`.
         let mode = self.kernels.product_mode(&inputs);
-        let step_mode = self.kernels.step_product_mode(&inputs);
+        let step_mode = self
+            .kernels
+            .step_product_mode(&inputs, [d_cell, d_projection]);
         let flat_inputs: Vec<Tensor<2>> = (0..n_layers)
             .map(|g| time_major(Self::rows_of(&inputs, g, n_layers)))
             .collect();
@@ -470,7 +472,9 @@ impl<'a> LstmGroup<'a> {
         }
         let split = kernels == CellKernels::Fused && self.kernels.split_products;
         let mode = self.kernels.product_mode(&grad_outputs);
-        let step_mode = self.kernels.step_product_mode(&grad_outputs);
+        let step_mode = self
+            .kernels
+            .step_product_mode(&grad_outputs, [d_cell, self.first().d_projection()]);
         let transposed = |weight: fn(&PlainWeights) -> &Tensor<2>| {
             SplitWeight::for_group(
                 weights

@@ -17,7 +17,9 @@ mod kernel_cache;
 /// paired), `-whole` (step products not split), `-burnmm` (burn's matmul choice for the large
 /// products), `-stepshaped` (an inference step's whole products through the kernel of their
 /// shape too), `-mixed` (`Precision::Mixed`), `-cubek` (cubek's kernels, not cuBLAS, on CUDA:
-/// `vendor_blas` off) and `-blassteps` (cuBLAS for the LSTM's per-step products too) are the
+/// `vendor_blas` off), `-blassteps` (cuBLAS for every LSTM's per-step products too) and
+/// `-cubeksteps` (cubek's for every LSTM's per-step products; by default a layer's size picks,
+/// `vendor_blas_step_min`) are the
 /// GPU backend (`wgpu`, `cuda`) with one setting changed each, in the order named
 /// (`cuda-mixed-cubek`); `-avx2` and `-portable` are a CPU backend whose host kernels use AVX2
 /// (or the target's default) at most (`flex-avx2`: an AVX2 machine's kernels on an AVX-512
@@ -54,7 +56,11 @@ pub fn backend_and_kernels(name: &str) -> (&str, KernelSettings) {
                 ..kernels
             },
             "blassteps" => KernelSettings {
-                vendor_blas_steps: true,
+                vendor_blas_step_min: 0,
+                ..kernels
+            },
+            "cubeksteps" => KernelSettings {
+                vendor_blas_step_min: usize::MAX,
                 ..kernels
             },
             "avx2" => KernelSettings {
