@@ -154,10 +154,15 @@ impl KernelSettings {
     ) -> ProductMode {
         let mode = self.product_mode(tensor);
         ProductMode {
-            vendor_blas: mode.vendor_blas
-                && d_cell.saturating_mul(d_projection) >= self.vendor_blas_step_min,
+            vendor_blas: mode.vendor_blas && self.vendor_blas_steps_for([d_cell, d_projection]),
             ..mode
         }
+    }
+
+    /// Whether a layer of `d_cell` cells projected to `d_projection` is large enough for a
+    /// vendor BLAS to run its per-step products (`vendor_blas_step_min`), where one runs at all.
+    pub fn vendor_blas_steps_for(&self, [d_cell, d_projection]: [usize; 2]) -> bool {
+        d_cell.saturating_mul(d_projection) >= self.vendor_blas_step_min
     }
 
     /// Whether the two directions run as one group on `tensor`: [`Self::fused_for`] and
@@ -390,6 +395,35 @@ mod tests {
                 ..KernelSettings::default()
             }
         );
+    }
+
+    /// By default `original`'s layers (4,096 cells, projection 512) run their per-step products
+    /// through a vendor BLAS and `small`'s (1,024, 128) and `ptb-large.json`'s (1,200, 256)
+    /// through cubek; `0` sends every layer's there, `usize::MAX` none.
+    #[test]
+    fn the_layer_size_picks_who_runs_the_step_products() {
+        let original = [4096, 512];
+        let small = [1024, 128];
+        let ptb_large = [1200, 256];
+        let default = KernelSettings::default();
+        assert!(default.vendor_blas_steps_for(original));
+        assert!(!default.vendor_blas_steps_for(small));
+        assert!(!default.vendor_blas_steps_for(ptb_large));
+        let every = KernelSettings {
+            vendor_blas_step_min: 0,
+            ..default
+        };
+        let none = KernelSettings {
+            vendor_blas_step_min: usize::MAX,
+            ..default
+        };
+        for layer in [original, small, ptb_large] {
+            assert!(every.vendor_blas_steps_for(layer));
+            assert!(!none.vendor_blas_steps_for(layer));
+        }
+        // The product saturates instead of overflowing.
+        assert!(default.vendor_blas_steps_for([usize::MAX, 2]));
+        assert!(!KernelSettings::COMPOSED.vendor_blas_steps_for(original));
     }
 
     /// A vendor BLAS runs only where the fused kernels run on a CUDA device with cuBLAS, and a
