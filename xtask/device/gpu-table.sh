@@ -30,7 +30,8 @@
 #      inference rows (`cuda` with every kernel and its products through cuBLAS, `cuda-mixed`
 #      with f16 operands), its training rows (`original` 128 × 20 and `ptb-large` 256 × 35;
 #      `cuda`, `cuda-mixed`, both with cubek's products instead of cuBLAS's, `-cubek`, and
-#      with the LSTM's per-step products through cuBLAS too, `-blassteps`)
+#      with every layer's per-step products through cuBLAS or cubek, `-blassteps`,
+#      `-cubeksteps`, where by default the layer's size picks)
 #      against the peer in f32 and with bf16 autocast, then that build's `wgpu` (WGSL, as the
 #      default build), `cuda-cubek` and `cuda-blassteps` inference rows, and
 #      `--matmul-probe cuda` in f32 and f16 (each cubek kernel per shape; NVRTC compiles each,
