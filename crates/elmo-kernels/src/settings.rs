@@ -427,8 +427,8 @@ mod tests {
     }
 
     /// A vendor BLAS runs only where the fused kernels run on a CUDA device with cuBLAS, and a
-    /// time step's products only for a layer of `vendor_blas_step_min` or more: never here (no CUDA device), and a
-    /// product that asks for one anyway is burn's.
+    /// time step's products only for a layer of `vendor_blas_step_min` or more: never here (no
+    /// CUDA device), and a product that asks for one anyway is burn's.
     #[test]
     fn a_vendor_blas_is_asked_for_where_the_kernels_run() {
         let on = |device: &Device| Tensor::<2>::ones([3, 4], device);
