@@ -144,17 +144,16 @@ impl KernelSettings {
         }
     }
 
-    /// [`Self::product_mode`] for the per-step products of an LSTM layer of `d_cell` cells
-    /// projected to `d_projection`: a vendor BLAS only where `d_cell × d_projection` is at least
-    /// `vendor_blas_step_min`.
+    /// [`Self::product_mode`] for the per-step products of an LSTM `layer` (`[cells,
+    /// projection]`): a vendor BLAS only where [`Self::vendor_blas_steps_for`] the layer.
     pub fn step_product_mode<const D: usize>(
         &self,
         tensor: &Tensor<D>,
-        [d_cell, d_projection]: [usize; 2],
+        layer: [usize; 2],
     ) -> ProductMode {
         let mode = self.product_mode(tensor);
         ProductMode {
-            vendor_blas: mode.vendor_blas && self.vendor_blas_steps_for([d_cell, d_projection]),
+            vendor_blas: mode.vendor_blas && self.vendor_blas_steps_for(layer),
             ..mode
         }
     }
