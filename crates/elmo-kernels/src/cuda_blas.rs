@@ -5,10 +5,11 @@
 //! `libcublas.so.*`, a CUDA toolkit's or the `nvidia-cublas` wheel's); where it is missing, or
 //! a tensor is not a CUDA one, the caller's cubek kernel runs instead.
 //!
-//! The call reads the operands and writes a fresh output in place through their device pointers
-//! (`ComputeClient::get_resource` of the patched cubecl-cuda of `vendor/`, which also names the
-//! CUDA stream of the memory), on that stream, so it is ordered with CubeCL's kernels before and
-//! after it without a synchronisation.
+//! The call reads the operands and writes a fresh output in place through their device pointers,
+//! queued on CubeCL's device thread as a kernel launch is (`StreamCall` of the patched
+//! cubecl-cuda of `vendor/`) and run there on the launch's stream: ordered with CubeCL's kernels
+//! before and after it without a synchronisation, and without the calling thread waiting for
+//! the device thread.
 
 use std::any::TypeId;
 use std::cell::RefCell;
@@ -18,8 +19,11 @@ use std::sync::{Mutex, OnceLock};
 
 use burn::tensor::{DType, FloatDType, Tensor};
 use burn_cubecl::CubeBackend;
+use burn_cubecl::cubecl::ir::attributes::BufferIOAttr;
+use burn_cubecl::cubecl::prelude::CubeCount;
+use burn_cubecl::cubecl::server::KernelArguments;
 use burn_cubecl::tensor::CubeTensor;
-use cubecl_cuda::CudaServer;
+use cubecl_cuda::{CudaServer, StreamCall};
 use cudarc::cublas::sys as blas;
 use cudarc::driver::sys as driver;
 
@@ -135,7 +139,7 @@ pub fn cublas_product<const D: usize>(
             "no cuBLAS call for {l_shape:?}·{r_shape:?} at these strides"
         )));
     };
-    launch(&plan, &left, &right, &output, data_type).map_err(failed)?;
+    launch(&plan, &left, &right, &output, data_type);
     CALLS.fetch_add(1, Ordering::Relaxed);
     Ok(Tensor::from_primitive::<CubeBackend>(output))
 }
@@ -174,37 +178,57 @@ fn blas_type(dtype: DType) -> Result<blas::cudaDataType, String> {
     }
 }
 
-/// Runs `plan` on the stream of the output's memory (the operands' too, else an error).
+/// Queues `plan` on the device thread as a launch (`StreamCall` of the patched cubecl-cuda):
+/// the server resolves the three buffers to device pointers and runs the call on the stream of
+/// the launch, in order with CubeCL's kernels, while this thread goes on. A failure of cuBLAS
+/// itself is then known on the device thread only: it is counted ([`cublas_stats`]) and left
+/// on the output, whose read fails with it.
 fn launch(
     plan: &GemmPlan,
     left: &CubeTensor,
     right: &CubeTensor,
     out: &CubeTensor,
     data_type: blas::cudaDataType,
-) -> Result<(), String> {
-    // Each buffer as CUDA memory (its device pointer and the stream of its memory), held until
-    // the call is queued: the buffers stay where the pointers say.
-    let cuda_buffer = |tensor: &CubeTensor| {
-        tensor
-            .client
-            .get_resource::<CudaServer>(tensor.handle.clone())
-            .map_err(|error| format!("not a CUDA buffer: {error:?}"))
+) {
+    let plan = *plan;
+    let call = move |pointers: &[u64], stream: driver::CUstream| {
+        let &[c, b, a] = pointers else {
+            return Err(failed(format!("{} buffers for a product", pointers.len())));
+        };
+        // SAFETY: the pointers are the live buffers of the launch (the server resolved them and
+        // holds them until the launch is queued; the stream orders any later reuse of their
+        // memory after it); the plan keeps every read and write within their shapes and
+        // strides (`gemm_plan`); `handle_for` makes the stream's context current.
+        unsafe { gemm(&plan, [a, b, c], data_type, stream) }.map_err(failed)
     };
-    let (c, b, a) = (cuda_buffer(out)?, cuda_buffer(left)?, cuda_buffer(right)?);
-    let (c, b, a) = (c.resource(), b.resource(), a.resource());
-    let stream = c.stream;
-    if b.stream != stream || a.stream != stream {
-        return Err("operands on another stream than the output".into());
-    }
+    let arguments = KernelArguments::new()
+        .with_buffer_io(out.handle.clone().binding(), BufferIOAttr::WriteOnly)
+        .with_buffer_io(left.handle.clone().binding(), BufferIOAttr::ReadOnly)
+        .with_buffer_io(right.handle.clone().binding(), BufferIOAttr::ReadOnly);
+    out.client.launch(
+        Box::new(StreamCall::new(Box::new(call))),
+        CubeCount::Static(1, 1, 1),
+        arguments,
+    );
+}
+
+/// `c = a · b` as `plan` says, queued on `stream`.
+///
+/// # Safety
+/// `a`, `b` and `c` are device pointers of buffers that `plan`'s reads and writes stay within,
+/// live until the call is queued; `stream` is a live CUDA stream.
+unsafe fn gemm(
+    plan: &GemmPlan,
+    [a, b, c]: [u64; 3],
+    data_type: blas::cudaDataType,
+    stream: driver::CUstream,
+) -> Result<(), String> {
     let operation = |transposed: bool| match transposed {
         true => blas::cublasOperation_t::CUBLAS_OP_T,
         false => blas::cublasOperation_t::CUBLAS_OP_N,
     };
     let (alpha, beta) = (1.0f32, 0.0f32);
-    // SAFETY: the pointers are the live buffers of the three tensors (held in place above until
-    // the call is queued; the stream orders any later reuse of their memory after it); the plan
-    // keeps every read and write within their shapes and strides (`gemm_plan`); `handle_for`
-    // makes the stream's context current on this thread.
+    // SAFETY: as the caller promises.
     let status = unsafe {
         let handle = handle_for(stream)?;
         check(blas::cublasSetStream_v2(
@@ -219,16 +243,16 @@ fn launch(
             plan.n,
             plan.k,
             (&alpha as *const f32).cast::<c_void>(),
-            a.ptr as *const c_void,
+            a as *const c_void,
             data_type,
             plan.lda,
             plan.stride_a,
-            b.ptr as *const c_void,
+            b as *const c_void,
             data_type,
             plan.ldb,
             plan.stride_b,
             (&beta as *const f32).cast::<c_void>(),
-            c.ptr as *mut c_void,
+            c as *mut c_void,
             blas::cudaDataType::CUDA_R_32F,
             plan.ldc,
             plan.stride_c,

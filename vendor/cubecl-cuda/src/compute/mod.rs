@@ -5,11 +5,14 @@ pub(crate) mod driver;
 pub(crate) mod events;
 pub(crate) mod storage;
 pub(crate) mod stream;
+// elmo-rs: a library call queued as a launch.
+mod stream_call;
 
 mod server;
 
 pub use server::*;
 pub use storage::gpu::GpuResource;
+pub use stream_call::{StreamCall, StreamCallFn};
 
 /// One unit of work against the device — the shared
 /// [`Command`](cubecl_server::command::Command), driven by [`driver::Cuda`].

@@ -1,7 +1,8 @@
 use super::storage::gpu::{GpuResource, GpuStorage};
 use crate::compute::driver::Cuda;
 use crate::compute::{
-    Captures, Command, Window, context::CudaContext, events::Fence, stream::CudaStreamBackend,
+    Captures, Command, StreamCall, StreamCallFn, Window, context::CudaContext, events::Fence,
+    stream::CudaStreamBackend,
 };
 use cubecl_common::{bytes::Bytes, profile::ProfileDuration};
 use cubecl_core::server::{DeviceCaptures, ServerStorage};
@@ -186,6 +187,16 @@ impl Server for CudaServer {
         stream_id: StreamId,
         launch_mode: LaunchMode,
     ) {
+        // elmo-rs: a library call launched as a kernel runs here, compiling nothing.
+        if (kernel.as_ref() as &dyn core::any::Any).is::<StreamCall>() {
+            let call = (kernel as Box<dyn core::any::Any>)
+                .downcast::<StreamCall>()
+                .expect("checked right above");
+            if !launch_mode.is_skipped() {
+                self.stream_call(call.into_call(), bindings, stream_id);
+            }
+            return;
+        }
         let kernel_id = kernel.id();
         if self.compile_failed(&kernel_id, kernel, &bindings, stream_id, launch_mode) {
             return;
@@ -850,6 +861,39 @@ impl CudaServer {
                 Ok((data[0], data[1], data[2]))
             }
         }
+    }
+
+    /// elmo-rs: runs `call` on the device pointers of `bindings`' buffers and the stream of
+    /// the launch, in the write scope a kernel launch opens (its inputs' failures skip it, its
+    /// error or a buffer that does not resolve is left on the buffers it writes).
+    fn stream_call(&mut self, call: StreamCallFn, bindings: KernelArguments, stream_id: StreamId) {
+        let mut written = self.write_set();
+        written.extend(bindings.buffers_written(None).cloned());
+        ExecuteScope::launching(
+            self,
+            KernelId::new::<StreamCall>(),
+            stream_id,
+            bindings.buffers_read(None),
+            written,
+        )
+        .execute(|server| {
+            let mut command = server.command(stream_id, bindings.buffers())?;
+            let mut pointers = SmallVec::<[u64; 4]>::with_capacity(bindings.resources.len());
+            for resource in bindings.resources.into_iter() {
+                let KernelResource::Buffer(binding) = resource else {
+                    return Err(ServerError::Generic {
+                        reason: "a StreamCall takes buffers, not tensor maps".into(),
+                        backtrace: BackTrace::capture(),
+                    });
+                };
+                pointers.push(command.resource(binding)?.ptr);
+            }
+            let stream = command.stream().sys;
+            call(&pointers, stream).map_err(|reason| ServerError::Generic {
+                reason,
+                backtrace: BackTrace::capture(),
+            })
+        });
     }
 
     fn launch_checked(
