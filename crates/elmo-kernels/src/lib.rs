@@ -34,6 +34,7 @@ mod large_product;
 mod settings;
 mod split_product;
 mod squared_norm;
+mod window_slots;
 
 pub use adagrad_step::{AdagradStep, fused_adagrad_step, host_adagrad_step};
 pub use cube_lstm_cell::{
@@ -75,6 +76,7 @@ pub use split_product::{
     transposed_product,
 };
 pub use squared_norm::fused_squared_norm;
+pub use window_slots::window_slot_gradients;
 
 /// `tensor` unchanged: without the `cubecl` feature no kernel reads a tensor's layout.
 #[cfg(not(feature = "cubecl"))]

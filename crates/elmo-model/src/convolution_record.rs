@@ -79,60 +79,76 @@ pub struct ConvolvedChunk {
 }
 
 impl ConvolvedChunk {
-    /// The char ids of the rows of `record`'s windows' gradient reshaped to `[_, E]` (of a
-    /// convolution of `width`), row-major: for [`RecordedWindows::Flat`], slot `k` of window
-    /// `p` of token `t` is slot `p + k` of the token; for [`RecordedWindows::Chars`], the
-    /// tokens' slots.
+    /// The slots of each token `record`'s windows read (of a convolution of `width`): the first
+    /// `n_positions + width − 1` for [`RecordedWindows::Flat`], all of them for
+    /// [`RecordedWindows::Chars`].
     ///
     /// # Panics
-    /// If `record` is not one of this chunk's, or `width` not its convolution's.
-    pub fn slot_ids(&self, record: &ConvolutionRecord, width: usize) -> Vec<usize> {
+    /// If `record` is not one of this chunk's.
+    pub fn slots_read(&self, record: &ConvolutionRecord, width: usize) -> usize {
         let n_slots = self.ids.len() / self.n_rows;
-        let ids = &self.ids[record.rows.start * n_slots..record.rows.end * n_slots];
         match &record.windows {
             RecordedWindows::Flat { windows, .. } => {
-                let n_positions = windows.dims()[0] / record.rows.len();
-                window_ids(ids, n_positions, width, n_slots)
+                (windows.dims()[0] / record.rows.len() + width - 1).min(n_slots)
             }
-            RecordedWindows::Chars { .. } => window_ids(ids, n_slots, 1, n_slots),
+            RecordedWindows::Chars { .. } => n_slots,
         }
     }
-}
 
-/// The char ids of the slots of `n_positions` windows of `width` slots of every token in
-/// `host_ids` (`n_slots` ids a token, row-major), in the order of
-/// [`ConvolvedChunk::slot_ids`].
-///
-/// # Panics
-/// If a window passes `n_slots`, `host_ids` does not hold whole tokens, or an id is negative.
-fn window_ids(host_ids: &[i64], n_positions: usize, width: usize, n_slots: usize) -> Vec<usize> {
-    assert!(n_positions + width <= n_slots + 1, "windows past the slots");
-    assert_eq!(host_ids.len() % n_slots, 0, "host ids of whole tokens");
-    let mut ids = Vec::with_capacity(host_ids.len() / n_slots * n_positions * width);
-    for token in host_ids.chunks(n_slots) {
-        for p in 0..n_positions {
-            ids.extend(
-                token[p..p + width]
-                    .iter()
-                    .map(|&id| usize::try_from(id).expect("char ids are not negative")),
-            );
-        }
+    /// The char ids of the first `n_slots` slots of the chunk's tokens `rows`, a token's slots
+    /// in a row: the ids of the rows of their slots' gradient `[rows.len(), n_slots, E]`
+    /// reshaped to `[_, E]`.
+    ///
+    /// # Panics
+    /// If `rows` passes the chunk's rows, `n_slots` its tokens' slots, or an id is negative.
+    pub fn slot_char_ids(&self, rows: Range<usize>, n_slots: usize) -> Vec<usize> {
+        let slots = self.ids.len() / self.n_rows;
+        assert!(n_slots <= slots, "{n_slots} of {slots} slots");
+        let ids = &self.ids[rows.start * slots..rows.end * slots];
+        ids.chunks(slots)
+            .flat_map(|token| &token[..n_slots])
+            .map(|&id| usize::try_from(id).expect("char ids are not negative"))
+            .collect()
     }
-    ids
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use burn::tensor::{Device, TensorData};
 
-    /// Slot `k` of window `p` of token `t` is slot `p + k` of the token.
+    /// A chunk of two tokens of 4 slots and a record of windows of width 3 at 2 positions.
+    fn chunk_and_record() -> (ConvolvedChunk, ConvolutionRecord) {
+        let device = Device::flex();
+        let record = ConvolutionRecord {
+            convolution: 0,
+            rows: 0..2,
+            columns: 0..1,
+            windows: RecordedWindows::Flat {
+                windows: Tensor::zeros([2 * 2, 3], &device),
+                argmax: Tensor::from_data(TensorData::new(vec![0i64, 1], [2, 1, 1]), &device),
+            },
+            padding: None,
+            output: Tensor::zeros([2, 1], &device),
+        };
+        let chunk = ConvolvedChunk {
+            start: 0,
+            n_kept: 2,
+            n_rows: 2,
+            ids: vec![1, 2, 3, 4, 5, 6, 7, 8],
+            convolutions: vec![record.clone()],
+        };
+        (chunk, record)
+    }
+
+    /// Windows of width 3 at 2 positions read the first 4 slots; the ids of the first slots
+    /// of each token follow the tokens.
     #[test]
-    fn window_ids_follow_the_windows_layout() {
-        let host = [1, 2, 3, 4, 5, 6, 7, 8];
-        assert_eq!(
-            window_ids(&host, 2, 3, 4),
-            vec![1, 2, 3, 2, 3, 4, 5, 6, 7, 6, 7, 8]
-        );
-        assert_eq!(window_ids(&host, 4, 1, 4), vec![1, 2, 3, 4, 5, 6, 7, 8]);
+    fn slots_and_their_char_ids_follow_the_tokens() {
+        let (chunk, record) = chunk_and_record();
+        assert_eq!(chunk.slots_read(&record, 3), 4);
+        assert_eq!(chunk.slots_read(&record, 2), 3);
+        assert_eq!(chunk.slot_char_ids(0..2, 3), vec![1, 2, 3, 5, 6, 7]);
+        assert_eq!(chunk.slot_char_ids(1..2, 4), vec![5, 6, 7, 8]);
     }
 }

@@ -13,13 +13,15 @@
 //! gradient added by index (positions sharing a token, the char embedding's rows by char id) is
 //! summed in a fixed order, where autodiff's scatter-adds add atomically on CUDA.
 
+use std::ops::Range;
+
 use burn::module::{Module, Param};
 use burn::optim::GradientsParams;
 use burn::tensor::activation::relu;
 use burn::tensor::{Device, IndexingUpdateOp, Tensor};
 use elmo_kernels::{
     HostWindowGradients, KernelSettings, host_window_max_backward, product, sum_columns,
-    sum_row_groups, to_half, transposed_product,
+    sum_row_groups, to_half, transposed_product, window_slot_gradients,
 };
 use elmo_model::bilm::ConvolvedTokens;
 use elmo_model::char_cnn::{DenseRecord, PADDING_CHAR_ID};
@@ -152,8 +154,9 @@ impl EncoderPass {
 /// Backpropagates `grad` (the gradient of the distinct tokens' convolutions, `[U, n_filters]`)
 /// through the recorded `chunks` into the gradients of the convolutions' weights and biases and
 /// of the char embedding, where they train, added to `grads`. A filter's max passes its
-/// gradient to the window it came from (or the all-padding window); each window slot's gradient
-/// goes to its char's row, summed by char id in a fixed order.
+/// gradient to the window it came from (or the all-padding window); each window's gradient goes
+/// to the token slots it read ([`window_slot_gradients`]), summed over a piece's convolutions,
+/// and the slots' gradients to their chars' rows, summed by char id in a fixed order.
 fn convolutions_backward(
     encoder: &CharCnnEncoder,
     chunks: Vec<ConvolvedChunk>,
@@ -177,10 +180,18 @@ fn convolutions_backward(
             let dropped = Tensor::zeros([chunk.n_rows - chunk.n_kept, n_filters], &grad.device());
             chunk_grad = Tensor::cat(vec![chunk_grad, dropped], 0);
         }
+        // The slots any window of the chunk read: each piece's slots' gradient is
+        // `[tokens, n_slots, E]`, summed over the piece's convolutions.
+        let n_slots = (chunk.convolutions.iter())
+            .map(|record| {
+                let width = encoder.convolutions[record.convolution].width;
+                chunk.slots_read(record, width)
+            })
+            .max()
+            .unwrap_or(0);
+        let mut piece_slots: Vec<(Range<usize>, Tensor<3>)> = Vec::new();
         for record in std::mem::take(&mut chunk.convolutions) {
             let conv = &encoder.convolutions[record.convolution];
-            // The windows' slots' char ids, read before the record is taken apart.
-            let slot_ids = table_trains.then(|| chunk.slot_ids(&record, conv.width));
             let grad_out = chunk_grad
                 .clone()
                 .slice([record.rows.clone(), record.columns.clone()]);
@@ -204,8 +215,9 @@ fn convolutions_backward(
             };
             let trains_weight = conv.weight.val().is_require_grad();
             let weight = conv.weight.val().inner();
-            let (grad_weight, grad_rows) = match record.windows {
-                // On flex: one window a token and filter (the max's), read from the chars.
+            let (grad_weight, grad_slots) = match record.windows {
+                // On flex: one window a token and filter (the max's), read from the chars; the
+                // slots' gradient comes back as `[tokens, all slots, E]`.
                 RecordedWindows::Chars { chars, positions } => {
                     let HostWindowGradients { weight, chars } = host_window_max_backward(
                         &chars,
@@ -213,15 +225,11 @@ fn convolutions_backward(
                         &positions,
                         &grad_pooled,
                         conv.width,
-                        (trains_weight, slot_ids.is_some()),
+                        (trains_weight, table_trains),
                         kernels.host_instructions,
                     )
                     .expect("flex tensors (RecordedWindows::Chars)");
-                    let rows = chars.map(|chars| {
-                        let [n_tokens, n_slots, _] = chars.dims();
-                        chars.reshape([n_tokens * n_slots, d_char])
-                    });
-                    (weight, rows)
+                    (weight, chars)
                 }
                 RecordedWindows::Flat { windows, argmax } => {
                     // In the products' type (16 bits with mixed precision), which both its
@@ -242,10 +250,12 @@ fn convolutions_backward(
                             .reshape([n_tokens * n_positions, filters]);
                     let grad_weight = trains_weight
                         .then(|| transposed_product(windows, grad_convolved.clone(), split, mode));
-                    let grad_windows = slot_ids
-                        .is_some()
-                        .then(|| product(grad_convolved, weight.clone().transpose(), kernels));
-                    (grad_weight, grad_windows)
+                    let grad_slots = table_trains.then(|| {
+                        let grad_windows =
+                            product(grad_convolved, weight.clone().transpose(), kernels);
+                        window_slot_gradients(grad_windows, n_tokens, conv.width, n_slots, kernels)
+                    });
+                    (grad_weight, grad_slots)
                 }
             };
             if let Some(mut grad_weight) = grad_weight {
@@ -255,20 +265,29 @@ fn convolutions_backward(
                 }
                 add_to(&mut weights[record.convolution], grad_weight);
             }
-            if let Some(slot_ids) = slot_ids {
-                let grad_rows = grad_rows.expect("asked for with the slot ids");
-                rows.push(grad_rows.reshape([slot_ids.len(), d_char]));
-                group_of.extend(slot_ids);
-                if let Some((window, grad_value)) = padding {
-                    let width = window.dims()[1] / d_char;
-                    rows.push(
-                        grad_value
-                            .matmul(weight.transpose())
-                            .reshape([width, d_char]),
-                    );
-                    group_of.extend(std::iter::repeat_n(usize::from(PADDING_CHAR_ID), width));
+            if let Some(slots) = grad_slots {
+                match piece_slots
+                    .iter_mut()
+                    .find(|(piece, _)| *piece == record.rows)
+                {
+                    Some((_, sum)) => *sum = sum.clone() + slots,
+                    None => piece_slots.push((record.rows.clone(), slots)),
                 }
             }
+            if let (true, Some((window, grad_value))) = (table_trains, padding) {
+                let width = window.dims()[1] / d_char;
+                rows.push(
+                    grad_value
+                        .matmul(weight.transpose())
+                        .reshape([width, d_char]),
+                );
+                group_of.extend(std::iter::repeat_n(usize::from(PADDING_CHAR_ID), width));
+            }
+        }
+        for (piece, slots) in piece_slots {
+            let [n_tokens, n_slots, _] = slots.dims();
+            rows.push(slots.reshape([n_tokens * n_slots, d_char]));
+            group_of.extend(chunk.slot_char_ids(piece, n_slots));
         }
     }
     for (conv, (weight, bias)) in encoder
