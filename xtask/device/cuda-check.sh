@@ -74,6 +74,7 @@ SECONDS=0
     # there, on the GPU's time.
     train_rows "${original_128[@]}"
     train_rows "${ptb_large_256[@]}"
+    train_rows "${ptb_small_512[@]}"
     # The f32 probe only: the f16 one compiles every cubek kernel per shape, some to 3 MB of PTX
     # that NVRTC takes minutes over here.
     "$work/bin/bench_train_cuda" --matmul-probe cuda | grep -c "kernel=" \
@@ -109,6 +110,7 @@ compiled_again() {
 }
 compiled_again original "${original_128[@]}"
 compiled_again ptb-large "${ptb_large_256[@]}"
+compiled_again ptb-small "${ptb_small_512[@]}"
 # What the `cudawhere` section's kernel profiles launch (`gpu-table.sh`'s `train_where`: the
 # same binary and arguments), launch by launch with each matmul's problem, kept in
 # `$work/launches-train-cuda-NAME.log`: joined with the GPU's profile of the same run

@@ -40,7 +40,8 @@
 #      inference child compiles its kernels with NVRTC (up to a second each) in its untimed
 #      first pass;
 #   targets (only when named): issue 48's target rows with the `cuda` build's defaults, a
-#      short call (`original` and `ptb-large` training, inference at 64 / 256 / 1,024);
+#      short call (`original`, `ptb-large` and `ptb-small` 512-row training, inference at 64 /
+#      256 / 1,024);
 #   cpu (only when named): the machine's CPU, all its cores (`nproc`), `flex` against the
 #      peer on the CPU with as many threads: inference `original` and `small` at batch 64,
 #      training the `original` shape at 32 × 20;
@@ -199,6 +200,7 @@ section_targets() {
     embed_sizes cuda --shapes original,small --backends cuda,cuda-mixed
     train_with /tmp/bench_train_cuda --backends cuda,cuda-mixed,cuda-blassteps \
         --peer-amp bf16 "${ptb_large_256[@]}"
+    train_with /tmp/bench_train_cuda --backends cuda,cuda-mixed --peer-amp bf16 "${ptb_small_512[@]}"
 }
 section_cudatrain() {
     train_cuda "${original_128[@]}"

@@ -38,15 +38,15 @@ pub fn cublas_available() -> bool {
     *PRESENT.get_or_init(|| unsafe { blas::is_culib_present() })
 }
 
-/// The products this process ran through cuBLAS, and those it handed cuBLAS that failed (the
-/// caller's cubek kernel ran instead), with the last failure: for a program to say whether
-/// cuBLAS ran.
+/// The products this process queued for cuBLAS, and those that cuBLAS did not run, with the
+/// last failure: for a program to say whether cuBLAS ran.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CublasStats {
-    /// Products cuBLAS ran.
+    /// Products queued for cuBLAS.
     pub calls: u64,
-    /// Products on CUDA tensors that cuBLAS did not run: a layout it does not read, a stream
-    /// other than the output's, an error of cuBLAS.
+    /// Products on CUDA tensors that cuBLAS did not run: a layout it does not read (the
+    /// caller's cubek kernel ran instead), or an error of cuBLAS on the device thread (the
+    /// output carries it; counted in `calls` too).
     pub failures: u64,
     /// Why the last of those did not run.
     pub last_failure: Option<String>,
@@ -82,9 +82,10 @@ pub fn cublas_runs_on<const D: usize>(tensor: &Tensor<D>) -> bool {
 }
 
 /// `lhs · rhs` through cuBLAS, its operands in `half` where given (cast first unless they are in
-/// it), the result in `f32`. An error (as text) where it does not run: cuBLAS missing, not CUDA
-/// tensors, under autodiff, another element type, a layout cuBLAS does not read even after a
-/// contiguous copy, or cuBLAS failing.
+/// it), the result in `f32`. An error (as text) where it cannot be queued: cuBLAS missing, not
+/// CUDA tensors, under autodiff, another element type, a layout cuBLAS does not read even after
+/// a contiguous copy. cuBLAS itself runs later, on the device thread: an error of it there is
+/// counted ([`cublas_stats`]) and left on the output, whose read then fails with it.
 ///
 /// # Shapes
 /// - lhs: `[.., M, K]`; rhs: `[.., K, N]` (batch dimensions equal, or all 1); output:
