@@ -1,8 +1,9 @@
 //! The gradient of tokens' char slots from the gradient of the convolution windows that read
 //! them: the adjoint of cutting each token's slots into windows (`col2im`), for the char CNN of
 //! Peters et al. 2018 §3.4 (Kim et al. 2016) differentiated by hand. The training step then sums
-//! the char embedding's gradient by char id over a token's slots (50 a token), not over the
-//! slots of every window of every convolution (1,288 a token at `original`'s widths 1-7).
+//! the char embedding's gradient by char id over the slots a token's windows read, not over the
+//! slots of every window of every convolution (at `original`'s widths 1-7 and 7 positions,
+//! 13 slots against 196 a token).
 
 use burn::tensor::Tensor;
 
