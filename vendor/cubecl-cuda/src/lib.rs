@@ -8,9 +8,9 @@ mod device;
 mod runtime;
 
 pub use compiler::{CudaCompilationOptions, CudaCompiler, CudaRepresentation};
-// elmo-rs: the server and its buffers' resources, for `ComputeClient::get_resource`, and a
-// library call queued as a launch (`StreamCall`).
-pub use compute::{CudaServer, GpuResource, StreamCall, StreamCallFn};
+// elmo-rs: the server (whose type tells a CUDA tensor's client), and a library call queued as a
+// launch (`StreamCall`).
+pub use compute::{CudaServer, StreamCall, StreamCallFn};
 pub use device::*;
 pub use runtime::*;
 

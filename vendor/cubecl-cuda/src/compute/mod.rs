@@ -11,7 +11,6 @@ mod stream_call;
 mod server;
 
 pub use server::*;
-pub use storage::gpu::GpuResource;
 pub use stream_call::{StreamCall, StreamCallFn};
 
 /// One unit of work against the device — the shared

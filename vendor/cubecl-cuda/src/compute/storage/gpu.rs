@@ -40,25 +40,12 @@ pub struct GpuResource {
     pub binding: *mut std::ffi::c_void,
     /// The size of the resource.
     pub size: u64,
-    /// The stream of the storage that holds the memory (elmo-rs: for a library call, such as
-    /// cuBLAS, ordered with the kernels of that stream).
-    pub stream: cudarc::driver::sys::CUstream,
 }
 
 impl GpuResource {
     /// Creates a new [`GpuResource`].
-    pub fn new(
-        ptr: u64,
-        binding: *mut std::ffi::c_void,
-        size: u64,
-        stream: cudarc::driver::sys::CUstream,
-    ) -> Self {
-        Self {
-            ptr,
-            binding,
-            size,
-            stream,
-        }
+    pub fn new(ptr: u64, binding: *mut std::ffi::c_void, size: u64) -> Self {
+        Self { ptr, binding, size }
     }
 }
 
@@ -190,7 +177,6 @@ impl ComputeStorage for GpuStorage {
             *ptr,
             ptr as *const cudarc::driver::sys::CUdeviceptr as *mut std::ffi::c_void,
             size,
-            self.stream,
         ))
     }
 
