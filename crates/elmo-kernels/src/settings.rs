@@ -58,10 +58,10 @@ pub struct KernelSettings {
     /// cubek's kernels.
     pub vendor_blas: bool,
     /// With `vendor_blas`: the smallest LSTM layer, in cells × projection, whose per-step
-    /// products a vendor BLAS runs too (hundreds a training step; a cuBLAS call first waits for
-    /// CubeCL's queue to reach the GPU, host time that cubek's split kernels do not cost, while
-    /// cuBLAS runs a large layer's products at twice cubek's speed or more). Smaller layers keep
-    /// cubek's. By default [`DEFAULT_VENDOR_BLAS_STEP_MIN`] (`original`'s 4,096 × 512 through
+    /// products a vendor BLAS runs too (hundreds a training step: on an H200 cuBLAS ran a large
+    /// layer's at twice cubek's speed or more, a small layer's slower than cubek's split
+    /// kernels, measured while each cuBLAS call still made the host wait for CubeCL's queue).
+    /// Smaller layers keep cubek's. By default [`DEFAULT_VENDOR_BLAS_STEP_MIN`] (`original`'s 4,096 × 512 through
     /// cuBLAS, `small`'s 1,024 × 128 through cubek); `0`: every layer; `usize::MAX`: none.
     pub vendor_blas_step_min: usize,
     /// The largest intermediate buffer, in bytes, that the large operations make at once (the
