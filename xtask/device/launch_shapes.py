@@ -11,6 +11,11 @@ per-step figures. A matmul's problem `[batch, M, K]·[batch, K, N]` is read from
 (cubek passes the left factor's rows and columns, the batch, the right factor's rows and
 columns and the output's, in that order).
 
+Without PROFILE it lists the products per step with their GFLOP, the most launched other
+kernels, and the kernel families that launch the most threads per step (grid × block): a
+memory-bound kernel's work grows with its threads, so these are where to look first for GPU
+time outside the products before a GPU profile says it.
+
 PROFILE: cubecl's profiling log (`[profiling.logger] level = "full"`, as `gpu-table.sh`'s
 `profile_run` writes) of the same binary and arguments on a GPU. Both list the launches in the
 order they were made, so launch i of one is launch i of the other (checked by kernel name);
@@ -50,8 +55,9 @@ def launches(path):
             if len(parts) < 5:
                 continue
             grid = tuple(int(x) for x in parts[1].split())
+            block = tuple(int(x) for x in parts[2].split())
             words = [int(x) for x in parts[4].replace("|", " ").split()]
-            yield parts[0], grid, words
+            yield parts[0], grid, block, words
 
 
 def profile_entries(path):
@@ -80,11 +86,13 @@ def main():
     profile = list(profile_entries(sys.argv[3])) if len(sys.argv) > 3 else None
     rows = list(launches(path))
     count, flops, ms = defaultdict(int), defaultdict(float), defaultdict(float)
+    threads = defaultdict(int)
     seen = set()
     mismatched = 0
-    for i, (name, grid, words) in enumerate(rows):
+    for i, (name, grid, block, words) in enumerate(rows):
         key, flop = key_of(name, grid, words)
         count[key] += 1
+        threads[family(name)] += grid[0] * grid[1] * grid[2] * block[0] * block[1] * block[2]
         flops[key] += flop
         if profile is None:
             continue
@@ -123,6 +131,16 @@ def main():
     others = [k for k in count if not k.startswith("matmul")]
     for key in sorted(others, key=lambda k: -count[k])[:25]:
         print(f"  {count[key] / steps:7.1f}  {key}")
+    # Threads launched: a memory-bound kernel's work grows with them (one or a few values each).
+    print("kernel families per step (most threads launched, millions; products left out):")
+    print("| M threads per step | launches per step | family |")
+    print("|---|---|---|")
+    launched = defaultdict(int)
+    for name, _, _, _ in rows:
+        launched[family(name)] += 1
+    kernels = [f for f in threads if f != "matmul_entry"]
+    for fam in sorted(kernels, key=lambda f: -threads[f])[:25]:
+        print(f"| {threads[fam] / steps / 1e6:.2f} | {launched[fam] / steps:.1f} | {fam} |")
 
 
 if __name__ == "__main__":
