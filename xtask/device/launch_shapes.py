@@ -86,13 +86,15 @@ def main():
     profile = list(profile_entries(sys.argv[3])) if len(sys.argv) > 3 else None
     rows = list(launches(path))
     count, flops, ms = defaultdict(int), defaultdict(float), defaultdict(float)
-    threads = defaultdict(int)
+    threads, launched = defaultdict(int), defaultdict(int)
     seen = set()
     mismatched = 0
     for i, (name, grid, block, words) in enumerate(rows):
         key, flop = key_of(name, grid, words)
         count[key] += 1
-        threads[family(name)] += grid[0] * grid[1] * grid[2] * block[0] * block[1] * block[2]
+        fam = family(name)
+        launched[fam] += 1
+        threads[fam] += grid[0] * grid[1] * grid[2] * block[0] * block[1] * block[2]
         flops[key] += flop
         if profile is None:
             continue
@@ -135,9 +137,6 @@ def main():
     print("kernel families per step (most threads launched, millions; products left out):")
     print("| M threads per step | launches per step | family |")
     print("|---|---|---|")
-    launched = defaultdict(int)
-    for name, _, _, _ in rows:
-        launched[family(name)] += 1
     kernels = [f for f in threads if f != "matmul_entry"]
     for fam in sorted(kernels, key=lambda f: -threads[f])[:25]:
         print(f"| {threads[fam] / steps / 1e6:.2f} | {launched[fam] / steps:.1f} | {fam} |")
