@@ -192,13 +192,14 @@ section_cudablas() {
     within 30 /tmp/bench_train_cuda --blas-check cuda
 }
 # Issue 48's target rows only, with the `cuda` build's defaults (a short call): `original`
-# training 128 × 20 (with cubek's per-step products beside) against the peer in f32 and bf16
-# AMP, inference `original` and `small` at 64 / 256 / 1,024, then `ptb-large` training.
+# training 128 × 20 (with cubek's per-step products and the char CNN's calls of 1,024 tokens
+# beside) against the peer in f32 and bf16 AMP, inference `original` and `small` at 64 / 256 /
+# 1,024, then `ptb-large` and `ptb-small` training.
 section_targets() {
-    train_with /tmp/bench_train_cuda --backends cuda,cuda-mixed,cuda-cubeksteps \
+    train_with /tmp/bench_train_cuda --backends cuda,cuda-mixed,cuda-cubeksteps,cuda-chunk1024 \
         --peer-amp bf16 "${original_128[@]}"
     embed_sizes cuda --shapes original,small --backends cuda,cuda-mixed
-    train_with /tmp/bench_train_cuda --backends cuda,cuda-mixed,cuda-blassteps \
+    train_with /tmp/bench_train_cuda --backends cuda,cuda-mixed,cuda-blassteps,cuda-chunk1024 \
         --peer-amp bf16 "${ptb_large_256[@]}"
     train_with /tmp/bench_train_cuda --backends cuda,cuda-mixed --peer-amp bf16 "${ptb_small_512[@]}"
 }

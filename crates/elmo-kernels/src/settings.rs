@@ -70,6 +70,13 @@ pub struct KernelSettings {
     /// the device's own limit ([`Self::rows_per_buffer`]; wgpu on Vulkan binds at most 2 GiB − 1
     /// per buffer).
     pub buffer_bytes: usize,
+    /// On a CubeCL device, the most distinct tokens of a batch that the char CNN encodes in one
+    /// call (the tokens sorted by length, each call's windows stopping at its longest token; its
+    /// intermediate memory bounded by `buffer_bytes` whatever this is). Each call launches a
+    /// few kernels per convolution, so on a GPU fewer, larger calls cost less:
+    /// [`DEFAULT_CUBE_ENCODER_CHUNK_TOKENS`] by default. On the host, calls of
+    /// `elmo_model::bilm::ENCODER_CHUNK_TOKENS` (1,024) whatever this is.
+    pub cube_encoder_chunk_tokens: usize,
 }
 
 impl Default for KernelSettings {
@@ -92,6 +99,7 @@ impl KernelSettings {
         vendor_blas: true,
         vendor_blas_step_min: DEFAULT_VENDOR_BLAS_STEP_MIN,
         buffer_bytes: DEFAULT_BUFFER_BYTES,
+        cube_encoder_chunk_tokens: DEFAULT_CUBE_ENCODER_CHUNK_TOKENS,
     };
 
     /// burn's operations only.
@@ -107,6 +115,7 @@ impl KernelSettings {
         vendor_blas: false,
         vendor_blas_step_min: usize::MAX,
         buffer_bytes: DEFAULT_BUFFER_BYTES,
+        cube_encoder_chunk_tokens: DEFAULT_CUBE_ENCODER_CHUNK_TOKENS,
     };
 
     /// Whether the fused kernels run on `tensor`: `fused` and a `CubeTensor` primitive.
@@ -241,6 +250,12 @@ pub fn largest_buffer_bytes(device: &Device) -> usize {
 
 /// [`KernelSettings::buffer_bytes`] by default: 1 GiB.
 pub const DEFAULT_BUFFER_BYTES: usize = 1 << 30;
+
+/// [`KernelSettings::cube_encoder_chunk_tokens`] by default: 4,096 tokens, one call of the char
+/// CNN for the ~2,500 distinct tokens of an `original` training batch of 128 × 20. Against
+/// chunks of 1,024 (the host's) that step launched 698 kernels instead of 1,118 (the stand-in
+/// driver's launch log of `bench_train --child cuda`) for 0.08% more of cuBLAS's FLOPs.
+pub const DEFAULT_CUBE_ENCODER_CHUNK_TOKENS: usize = 4096;
 
 /// [`KernelSettings::vendor_blas_step_min`]'s default: layers of 2^20 cells × projection and
 /// more (`original`'s 4,096 × 512 is 2^21; `ptb-large.json`'s 1,200 × 256 and `small`'s 1,024 ×

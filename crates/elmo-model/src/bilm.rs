@@ -106,7 +106,9 @@ impl BiLmConfig {
     }
 }
 
-/// Distinct tokens encoded per call of the char CNN (bounds its intermediate memory).
+/// Distinct tokens encoded per call of the char CNN on the host (on a CubeCL device
+/// `KernelSettings::cube_encoder_chunk_tokens`); its intermediate memory is bounded by
+/// `KernelSettings::buffer_bytes` whatever the chunk.
 pub const ENCODER_CHUNK_TOKENS: usize = 1024;
 
 /// On a CubeCL device the char CNN's rows per call are a multiple of this, a chunk completed
@@ -433,13 +435,18 @@ impl BiLm {
         for (row, &u) in order.iter().enumerate() {
             row_of[u] = row;
         }
-        // Chunks bound the memory of the convolutions whatever the batch size.
-        let row_multiple = match on_cube_device(&self.token_encoder.char_embedding.val()) {
-            true => ENCODER_ROW_MULTIPLE,
-            false => 1,
-        };
+        // Each chunk's windows stop at its longest token; on a GPU fewer chunks launch fewer
+        // kernels (`KernelSettings::cube_encoder_chunk_tokens`).
+        let (chunk_tokens, row_multiple) =
+            match on_cube_device(&self.token_encoder.char_embedding.val()) {
+                true => (
+                    self.token_encoder.kernels.cube_encoder_chunk_tokens.max(1),
+                    ENCODER_ROW_MULTIPLE,
+                ),
+                false => (ENCODER_CHUNK_TOKENS, 1),
+            };
         let pieces: Vec<Tensor<2>> = order
-            .chunks(ENCODER_CHUNK_TOKENS)
+            .chunks(chunk_tokens)
             .map(|chunk| {
                 let n = chunk.len();
                 let n_rows = n.next_multiple_of(row_multiple);
@@ -461,10 +468,7 @@ impl BiLm {
         EncodedTokens {
             values: Tensor::cat(pieces, 0),
             row_of,
-            chunk_rows: order
-                .chunks(ENCODER_CHUNK_TOKENS)
-                .map(<[usize]>::len)
-                .collect(),
+            chunk_rows: order.chunks(chunk_tokens).map(<[usize]>::len).collect(),
         }
     }
 

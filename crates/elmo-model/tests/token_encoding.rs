@@ -12,10 +12,19 @@ use std::num::NonZeroUsize;
 use burn::tensor::{Device, Tensor, TensorData};
 use common::*;
 use elmo_model::bilm::{ENCODER_CHUNK_TOKENS, ENCODER_ROW_MULTIPLE, char_ids_tensor};
-use elmo_model::{CharIdBatch, ElmoConfig, TokenEmbeddingCache};
+use elmo_model::{CharIdBatch, ElmoConfig, KernelSettings, TokenEmbeddingCache};
 use elmo_test_support::{
     autodiff_one_at_a_time, flex_and_wgpu, scaled_difference, wgpu_device_or_skip,
 };
+
+/// The tiny biLM encoding chunks of [`ENCODER_CHUNK_TOKENS`] distinct tokens on every device
+/// (on a CubeCL device 4,096 by default).
+fn host_chunked_bilm(device: &Device) -> elmo_model::BiLm {
+    tiny_bilm(device).with_kernels(KernelSettings {
+        cube_encoder_chunk_tokens: ENCODER_CHUNK_TOKENS,
+        ..KernelSettings::default()
+    })
+}
 
 /// Sentences over `n_distinct` words `w0 …`, every word at least once, many repeated, rows of
 /// different lengths, with sentence boundaries.
@@ -34,7 +43,7 @@ fn batch_of(n_sentences: usize, n_distinct: usize) -> CharIdBatch {
 #[test]
 fn deduplicated_chunked_encoding_equals_direct_encoding() {
     for device in flex_and_wgpu("deduplicated_chunked_encoding_equals_direct_encoding") {
-        let bilm = tiny_bilm(&device);
+        let bilm = host_chunked_bilm(&device);
         // More distinct tokens than one chunk (and, on wgpu, a last chunk of 77 + 2 padded).
         let batch = batch_of(20, ENCODER_CHUNK_TOKENS + 77);
         let direct = bilm.token_encoder.forward(char_ids_tensor(&batch, &device));
@@ -66,7 +75,7 @@ fn convolved_tokens_record_every_chunk() {
     let _one = autodiff_one_at_a_time();
     for device in flex_and_wgpu("convolved_tokens_record_every_chunk") {
         let device = device.autodiff();
-        let bilm = tiny_bilm(&device);
+        let bilm = host_chunked_bilm(&device);
         let batch = batch_of(20, ENCODER_CHUNK_TOKENS + 77);
         let convolved = bilm.convolve_tokens(&batch, &device);
         let direct = (bilm.token_encoder)
@@ -111,6 +120,18 @@ fn convolved_tokens_record_every_chunk() {
             assert!(columns.iter().all(|&c| c == n_filters), "{device:?}");
         }
         assert_eq!(start, n_distinct);
+        // With the default settings a CubeCL device encodes these tokens in one call (the
+        // host in two), with the same convolutions.
+        let default_chunks = tiny_bilm(&device).convolve_tokens(&batch, &device);
+        let on_gpu = elmo_kernels::on_cube_device(&convolved.convolutions);
+        let expected = if on_gpu { 1 } else { 2 };
+        assert_eq!(default_chunks.chunks.len(), expected, "{device:?}");
+        let (_, c) = values3(&default_chunks.place(default_chunks.convolutions.clone()));
+        for (i, (x, y)) in a.iter().zip(&c).enumerate() {
+            if mask[i / shape[2]] {
+                assert!((x - y).abs() <= 1e-5, "{device:?}, value {i}: {x} vs {y}");
+            }
+        }
     }
 }
 

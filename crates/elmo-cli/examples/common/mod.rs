@@ -19,7 +19,8 @@ mod kernel_cache;
 /// shape too), `-mixed` (`Precision::Mixed`), `-cubek` (cubek's kernels, not cuBLAS, on CUDA:
 /// `vendor_blas` off), `-blassteps` (cuBLAS for every LSTM's per-step products too) and
 /// `-cubeksteps` (cubek's for every LSTM's per-step products; by default a layer's size picks,
-/// `vendor_blas_step_min`) are the
+/// `vendor_blas_step_min`) and `-chunkN` (the char CNN's calls of N distinct tokens on a GPU,
+/// `cube_encoder_chunk_tokens`) are the
 /// GPU backend (`wgpu`, `cuda`) with one setting changed each, in the order named
 /// (`cuda-mixed-cubek`); `-avx2` and `-portable` are a CPU backend whose host kernels use AVX2
 /// (or the target's default) at most (`flex-avx2`: an AVX2 machine's kernels on an AVX-512
@@ -69,6 +70,12 @@ pub fn backend_and_kernels(name: &str) -> (&str, KernelSettings) {
             },
             "portable" => KernelSettings {
                 host_instructions: HostInstructions::Portable,
+                ..kernels
+            },
+            chunk if chunk.starts_with("chunk") => KernelSettings {
+                cube_encoder_chunk_tokens: chunk["chunk".len()..]
+                    .parse()
+                    .unwrap_or_else(|_| panic!("-chunkN takes a number of tokens, not {chunk}")),
                 ..kernels
             },
             other => panic!("unknown backend variant {other} in {name}"),
