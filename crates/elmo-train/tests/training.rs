@@ -224,7 +224,11 @@ fn check_fast_step(device: Device) {
     tanh.model.char_cnn.activation = CnnActivation::Tanh;
     let mut losses = Vec::new();
     for config in [tiny_config(), regularised, tanh] {
-        losses.push(check_fast_step_with(&config, device.clone()));
+        losses.push(check_fast_step_with(
+            &config,
+            device.clone(),
+            KernelSettings::default(),
+        ));
     }
     // The locked masks, the weight drop and the activation change the loss (none is silently
     // off).
@@ -232,8 +236,27 @@ fn check_fast_step(device: Device) {
     assert!((losses[0] - losses[2]).abs() > 1e-4, "{losses:?}");
 }
 
-/// Checks the fast step against autodiff with `config`'s dropout; returns the full-softmax loss.
-fn check_fast_step_with(config: &TrainConfig, device: Device) -> f32 {
+/// On wgpu, the char CNN's distinct tokens (11 in the batch) in chunks of 4 (each completed to
+/// 128 rows) and each chunk's convolutions in pieces of 25 rows (a 40 kB buffer limit): the fast
+/// step still equals autodiff (the chunks' and pieces' records are backpropagated each into its
+/// own rows).
+#[test]
+fn fast_training_step_in_chunks_and_pieces_equals_autodiff_on_wgpu() {
+    let _one = autodiff_one_at_a_time();
+    let name = "fast_training_step_in_chunks_and_pieces_equals_autodiff_on_wgpu";
+    if let Some(device) = elmo_test_support::wgpu_device_or_skip(name) {
+        let kernels = KernelSettings {
+            cube_encoder_chunk_tokens: 4,
+            buffer_bytes: 40_000,
+            ..KernelSettings::default()
+        };
+        check_fast_step_with(&tiny_config(), device, kernels);
+    }
+}
+
+/// Checks the fast step against autodiff with `config`'s dropout, the model running `kernels`;
+/// returns the full-softmax loss.
+fn check_fast_step_with(config: &TrainConfig, device: Device, kernels: KernelSettings) -> f32 {
     let PackedStep {
         _dir,
         vocab,
@@ -241,6 +264,7 @@ fn check_fast_step_with(config: &TrainConfig, device: Device) -> f32 {
         model,
         batch,
     } = PackedStep::new(config, device);
+    let model = model.with_kernels(kernels);
     let mut full_loss = None;
     let state = model
         .loss(&batch, None, SoftmaxMode::Full, None, &device)
