@@ -16,9 +16,8 @@ train_steps=8
 # The `cuda` build's training rows: cuBLAS's products and cubek's (`-cubek`), the LSTM's
 # per-step products through cuBLAS (`-blassteps`) or cubek (`-cubeksteps`) whatever the layer's
 # size (by default the size picks: `KernelSettings::vendor_blas_step_min`), in f32 and mixed
-# precision, and the char CNN's calls as they were (`-chunk1024`).
+# precision, and the char CNN in calls of 1,024 distinct tokens as on the host (`-chunk1024`; on
+# a GPU 4,096 by default: `KernelSettings::cube_encoder_chunk_tokens`).
 cuda_train_backends=cuda,cuda-mixed,cuda-cubek,cuda-mixed-cubek,cuda-blassteps,cuda-mixed-blassteps
 cuda_train_backends+=,cuda-cubeksteps,cuda-mixed-cubeksteps
-# The char CNN in calls of 1,024 distinct tokens, the host's (`-chunk1024`; by default 4,096 on
-# a GPU: `KernelSettings::cube_encoder_chunk_tokens`).
 cuda_train_backends+=,cuda-chunk1024
