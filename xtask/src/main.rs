@@ -22,9 +22,13 @@ use std::process::{Command, ExitCode};
 
 mod module_cycles;
 
-/// The workspace root (xtask's parent).
+/// The workspace root (xtask's parent): from the `CARGO_MANIFEST_DIR` that `cargo run` sets for
+/// this run, so that a binary built in another clone sharing the target dir (cargo does not
+/// rebuild it there) checks this clone; the path it was built at otherwise.
 fn workspace_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from)
+        .join("..")
 }
 
 fn cargo() -> Command {
