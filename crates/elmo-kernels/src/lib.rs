@@ -76,7 +76,7 @@ pub use split_product::{
     SplitLayout, SplitWeight, slices_for, slices_for_grid, slices_over_rows, slices_when,
     transposed_product,
 };
-pub use squared_norm::fused_squared_norm;
+pub use squared_norm::{SquaredNorm, fused_squared_norm};
 pub use window_slots::window_slot_gradients;
 
 /// `tensor` unchanged: without the `cubecl` feature no kernel reads a tensor's layout.

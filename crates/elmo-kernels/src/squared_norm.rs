@@ -1,7 +1,8 @@
 //! The global gradient norm (`tf.clip_by_global_norm`'s `global_norm`) fused: on a GPU one CubeCL
 //! kernel per parameter, each writing its blocks' sums of squares into one shared buffer that the
-//! host adds up after a single read; on burn's flex CPU backend one pass over each gradient's
-//! values in place, on rayon's threads.
+//! host adds up after a single read (which the caller may join with its other reads of the step:
+//! [`SquaredNorm::Partials`]); on burn's flex CPU backend one pass over each gradient's values in
+//! place, on rayon's threads.
 //!
 //! Why: with burn's operations a parameter's share is four kernels (square, a zero-filled output,
 //! the sum, the running total's add), ~150 a training step for the biLM's ~37 parameter tensors,
@@ -78,13 +79,51 @@ fn cubes_for(n: usize) -> usize {
         .clamp(1, MAX_CUBES)
 }
 
-/// `Σ_i ‖gradients_i‖²` with one kernel per tensor and one read on a GPU
-/// ([`KernelSettings::fused_for`]), one pass over each tensor's values on flex
+/// `Σ_i ‖gradients_i‖²` as [`fused_squared_norm`] leaves it.
+#[derive(Debug, Clone)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "one a training step, moved to its read"
+)]
+pub enum SquaredNorm {
+    /// Added up already (the host pass).
+    Summed(f64),
+    /// The cubes' partial sums, still on the device: [`SquaredNorm::total`] of their values
+    /// once read.
+    Partials(Tensor<1>),
+}
+
+impl SquaredNorm {
+    /// The sum of the partial sums `values` as read from [`SquaredNorm::Partials`], in their
+    /// order, in `f64`.
+    pub fn total(values: &[f32]) -> f64 {
+        values.iter().map(|&s| f64::from(s)).sum()
+    }
+
+    /// The total, reading the partial sums where they are on the device (one read).
+    ///
+    /// # Panics
+    /// When the device fails to return them.
+    pub fn read(self) -> f64 {
+        match self {
+            Self::Summed(total) => total,
+            Self::Partials(partials) => Self::total(
+                &partials
+                    .into_data()
+                    .try_to_vec::<f32>()
+                    .expect("the partial sums are f32, as the tensor was made"),
+            ),
+        }
+    }
+}
+
+/// `Σ_i ‖gradients_i‖²` with one kernel per tensor on a GPU ([`KernelSettings::fused_for`]),
+/// queued and not read ([`SquaredNorm::Partials`]), one pass over each tensor's values on flex
 /// ([`KernelSettings::host_for`]); `None` elsewhere or with nothing to sum.
-pub fn fused_squared_norm(gradients: &[Tensor<1>], kernels: KernelSettings) -> Option<f64> {
+pub fn fused_squared_norm(gradients: &[Tensor<1>], kernels: KernelSettings) -> Option<SquaredNorm> {
     let first = gradients.first()?;
     if kernels.host_for(first) {
-        return host_squared_norm(gradients);
+        return host_squared_norm(gradients).map(SquaredNorm::Summed);
     }
     if !kernels.fused_for(first) {
         return None;
@@ -117,11 +156,7 @@ pub fn fused_squared_norm(gradients: &[Tensor<1>], kernels: KernelSettings) -> O
             );
             offset += n_cubes;
         }
-        let sums = partials
-            .into_data()
-            .try_to_vec::<f32>()
-            .expect("the partial sums are f32, as the tensor was made");
-        Some(sums.iter().map(|&s| f64::from(s)).sum())
+        Some(SquaredNorm::Partials(partials))
     }
 }
 
@@ -186,6 +221,11 @@ mod tests {
         assert!(cubes_for(300_001) > 1, "the test spans several cubes");
         let fused = fused_squared_norm(&gradients, KernelSettings::default())
             .expect("the fused kernel runs on wgpu");
+        assert!(
+            matches!(fused, SquaredNorm::Partials(_)),
+            "queued, not read"
+        );
+        let fused = fused.read();
         let relative = (fused - expected).abs() / expected;
         assert!(relative < 1e-6, "{fused} vs {expected}: {relative}");
     }
@@ -216,13 +256,13 @@ mod host_tests {
         }
         let got = fused_squared_norm(&gradients, KernelSettings::default())
             .expect("the host pass runs on flex");
+        let SquaredNorm::Summed(got) = got else {
+            panic!("the host pass adds up: {got:?}");
+        };
         assert!(
             (got - expected).abs() <= 1e-6 * expected,
             "{got} against {expected}"
         );
-        assert_eq!(
-            fused_squared_norm(&gradients, KernelSettings::COMPOSED),
-            None
-        );
+        assert!(fused_squared_norm(&gradients, KernelSettings::COMPOSED).is_none());
     }
 }

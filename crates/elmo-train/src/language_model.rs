@@ -186,14 +186,8 @@ impl GradientOptions<'_> {
 pub struct LmGradients {
     /// Losses and the state to carry.
     pub step: LmStep,
-    /// Gradients of every trainable parameter; `None` when the loss is not finite.
-    pub grads: Option<GradientsParams>,
-}
-
-/// Whether the loss is finite; false when it cannot be read (a failed device: the caller's own
-/// read of the loss reports it).
-pub(crate) fn is_finite(loss: &LmLoss) -> bool {
-    (loss.loss.clone().try_into_scalar::<f32>()).is_ok_and(f32::is_finite)
+    /// Gradients of every trainable parameter (not finite where the loss is not).
+    pub grads: GradientsParams,
 }
 
 /// Registers `grad` for `param` unless the parameter is frozen (`no_grad`).

@@ -8,7 +8,8 @@ use burn::optim::{
 };
 use burn::tensor::{Device, Tensor};
 use elmo_kernels::{
-    AdagradStep, KernelSettings, fused_adagrad_step, fused_squared_norm, host_adagrad_step,
+    AdagradStep, KernelSettings, SquaredNorm, fused_adagrad_step, fused_squared_norm,
+    host_adagrad_step,
 };
 
 use crate::config::OptimizerConfig;
@@ -176,6 +177,16 @@ pub fn move_gradients<M: Module>(module: &M, from: GradientsParams, to: &mut Gra
 /// The global L2 norm of all gradients of `module`: one fused kernel per gradient where
 /// `kernels` runs them ([`fused_squared_norm`]), burn's operations elsewhere.
 pub fn global_norm<M: Module>(module: &M, grads: &GradientsParams, kernels: KernelSettings) -> f64 {
+    queued_squared_norm(module, grads, kernels).read().sqrt()
+}
+
+/// `‖g‖²` of all gradients of `module`, queued on the device and not read, so that a step reads
+/// it with its losses at once ([`SquaredNorm::Partials`]; summed already on flex's host pass).
+pub fn queued_squared_norm<M: Module>(
+    module: &M,
+    grads: &GradientsParams,
+    kernels: KernelSettings,
+) -> SquaredNorm {
     let mut visitor = FlatGradients {
         grads,
         flat: Vec::new(),
@@ -183,12 +194,12 @@ pub fn global_norm<M: Module>(module: &M, grads: &GradientsParams, kernels: Kern
     module.visit(&mut visitor);
     let flat = visitor.flat;
     if let Some(squared) = fused_squared_norm(&flat, kernels) {
-        return squared.sqrt();
+        return squared;
     }
     flat.into_iter()
         .map(|grad| grad.square().sum())
         .reduce(|total, part| total + part)
-        .map_or(0.0, |t| f64::from(t.into_scalar::<f32>()).sqrt())
+        .map_or(SquaredNorm::Summed(0.0), SquaredNorm::Partials)
 }
 
 /// Multiplies every gradient of `module` by `factor`.
@@ -208,8 +219,20 @@ pub fn clip_global_norm<M: Module>(
     kernels: KernelSettings,
 ) -> f64 {
     let norm = global_norm(module, grads, kernels) / loss_scale;
+    clip_to_norm(module, grads, norm, max_norm, loss_scale);
+    norm
+}
+
+/// [`clip_global_norm`] with the gradients' norm known (`norm`, of the unscaled gradients).
+pub fn clip_to_norm<M: Module>(
+    module: &M,
+    grads: &mut GradientsParams,
+    norm: f64,
+    max_norm: Option<f64>,
+    loss_scale: f64,
+) {
     if !norm.is_finite() {
-        return norm;
+        return;
     }
     let clip = match max_norm {
         Some(max) if norm > max => max / norm,
@@ -218,7 +241,6 @@ pub fn clip_global_norm<M: Module>(
     if clip / loss_scale != 1.0 {
         scale_gradients(module, grads, clip / loss_scale);
     }
-    norm
 }
 
 #[cfg(test)]

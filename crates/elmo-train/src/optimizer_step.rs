@@ -4,17 +4,18 @@
 //! state moved on with the gradient cut at the boundary.
 
 use burn::optim::ModuleOptimizer;
-use burn::tensor::{Device, Tensor};
+use burn::tensor::{Device, Tensor, TensorReadError};
+use elmo_kernels::SquaredNorm;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::config::TrainConfig;
 use crate::error::{Result, TrainError};
 use crate::language_model::{
-    BiLanguageModel, CarriedState, GradientOptions, LmGradients, SoftmaxMode,
+    BiLanguageModel, CarriedState, GradientOptions, LmGradients, LmLoss, SoftmaxMode,
 };
 use crate::lm_batch::LmBatch;
-use crate::optimizer::clip_global_norm;
+use crate::optimizer::{clip_to_norm, queued_squared_norm};
 use crate::seeds::mix_seed;
 use crate::softmax::SampledCandidates;
 use crate::step_losses::StepLosses;
@@ -92,7 +93,10 @@ pub fn optimizer_step(
         carried.reset_rows(&reset)
     });
     let scale = loss_scale.unwrap_or(1.0);
-    let LmGradients { step: out, grads } = model.loss_and_gradients(
+    let LmGradients {
+        step: out,
+        mut grads,
+    } = model.loss_and_gradients(
         batch,
         start,
         mode,
@@ -104,32 +108,36 @@ pub fn optimizer_step(
         },
     );
     let lr = config.optimizer.lr() * config.lr_schedule.factor(step) * lr_scale;
-    let read = |value: &Tensor<1>| {
-        (value.clone().try_into_scalar::<f32>())
-            .map(f64::from)
-            .map_err(|source| TrainError::Device {
-                step: step + 1,
-                source,
-            })
-    };
+    let loss = &out.loss;
+    let squared_norm = queued_squared_norm(&model, &grads, model.kernels);
+    let [joint, forward_nll, backward_nll, norm] =
+        read_step_values(loss, squared_norm).map_err(|source| TrainError::Device {
+            step: step + 1,
+            source,
+        })?;
     let mut losses = StepLosses {
-        loss: read(&out.loss.loss)?,
-        forward_nll: 0.0,
-        n_forward: out.loss.n_forward as u64,
-        backward_nll: 0.0,
-        n_backward: out.loss.n_backward as u64,
+        loss: joint,
+        forward_nll,
+        n_forward: loss.n_forward as u64,
+        backward_nll,
+        n_backward: loss.n_backward as u64,
         grad_norm: 0.0,
         lr,
         skipped: false,
     };
-    let Some(mut grads) = grads else {
+    mark("losses and gradient norm to the host");
+    if !joint.is_finite() {
         return Ok((model, losses));
-    };
-    losses.forward_nll = read(&out.loss.forward_nll)?;
-    losses.backward_nll = read(&out.loss.backward_nll)?;
-    mark("losses to the host");
-    losses.grad_norm = clip_global_norm(&model, &mut grads, config.clip_norm, scale, model.kernels);
-    mark("gradient norm and clipping");
+    }
+    losses.grad_norm = norm / scale;
+    clip_to_norm(
+        &model,
+        &mut grads,
+        losses.grad_norm,
+        config.clip_norm,
+        scale,
+    );
+    mark("clipping");
     // The state moves on whether or not the update is applied.
     *state = out.state.map(CarriedState::detach);
     if loss_scale.is_some() && !losses.grad_norm.is_finite() {
@@ -139,4 +147,33 @@ pub fn optimizer_step(
     let model = optimizer.step(lr, model, grads);
     mark("optimizer update");
     Ok((model, losses))
+}
+
+/// The step's joint loss, the two directions' summed NLLs and the gradients' global norm (of
+/// the scaled gradients), in one read from the device: the step's only wait for it, after all
+/// of its work up to the clipping is queued.
+fn read_step_values(
+    loss: &LmLoss,
+    squared_norm: SquaredNorm,
+) -> std::result::Result<[f64; 4], TensorReadError> {
+    let mut values = vec![
+        loss.loss.clone(),
+        loss.forward_nll.clone(),
+        loss.backward_nll.clone(),
+    ];
+    let summed = match squared_norm {
+        SquaredNorm::Summed(total) => Some(total),
+        SquaredNorm::Partials(partials) => {
+            values.push(partials);
+            None
+        }
+    };
+    let read = Tensor::cat(values, 0).try_into_vec_as::<f32>()?;
+    let squared = summed.unwrap_or_else(|| SquaredNorm::total(&read[3..]));
+    Ok([
+        f64::from(read[0]),
+        f64::from(read[1]),
+        f64::from(read[2]),
+        squared.sqrt(),
+    ])
 }

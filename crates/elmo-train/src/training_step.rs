@@ -16,7 +16,7 @@ use elmo_model::{LstmState, LstmWithProjection};
 use crate::encoder_backward::EncoderPass;
 use crate::language_model::{
     BiLanguageModel, CarriedState, GradientOptions, LmGradients, LmLoss, LmStep, SoftmaxMode,
-    is_finite, positions_tensor, register_if_trained, stream_char_ids,
+    positions_tensor, register_if_trained, stream_char_ids,
 };
 use crate::lm_batch::{LmBatch, Targets};
 use crate::lstm_backward::LstmGroup;
@@ -50,11 +50,11 @@ fn two<T>(items: Vec<T>) -> [T; 2] {
         .unwrap_or_else(|items: Vec<T>| panic!("2 directions, not {}", items.len()))
 }
 
-/// The softmax part of a step: the losses and, when finite, the gradient of each stack's top
-/// `[B, T, P]` (forward, backward) and the softmax parameters' gradients.
+/// The softmax part of a step: the losses, the gradient of each stack's top `[B, T, P]`
+/// (forward, backward) and the softmax parameters' gradients.
 struct SoftmaxStep {
     loss: LmLoss,
-    gradients: Option<([Tensor<3>; 2], GradientsParams)>,
+    gradients: ([Tensor<3>; 2], GradientsParams),
 }
 
 impl BiLanguageModel {
@@ -66,8 +66,9 @@ impl BiLanguageModel {
     /// for both directions), and are backpropagated by hand; the softmax (full or sampled) and
     /// the token encoder are differentiated by hand too, the encoder receiving both stacks'
     /// input gradients at once. The gradients are those of [`Self::loss`] up to float rounding
-    /// (tested). `grads` is `None` when the loss is not finite; they are multiplied by
-    /// `options.loss_scale`.
+    /// (tested), multiplied by `options.loss_scale`. Nothing is read back to the host: the
+    /// step queues its work without waiting for the device, and the caller reads the losses
+    /// (whose finiteness says whether the gradients are usable).
     pub fn loss_and_gradients(
         &self,
         batch: &LmBatch,
@@ -146,9 +147,7 @@ impl BiLanguageModel {
                 backward: backward_finals,
             }),
         };
-        let Some(([f_grad, b_grad], mut grads)) = gradients else {
-            return LmGradients { step, grads: None };
-        };
+        let ([f_grad, b_grad], mut grads) = gradients;
         let StackGradients {
             embedded: grad_embedded,
             layers: layer_grads,
@@ -182,10 +181,7 @@ impl BiLanguageModel {
         }
         encoder_pass.backward(&self.bilm.token_encoder, grad_embedded, kernels, &mut grads);
         mark("encoder backward");
-        LmGradients {
-            step,
-            grads: Some(grads),
-        }
+        LmGradients { step, grads }
     }
 
     /// The softmax (full, or against `candidates`) over both directions' target rows,
@@ -244,12 +240,6 @@ impl BiLanguageModel {
             n_forward,
             n_backward,
         };
-        if !is_finite(&loss) {
-            return SoftmaxStep {
-                loss,
-                gradients: None,
-            };
-        }
         // Each direction's row gradients go back to their cells of its top (each cell once).
         let mut start = 0;
         let top_grads = positions.map(|(cells, _)| {
@@ -272,7 +262,7 @@ impl BiLanguageModel {
         register_if_trained(&mut grads, &self.softmax.bias, out.bias);
         SoftmaxStep {
             loss,
-            gradients: Some((top_grads, grads)),
+            gradients: (top_grads, grads),
         }
     }
 }

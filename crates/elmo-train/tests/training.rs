@@ -506,7 +506,7 @@ fn the_fast_step_gives_the_same_gradients_at_every_run_on_wgpu() {
                 GradientOptions::seeded(Some(5)),
             );
             let mut bits = GradientBits {
-                grads: &step.grads.expect("finite loss"),
+                grads: &step.grads,
                 bits: Vec::new(),
             };
             model.visit(&mut bits);
@@ -684,8 +684,7 @@ fn frozen_parts_get_no_gradient() {
                 &device,
                 GradientOptions::seeded(Some(5)),
             )
-            .grads
-            .expect("finite loss");
+            .grads;
         for (name, grads) in [("autodiff", autodiff), ("fast path", fast)] {
             let map = gradient_map(&model, &grads);
             assert!(map.len() > 10, "{map:?}");
@@ -1223,15 +1222,15 @@ fn step_loss(step: &elmo_train::language_model::LmGradients) -> f32 {
 /// Per parameter of `model`, [`CompareGradients`]' relative error of `scaled` (a step's
 /// gradients computed with loss scale `scale`, divided by it here) against `expected`; every
 /// parameter of `expected` must have one.
-/// Asserts that `grads` (a step's, finite) are `expected` within 1e-4 of each parameter's
+/// Asserts that `grads` (a step's) are `expected` within 1e-4 of each parameter's
 /// largest gradient (float32 sums in a different order); `context` names the case.
 fn assert_gradients_match(
     model: &elmo_train::BiLanguageModel,
     expected: &GradientsParams,
-    grads: Option<GradientsParams>,
+    grads: GradientsParams,
     context: impl std::fmt::Debug,
 ) {
-    let errors = gradient_errors(model, expected, grads.expect("finite loss"), 1.0);
+    let errors = gradient_errors(model, expected, grads, 1.0);
     for (index, error) in errors.into_iter().enumerate() {
         assert!(
             error < 1e-4,
@@ -1285,8 +1284,7 @@ fn a_loss_scale_multiplies_every_gradient() {
         };
         let (plain, scaled) = (step(1.0), step(1024.0));
         assert_eq!(step_loss(&plain), step_loss(&scaled), "{mode:?}");
-        let expected = plain.grads.expect("finite loss");
-        let errors = gradient_errors(&model, &expected, scaled.grads.expect("finite"), 1024.0);
+        let errors = gradient_errors(&model, &plain.grads, scaled.grads, 1024.0);
         assert!(errors.len() > 10);
         for (index, error) in errors.into_iter().enumerate() {
             assert!(error < 1e-6, "{mode:?} parameter {index}: {error}");
@@ -1338,8 +1336,7 @@ fn mixed_precision_gradients_are_within_f16_rounding_on_wgpu() {
         let loss_error = (exact_loss - half_loss).abs() / exact_loss;
         assert!(loss_error < 1e-4, "{half_loss} vs {exact_loss} ({mode:?})");
         assert!(loss_error > 0.0, "the mixed step ran in f32 ({mode:?})");
-        let expected = exact.grads.expect("finite loss");
-        let errors = gradient_errors(&model, &expected, half.grads.expect("finite"), 4096.0);
+        let errors = gradient_errors(&model, &exact.grads, half.grads, 4096.0);
         for (index, error) in errors.into_iter().enumerate() {
             largest_error = largest_error.max(error);
             assert!(error < 0.01, "parameter {index}: {error} ({mode:?})");
@@ -1393,6 +1390,67 @@ fn an_overflowing_mixed_precision_step_is_skipped() {
             "{losses:?}"
         );
         assert_ne!(flat(&model), before, "{device:?}");
+    }
+}
+
+/// A step reads its joint loss, the directions' NLLs and its gradients' global norm from the
+/// device in one read, once its backward is queued: they are what separate reads of the same
+/// step give (on flex, where the norm is summed on the host, and on wgpu, where the norm's
+/// partial sums travel in that read beside the losses).
+#[test]
+fn a_step_reports_the_losses_and_norm_that_separate_reads_give() {
+    let _one = autodiff_one_at_a_time();
+    let mut config = tiny_config();
+    config.dropout = 0.0;
+    config.clip_norm = None;
+    config.negatives = 1000;
+    for device in elmo_test_support::flex_and_wgpu(
+        "a_step_reports_the_losses_and_norm_that_separate_reads_give",
+    ) {
+        let PackedStep {
+            vocab,
+            device,
+            model,
+            batch,
+            ..
+        } = PackedStep::new(&config, device);
+        let kernels = KernelSettings::default();
+        let expected = model.loss_and_gradients(
+            &batch,
+            None,
+            SoftmaxMode::Full,
+            &device,
+            GradientOptions::seeded(None),
+        );
+        let read = |t: &Tensor<1>| f64::from(t.clone().into_scalar::<f32>());
+        let loss = &expected.step.loss;
+        let [joint, forward, backward] =
+            [&loss.loss, &loss.forward_nll, &loss.backward_nll].map(read);
+        let norm = elmo_train::optimizer::global_norm(&model, &expected.grads, kernels);
+        let mut optimizer = build_optimizer(&config.optimizer, kernels);
+        let settings = StepSettings {
+            config: &config,
+            n_vocab: vocab.len(),
+            seed: 3,
+            step: 0,
+            lr_scale: 1.0,
+            device: &device,
+            loss_scale: None,
+            profile: None,
+        };
+        let (_, losses) =
+            optimizer_step(model, &mut optimizer, &batch, &mut None, settings).unwrap();
+        assert!(joint.is_finite() && norm > 0.0, "{joint} {norm}");
+        assert_eq!(
+            [
+                losses.loss,
+                losses.forward_nll,
+                losses.backward_nll,
+                losses.grad_norm
+            ],
+            [joint, forward, backward, norm],
+            "{device:?}"
+        );
     }
 }
 
