@@ -10,7 +10,6 @@ use elmo_kernels::{
     sum_columns, sum_groups, sum_row_groups, to_half,
 };
 use rand::Rng;
-use std::collections::HashSet;
 
 /// Configuration of a [`Softmax`].
 #[derive(Debug, Clone)]
@@ -120,7 +119,8 @@ impl SampledCandidates {
             "cannot draw {n_sampled} distinct ids from {n_vocab}"
         );
         let log_range = (n_vocab as f64 + 1.0).ln();
-        let mut seen = HashSet::with_capacity(n_sampled);
+        // One flag an id: ~25,000 tries for 8,192 of 50,000 ids, each a lookup.
+        let mut seen = vec![false; n_vocab];
         let mut ids = Vec::with_capacity(n_sampled);
         let mut n_tries = 0u64;
         while ids.len() < n_sampled {
@@ -128,7 +128,7 @@ impl SampledCandidates {
             let u: f64 = rng.random();
             let k =
                 (((u * log_range).exp() as u64).saturating_sub(1)).min(n_vocab as u64 - 1) as u32;
-            if seen.insert(k) {
+            if !std::mem::replace(&mut seen[k as usize], true) {
                 ids.push(k);
             }
         }
@@ -137,6 +137,21 @@ impl SampledCandidates {
             n_tries,
             n_vocab,
         }
+    }
+
+    /// 1 for each of `targets` that is not a candidate, 0 for each that is.
+    pub fn outside(&self, targets: &[u32]) -> Vec<f32> {
+        let mut sampled = vec![false; self.n_vocab];
+        for &k in &self.ids {
+            sampled[k as usize] = true;
+        }
+        targets
+            .iter()
+            .map(|&t| match sampled.get(t as usize) {
+                Some(true) => 0.0,
+                _ => 1.0,
+            })
+            .collect()
     }
 
     /// `log E[count of k]` after `n_tries` draws with unique acceptance:
@@ -275,13 +290,7 @@ impl Softmax {
             + (bias.select(0, target_ids.clone()).reshape([n, 1]) - column(correction(targets)));
         let not_candidate = column(match candidates {
             None => vec![0.0; n],
-            Some(c) => {
-                let sampled: HashSet<u32> = c.ids.iter().copied().collect();
-                targets
-                    .iter()
-                    .map(|t| if sampled.contains(t) { 0.0 } else { 1.0 })
-                    .collect()
-            }
+            Some(c) => c.outside(targets),
         });
         let scales = column(scales.to_vec());
 
@@ -418,11 +427,7 @@ impl Softmax {
         };
         let sampled_ids = ids_tensor(&candidates.ids, &device);
         let target_ids = ids_tensor(targets, &device);
-        let sampled: HashSet<u32> = candidates.ids.iter().copied().collect();
-        let not_sampled: Vec<f32> = targets
-            .iter()
-            .map(|t| if sampled.contains(t) { 0.0 } else { 1.0 })
-            .collect();
+        let not_sampled = candidates.outside(targets);
         let not_sampled = Tensor::<2>::from_data(TensorData::new(not_sampled, [n, 1]), &device);
 
         let weight = self.weight.val();
@@ -447,6 +452,7 @@ impl Softmax {
 mod tests {
     use super::*;
     use rand::SeedableRng;
+    use std::collections::HashSet;
 
     /// `ptb-large.json` at 256 × 35: 17,920 rows of 10,002 logits in equal chunks, of at most
     /// 4M logits on a CPU, on a GPU as large as the buffer budget allows (a quarter of it each).
@@ -480,6 +486,34 @@ mod tests {
         );
         let rows = softmax_chunk_rows(&gpu, n, vocab, all);
         assert!(rows > 417, "the device's own limit allows more: {rows}");
+    }
+
+    /// The draw is TensorFlow's unique log-uniform sampling, as a set of ids seen: the same ids
+    /// in the same order and the same number of tries as with a `HashSet` (so runs resume and
+    /// reproduce across versions), and `outside` flags the targets that were not drawn.
+    #[test]
+    fn the_draw_is_the_set_algorithms_and_outside_flags_the_rest() {
+        for (seed, n_sampled, n_vocab) in [(3, 8192, 50_000), (9, 5, 7), (1, 99, 100)] {
+            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+            let draws = SampledCandidates::draw(n_sampled, n_vocab, &mut rng);
+            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+            let log_range = (n_vocab as f64 + 1.0).ln();
+            let (mut seen, mut ids, mut n_tries) = (HashSet::new(), Vec::new(), 0u64);
+            while ids.len() < n_sampled {
+                n_tries += 1;
+                let u: f64 = rng.random();
+                let k = (((u * log_range).exp() as u64).saturating_sub(1)).min(n_vocab as u64 - 1);
+                if seen.insert(k as u32) {
+                    ids.push(k as u32);
+                }
+            }
+            assert_eq!((&draws.ids, draws.n_tries), (&ids, n_tries));
+            let targets: Vec<u32> = (0..n_vocab as u32).collect();
+            let outside = draws.outside(&targets);
+            for (k, flag) in targets.iter().zip(outside) {
+                assert_eq!(flag == 0.0, seen.contains(k), "id {k}");
+            }
+        }
     }
 
     #[test]
