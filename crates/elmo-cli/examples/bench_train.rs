@@ -48,7 +48,7 @@ use elmo_train::batcher::Batcher;
 use elmo_train::language_model::CarriedState;
 use elmo_train::loss_scale::{LossScale, ScaledStep};
 use elmo_train::optimizer::build_optimizer;
-use elmo_train::optimizer_step::{StepSettings, optimizer_step};
+use elmo_train::optimizer_step::{StepSettings, optimizer_step_overlapping};
 use elmo_train::run::seeded_model;
 use elmo_train::{StepProfile, TrainConfig, Vocabulary};
 use rand::{Rng, SeedableRng};
@@ -104,6 +104,7 @@ fn child(name: &str, s: &Settings) {
     let shape = config.batch_shape();
     let mut batcher = Batcher::new(vec![corpus], false, Arc::new(vocab.clone()), shape, Some(1));
     let mut state: Option<CarriedState> = None;
+    let mut prefetched = None;
     let mut targets = 0usize;
     let mut losses_per_step = Vec::with_capacity(s.steps + 1);
     // Mixed precision scales the loss as `elmo train --precision mixed` does.
@@ -117,8 +118,12 @@ fn child(name: &str, s: &Settings) {
             targets = 0;
             profile.take();
         }
-        let batch = batcher.next_batch().expect("batch").expect("endless");
-        let (next, losses) = optimizer_step(
+        // As `Trainer::step`: the next batch is read while the device runs this step.
+        let batch = match prefetched.take() {
+            Some(batch) => batch,
+            None => batcher.next_batch().expect("batch").expect("endless"),
+        };
+        let (next, losses) = optimizer_step_overlapping(
             model,
             &mut optimizer,
             &batch,
@@ -133,6 +138,7 @@ fn child(name: &str, s: &Settings) {
                 loss_scale: loss_scale.map(|s| s.scale),
                 profile: s.phases.then_some(&profile),
             },
+            || prefetched = Some(batcher.next_batch().expect("batch").expect("endless")),
         )
         .unwrap_or_else(|error| {
             let source = std::error::Error::source(&error).map(ToString::to_string);

@@ -59,6 +59,23 @@ pub fn optimizer_step(
     state: &mut Option<CarriedState>,
     settings: StepSettings,
 ) -> Result<(BiLanguageModel, StepLosses)> {
+    optimizer_step_overlapping(model, optimizer, batch, state, settings, || {})
+}
+
+/// [`optimizer_step`], running `meanwhile` on this thread once the step's work up to the
+/// clipping is queued and before the step waits for the device to read its losses back: host
+/// work that then overlaps the device's (the next batch: [`crate::Trainer::step`]).
+///
+/// # Errors
+/// As [`optimizer_step`].
+pub fn optimizer_step_overlapping(
+    model: BiLanguageModel,
+    optimizer: &mut ModuleOptimizer,
+    batch: &LmBatch,
+    state: &mut Option<CarriedState>,
+    settings: StepSettings,
+    meanwhile: impl FnOnce(),
+) -> Result<(BiLanguageModel, StepLosses)> {
     let StepSettings {
         config,
         n_vocab,
@@ -110,6 +127,7 @@ pub fn optimizer_step(
     let lr = config.optimizer.lr() * config.lr_schedule.factor(step) * lr_scale;
     let loss = &out.loss;
     let squared_norm = queued_squared_norm(&model, &grads, model.kernels);
+    meanwhile();
     let [joint, forward_nll, backward_nll, norm] =
         read_step_values(loss, squared_norm).map_err(|source| TrainError::Device {
             step: step + 1,

@@ -18,7 +18,7 @@ use elmo_kernels::{KernelSettings, Precision, largest_buffer_bytes};
 use elmo_model::RunLock;
 
 use crate::averaging::WeightAverage;
-use crate::batcher::{BatchShape, Batcher};
+use crate::batcher::{BatchShape, Batcher, BatcherState};
 use crate::checkpoint::{
     AVERAGE_FILE, Checkpoint, MODEL_FILE, OPTIMIZER_FILE, RunDirectory, TrainerState,
 };
@@ -27,10 +27,11 @@ use crate::error::{Result, TrainError, io_error, record_error};
 use crate::evaluate::{Perplexity, evaluate, perplexity};
 use crate::init_from::{InitFrom, initial_model};
 use crate::language_model::{BiLanguageModel, CarriedState};
+use crate::lm_batch::LmBatch;
 use crate::loss_scale::{LossScale, ScaledStep};
 use crate::metrics::{MetricsLog, MetricsRecord, read_metrics};
 use crate::optimizer::build_optimizer;
-use crate::optimizer_step::{StepSettings, optimizer_step};
+use crate::optimizer_step::{StepSettings, optimizer_step_overlapping};
 use crate::run::model_for;
 use crate::run_info::RunInfo;
 use crate::seeds::mix_seed;
@@ -146,6 +147,9 @@ pub struct Trainer {
     model: Option<BiLanguageModel>,
     optimizer: ModuleOptimizer,
     batcher: Batcher,
+    /// The next step's batch, taken from `batcher` while the last step's device work ran, and
+    /// the batcher's position before it (what a checkpoint records).
+    prefetched: Option<Prefetched>,
     shape: BatchShape,
     state: Option<CarriedState>,
     progress: TrainerState,
@@ -160,6 +164,12 @@ pub struct Trainer {
     run_start: Instant,
     elapsed_before: f64,
     _lock: RunLock,
+}
+
+/// A batch read ahead ([`Trainer::step`]) and the batcher's position before it.
+struct Prefetched {
+    batch: Result<Option<LmBatch>>,
+    before: BatcherState,
 }
 
 impl Trainer {
@@ -281,6 +291,7 @@ impl Trainer {
             model: Some(model),
             optimizer,
             batcher,
+            prefetched: None,
             shape,
             state,
             elapsed_before: progress.elapsed_seconds,
@@ -339,7 +350,11 @@ impl Trainer {
     /// device ([`TrainError::Device`]) the trainer holds no model: drop it and resume from the
     /// run's last checkpoint.
     pub fn step(&mut self, observer: &mut dyn TrainObserver) -> Result<StepLosses> {
-        let batch = self.batcher.next_batch()?.ok_or_else(|| {
+        let batch = match self.prefetched.take() {
+            Some(prefetched) => prefetched.batch,
+            None => self.batcher.next_batch(),
+        }?
+        .ok_or_else(|| {
             TrainError::Corpus("the training stream ended (it should loop forever)".into())
         })?;
         let step = self.progress.step;
@@ -348,7 +363,9 @@ impl Trainer {
             .take()
             .expect("the model is only taken during a step");
         // A failed device leaves no model to go on with: the run stops, its checkpoints intact.
-        let (model, out) = optimizer_step(
+        // The next batch is read while the device runs this step.
+        let (batcher, prefetched) = (&mut self.batcher, &mut self.prefetched);
+        let (model, out) = optimizer_step_overlapping(
             model,
             &mut self.optimizer,
             &batch,
@@ -362,6 +379,11 @@ impl Trainer {
                 device: &self.train_device,
                 loss_scale: self.progress.loss_scale.map(|s| s.scale),
                 profile: None,
+            },
+            || {
+                let before = batcher.state();
+                let batch = batcher.next_batch();
+                *prefetched = Some(Prefetched { batch, before });
             },
         )?;
         self.model = Some(model);
@@ -489,7 +511,10 @@ impl Trainer {
     /// Writes a checkpoint (model, optimizer, weight average, carried state, data position,
     /// metrics window) atomically, keeping the newest `keep_checkpoints`, and redraws the curves.
     pub fn checkpoint(&mut self, observer: &mut dyn TrainObserver) -> Result<Checkpoint> {
-        self.progress.batcher = self.batcher.state();
+        self.progress.batcher = match &self.prefetched {
+            Some(prefetched) => prefetched.before.clone(),
+            None => self.batcher.state(),
+        };
         self.progress.has_lstm_state = self.state.is_some();
         self.progress.elapsed_seconds =
             self.elapsed_before + self.run_start.elapsed().as_secs_f64();

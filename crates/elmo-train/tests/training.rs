@@ -16,7 +16,7 @@ use elmo_train::language_model::{CarriedState, GradientOptions, SoftmaxMode};
 use elmo_train::lm_batch::{LmBatch, Targets, TokenGrid};
 use elmo_train::metrics::{MetricsRecord, read_metrics};
 use elmo_train::optimizer::build_optimizer;
-use elmo_train::optimizer_step::{StepSettings, optimizer_step};
+use elmo_train::optimizer_step::{StepSettings, optimizer_step, optimizer_step_overlapping};
 use elmo_train::run::seeded_model;
 use elmo_train::softmax::SampledCandidates;
 use elmo_train::{InitFrom, TrainOptions, TrainedRun, Vocabulary, train};
@@ -1438,8 +1438,13 @@ fn a_step_reports_the_losses_and_norm_that_separate_reads_give() {
             loss_scale: None,
             profile: None,
         };
+        let mut meanwhile = 0;
         let (_, losses) =
-            optimizer_step(model, &mut optimizer, &batch, &mut None, settings).unwrap();
+            optimizer_step_overlapping(model, &mut optimizer, &batch, &mut None, settings, || {
+                meanwhile += 1
+            })
+            .unwrap();
+        assert_eq!(meanwhile, 1, "the host's work runs once a step");
         assert!(joint.is_finite() && norm > 0.0, "{joint} {norm}");
         assert_eq!(
             [
