@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "report.h"
@@ -42,6 +43,23 @@ static void trace(const char *fn) {
     if (n_calls < 256) calls[n_calls++] = (Call){fn, 1};
 }
 #define T() trace(__func__)
+
+// With $FAKECUDA_TIMELINE, one line per kernel launch, device-to-host copy and event wait into
+// $FAKECUDA_TIMELINE.<pid>: the time (µs, CLOCK_MONOTONIC), the event and the kernel or the
+// bytes. Where the host leaves the device without work on a GPU (`launch_gaps.py`: each step's
+// longest stretch without a launch).
+static void timeline(const char *event, const char *detail, unsigned long long bytes) {
+    static FILE *out;
+    static int opened;
+    if (!opened) {
+        opened = 1;
+        out = open_report("FAKECUDA_TIMELINE");
+    }
+    if (!out) return;
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    fprintf(out, "%.1f %s %s %llu\n", t.tv_sec * 1e6 + t.tv_nsec / 1e3, event, detail, bytes);
+}
 
 // ---- modules and launches ----------------------------------------------------------------
 typedef struct {
@@ -140,7 +158,7 @@ CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned flags) { T(); return 
 CUresult cuEventCreate(CUevent *e, unsigned flags) { T(); *e = new_handle(); return OK; }
 CUresult cuEventRecord(CUevent e, CUstream s) { T(); return OK; }
 CUresult cuEventRecordWithFlags(CUevent e, CUstream s, unsigned flags) { T(); return OK; }
-CUresult cuEventSynchronize(CUevent e) { T(); return OK; }
+CUresult cuEventSynchronize(CUevent e) { T(); timeline("wait", "event", 0); return OK; }
 CUresult cuEventQuery(CUevent e) { T(); return OK; }
 CUresult cuEventDestroy_v2(CUevent e) { T(); return OK; }
 CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b) { T(); *ms = 0.001f; return OK; }
@@ -170,10 +188,20 @@ CUresult cuMemHostUnregister(void *p) { T(); return OK; }
 
 #define PTR(x) ((void *)(uintptr_t)(x))
 CUresult cuMemcpyHtoD_v2(CUdeviceptr d, const void *s, size_t n) { T(); memcpy(PTR(d), s, n); return OK; }
-CUresult cuMemcpyDtoH_v2(void *d, CUdeviceptr s, size_t n) { T(); memcpy(d, PTR(s), n); return OK; }
+CUresult cuMemcpyDtoH_v2(void *d, CUdeviceptr s, size_t n) {
+    T();
+    timeline("read", "sync", n);
+    memcpy(d, PTR(s), n);
+    return OK;
+}
 CUresult cuMemcpyDtoD_v2(CUdeviceptr d, CUdeviceptr s, size_t n) { T(); memmove(PTR(d), PTR(s), n); return OK; }
 CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void *s, size_t n, CUstream st) { T(); memcpy(PTR(d), s, n); return OK; }
-CUresult cuMemcpyDtoHAsync_v2(void *d, CUdeviceptr s, size_t n, CUstream st) { T(); memcpy(d, PTR(s), n); return OK; }
+CUresult cuMemcpyDtoHAsync_v2(void *d, CUdeviceptr s, size_t n, CUstream st) {
+    T();
+    timeline("read", "async", n);
+    memcpy(d, PTR(s), n);
+    return OK;
+}
 CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) { T(); memmove(PTR(d), PTR(s), n); return OK; }
 CUresult cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, CUstream s) { T(); memset(PTR(d), v, n); return OK; }
 CUresult cuMemsetD8_v2(CUdeviceptr d, unsigned char v, size_t n) { T(); memset(PTR(d), v, n); return OK; }
@@ -333,6 +361,7 @@ CUresult cuLaunchKernel(void *func, unsigned gx, unsigned gy, unsigned gz, unsig
     f->threads += (unsigned long long)gx * gy * gz * bx * by * bz;
     n_launches++;
     log_launch(f, gx, gy, gz, bx, by, bz, shared, params);
+    timeline("launch", f->name, (unsigned long long)gx * gy * gz * bx * by * bz);
     if ((unsigned long long)bx * by * bz > 1024 || shared > 232448) return 1; // invalid value
     return OK;
 }
