@@ -1345,6 +1345,25 @@ fn mixed_precision_gradients_are_within_f16_rounding_on_wgpu() {
     assert!(largest_error > 1e-5, "the mixed gradients equal f32's");
 }
 
+/// The settings of a test's first optimizer step (seed 3) on `device`.
+fn first_step<'a>(
+    config: &'a TrainConfig,
+    n_vocab: usize,
+    device: &'a Device,
+    loss_scale: Option<f64>,
+) -> StepSettings<'a> {
+    StepSettings {
+        config,
+        n_vocab,
+        seed: 3,
+        step: 0,
+        lr_scale: 1.0,
+        device,
+        loss_scale,
+        profile: None,
+    }
+}
+
 /// A step whose scaled gradients overflow is skipped: the weights stay as they were, the
 /// carried state moves on, and the step says so (on a CPU in f32, and on wgpu in f16, where
 /// the 16-bit products overflow first).
@@ -1367,16 +1386,8 @@ fn an_overflowing_mixed_precision_step_is_skipped() {
         let mut optimizer = build_optimizer(&config.optimizer, kernels);
         let batch = first_batch(&corpus, &vocab, BatchMode::Packed);
         let mut state = None;
-        let settings = |loss_scale: f64| StepSettings {
-            config: &config,
-            n_vocab: vocab.len(),
-            seed: 3,
-            step: 0,
-            lr_scale: 1.0,
-            device: &train_device,
-            loss_scale: Some(loss_scale),
-            profile: None,
-        };
+        let settings =
+            |loss_scale: f64| first_step(&config, vocab.len(), &train_device, Some(loss_scale));
         let (model, losses) =
             optimizer_step(model, &mut optimizer, &batch, &mut state, settings(1e38)).unwrap();
         assert!(losses.skipped && losses.loss.is_finite(), "{losses:?}");
@@ -1428,16 +1439,7 @@ fn a_step_reports_the_losses_and_norm_that_separate_reads_give() {
             [&loss.loss, &loss.forward_nll, &loss.backward_nll].map(read);
         let norm = elmo_train::optimizer::global_norm(&model, &expected.grads, kernels);
         let mut optimizer = build_optimizer(&config.optimizer, kernels);
-        let settings = StepSettings {
-            config: &config,
-            n_vocab: vocab.len(),
-            seed: 3,
-            step: 0,
-            lr_scale: 1.0,
-            device: &device,
-            loss_scale: None,
-            profile: None,
-        };
+        let settings = first_step(&config, vocab.len(), &device, None);
         let mut meanwhile = 0;
         let (_, losses) =
             optimizer_step_overlapping(model, &mut optimizer, &batch, &mut None, settings, || {
@@ -1564,16 +1566,7 @@ fn a_batch_too_large_for_the_device_is_refused_before_anything_is_written() {
         .next_batch()
         .unwrap()
         .unwrap();
-    let settings = StepSettings {
-        config: &config,
-        n_vocab: vocab.len(),
-        seed: 3,
-        step: 0,
-        lr_scale: 1.0,
-        device: &train_device,
-        loss_scale: None,
-        profile: None,
-    };
+    let settings = first_step(&config, vocab.len(), &train_device, None);
     let failed = optimizer_step(model, &mut optimizer, &batch, &mut None, settings);
     let Err(err) = failed else {
         panic!("a batch over the device's buffers ran")
