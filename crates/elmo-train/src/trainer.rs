@@ -345,7 +345,10 @@ impl Trainer {
         })
     }
 
-    /// One optimizer step on the next batch, then the weight average moved on. A non-finite loss
+    /// One optimizer step on the next batch, then the weight average moved on. The batch after
+    /// it is read while the device runs the step, before the step waits for its losses; a
+    /// checkpoint records the data position before that batch, and an error reading it is
+    /// returned by the step that uses it. A non-finite loss
     /// is an error naming the last checkpoint (the model is left as it was). After a failed
     /// device ([`TrainError::Device`]) the trainer holds no model: drop it and resume from the
     /// run's last checkpoint.
