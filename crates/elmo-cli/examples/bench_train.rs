@@ -50,7 +50,7 @@ use elmo_train::loss_scale::{LossScale, ScaledStep};
 use elmo_train::optimizer::build_optimizer;
 use elmo_train::optimizer_step::{StepSettings, optimizer_step_overlapping};
 use elmo_train::run::seeded_model;
-use elmo_train::{StepProfile, TrainConfig, Vocabulary};
+use elmo_train::{StepInput, StepProfile, TrainConfig, Vocabulary};
 use rand::{Rng, SeedableRng};
 
 mod common;
@@ -118,15 +118,20 @@ fn child(name: &str, s: &Settings) {
             targets = 0;
             profile.take();
         }
-        // As `Trainer::step`: the next batch is read while the device runs this step.
-        let batch = match prefetched.take() {
-            Some(batch) => batch,
-            None => batcher.next_batch().expect("batch").expect("endless"),
+        // As `Trainer::step`: the next batch is read and prepared while the device runs this
+        // step.
+        let mut next_input = |step: usize| {
+            let batch = batcher.next_batch().expect("batch").expect("endless");
+            StepInput::prepare(&batch, &config, vocab.len(), 1, step as u64)
+        };
+        let input = match prefetched.take() {
+            Some(input) => input,
+            None => next_input(step),
         };
         let (next, losses) = optimizer_step_overlapping(
             model,
             &mut optimizer,
-            &batch,
+            &input,
             &mut state,
             StepSettings {
                 config: &config,
@@ -138,7 +143,7 @@ fn child(name: &str, s: &Settings) {
                 loss_scale: loss_scale.map(|s| s.scale),
                 profile: s.phases.then_some(&profile),
             },
-            || prefetched = Some(batcher.next_batch().expect("batch").expect("endless")),
+            || prefetched = Some(next_input(step + 1)),
         )
         .unwrap_or_else(|error| {
             let source = std::error::Error::source(&error).map(ToString::to_string);

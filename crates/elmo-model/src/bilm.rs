@@ -4,7 +4,6 @@
 //! allennlp/modules/elmo_lstm.py).
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 
 use burn::module::{Module, Param};
 use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
@@ -12,9 +11,10 @@ use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
 use elmo_kernels::{KernelSettings, on_cube_device};
 
 use crate::bilm_state::{BiLmState, DirectionalState};
-use crate::char_cnn::{CharCnnEncoder, CharCnnEncoderConfig, PADDING_CHAR_ID, char_extent};
+use crate::char_cnn::{CharCnnEncoder, CharCnnEncoderConfig, PADDING_CHAR_ID};
 use crate::char_ids::{CharIdBatch, MAX_CHARS_PER_TOKEN};
 use crate::convolution_record::ConvolvedChunk;
+use crate::distinct_tokens::DistinctTokens;
 use crate::error::{ElmoError, Result};
 use crate::lstm_projection::{LstmState, LstmWithProjection, LstmWithProjectionConfig};
 use crate::lstm_stack::{LayerRun, both_directions, run_stack};
@@ -138,33 +138,8 @@ pub fn char_ids_tensor(batch: &CharIdBatch, device: &Device) -> Tensor<3, Int> {
     )
 }
 
-/// The distinct tokens of a host batch.
-struct DistinctTokens<'a> {
-    /// Char ids of each distinct token, in order of first appearance.
-    tokens: Vec<&'a [u16]>,
-    /// For every position of the batch, the index of its token in `tokens`.
-    positions: Vec<usize>,
-}
-
-impl<'a> DistinctTokens<'a> {
-    fn of(batch: &'a CharIdBatch) -> Self {
-        let mut first_seen: HashMap<&[u16], usize> = HashMap::new();
-        let mut tokens = Vec::new();
-        let positions = batch
-            .ids
-            .chunks_exact(MAX_CHARS_PER_TOKEN)
-            .map(|token| {
-                *first_seen.entry(token).or_insert_with(|| {
-                    tokens.push(token);
-                    tokens.len() - 1
-                })
-            })
-            .collect();
-        Self { tokens, positions }
-    }
-}
-
-/// Encoded distinct tokens: `values` `[n, P]` in encoding order, `row_of[u]` the row of token `u`.
+/// Encoded distinct tokens: `values` `[n, P]` in encoding order, `row_of[i]` the row of the
+/// `i`-th token asked for.
 struct EncodedTokens {
     values: Tensor<2>,
     row_of: Vec<usize>,
@@ -297,22 +272,22 @@ impl BiLm {
     /// - output: `[B, T, P]` (padded positions hold the embedding of the all-zero token)
     pub fn encode_tokens(&self, batch: &CharIdBatch, device: &Device) -> Tensor<3> {
         let distinct = DistinctTokens::of(batch);
-        let encoded = self.encode_distinct(&distinct.tokens, device);
-        let gather: Vec<usize> = distinct
-            .positions
-            .iter()
+        let all: Vec<usize> = (0..distinct.len()).collect();
+        let encoded = self.encode_distinct(&distinct, &all, device);
+        let gather: Vec<usize> = (distinct.positions().iter())
             .map(|&u| encoded.row_of[u])
             .collect();
         gather_rows(encoded.values, &gather, batch_shape(batch), device)
     }
 
-    /// The token encoder up to its highways over each distinct token of a host batch, outside
+    /// The token encoder up to its highways over each distinct token of a host batch (found
+    /// ahead by the caller: [`DistinctTokens::of`]), outside
     /// autodiff ([`CharCnnEncoder::convolutions_recorded`]), for a caller that runs the
     /// highways and the projection itself ([`CharCnnEncoder::dense_recorded`]) and
     /// differentiates all of it by hand (the training step), and places the rows with
     /// [`ConvolvedTokens::place`]: [`Self::encode_tokens`] in two parts.
-    pub fn convolve_tokens(&self, batch: &CharIdBatch, device: &Device) -> ConvolvedTokens {
-        let distinct = DistinctTokens::of(batch);
+    pub fn convolve_tokens(&self, distinct: &DistinctTokens, device: &Device) -> ConvolvedTokens {
+        let all: Vec<usize> = (0..distinct.len()).collect();
         let encoder = &self.token_encoder;
         let trains = |param: &Param<Tensor<2>>| param.val().is_require_grad();
         let record = trains(&encoder.char_embedding)
@@ -320,13 +295,11 @@ impl BiLm {
                 .any(|conv| trains(&conv.weight) || conv.bias.val().is_require_grad());
         let chunks = RefCell::new(Vec::new());
         let convolved =
-            self.encode_distinct_with(&distinct.tokens, device, |ids, host_ids, extent| {
+            self.encode_distinct_with(distinct, &all, device, |ids, host_ids, extent| {
                 let n_rows = ids.dims()[0];
                 let (convolutions, records) = encoder.convolutions_recorded(ids, extent);
                 if record {
-                    chunks
-                        .borrow_mut()
-                        .push((n_rows, host_ids.to_vec(), records));
+                    chunks.borrow_mut().push((n_rows, host_ids, records));
                 }
                 convolutions
             });
@@ -344,13 +317,13 @@ impl BiLm {
                 chunk
             })
             .collect();
-        let rows = (distinct.positions.iter())
+        let rows = (distinct.positions().iter())
             .map(|&u| convolved.row_of[u])
             .collect();
         ConvolvedTokens {
             convolutions: convolved.values,
             rows,
-            shape: batch_shape(batch),
+            shape: batch_shape(distinct.batch()),
             chunks,
         }
     }
@@ -374,43 +347,47 @@ impl BiLm {
             )));
         }
         let distinct = DistinctTokens::of(batch);
-        let mut values = vec![0.0f32; distinct.tokens.len() * d];
+        let mut values = vec![0.0f32; distinct.len() * d];
         let mut missing: Vec<usize> = Vec::new();
-        for (u, token) in distinct.tokens.iter().enumerate() {
-            match cache.get(token) {
+        for u in 0..distinct.len() {
+            match cache.get(distinct.token(u)) {
                 Some(cached) => values[u * d..(u + 1) * d].copy_from_slice(cached),
                 None => missing.push(u),
             }
         }
         if !missing.is_empty() {
-            let tokens: Vec<&[u16]> = missing.iter().map(|&u| distinct.tokens[u]).collect();
-            let encoded = self.encode_distinct(&tokens, device);
+            let encoded = self.encode_distinct(&distinct, &missing, device);
             let host: Vec<f32> = encoded
                 .values
                 .try_into_data()
                 .map_err(|e| ElmoError::TensorData(format!("{e:?}")))?
                 .try_into_vec_as::<f32>()
                 .map_err(|e| ElmoError::TensorData(format!("{e:?}")))?;
-            for ((&u, token), &row) in missing.iter().zip(&tokens).zip(&encoded.row_of) {
+            for (&u, &row) in missing.iter().zip(&encoded.row_of) {
                 let value = &host[row * d..(row + 1) * d];
                 values[u * d..(u + 1) * d].copy_from_slice(value);
-                cache.insert(token, value)?;
+                cache.insert(distinct.token(u), value)?;
             }
         }
-        let unique =
-            Tensor::<2>::from_data(TensorData::new(values, [distinct.tokens.len(), d]), device);
+        let unique = Tensor::<2>::from_data(TensorData::new(values, [distinct.len(), d]), device);
         Ok(gather_rows(
             unique,
-            &distinct.positions,
+            distinct.positions(),
             batch_shape(batch),
             device,
         ))
     }
 
-    /// Encodes distinct tokens, sorted by extent (characters before the padding) so that a
-    /// chunk of similar words only convolves the windows its longest word needs.
-    fn encode_distinct(&self, tokens: &[&[u16]], device: &Device) -> EncodedTokens {
-        self.encode_distinct_with(tokens, device, |ids, _, extent| {
+    /// Encodes distinct tokens `which` of `distinct`, sorted by extent (characters before the
+    /// padding) so that a chunk of similar words only convolves the windows its longest word
+    /// needs; `row_of[i]` is the row of `which[i]`.
+    fn encode_distinct(
+        &self,
+        distinct: &DistinctTokens,
+        which: &[usize],
+        device: &Device,
+    ) -> EncodedTokens {
+        self.encode_distinct_with(distinct, which, device, |ids, _, extent| {
             let encoded = (self.token_encoder)
                 .forward_stages_with_extent(ids, extent)
                 .token_embedding;
@@ -424,14 +401,14 @@ impl BiLm {
     /// the encoder.
     fn encode_distinct_with(
         &self,
-        tokens: &[&[u16]],
+        distinct: &DistinctTokens,
+        which: &[usize],
         device: &Device,
-        stage: impl Fn(Tensor<3, Int>, &[i64], usize) -> Tensor<2>,
+        stage: impl Fn(Tensor<3, Int>, Vec<i64>, usize) -> Tensor<2>,
     ) -> EncodedTokens {
-        let extents: Vec<usize> = tokens.iter().map(|token| char_extent(token)).collect();
-        let mut order: Vec<usize> = (0..tokens.len()).collect();
-        order.sort_by_key(|&u| extents[u]);
-        let mut row_of = vec![0; tokens.len()];
+        let mut order: Vec<usize> = (0..which.len()).collect();
+        order.sort_by_key(|&i| distinct.extent(which[i]));
+        let mut row_of = vec![0; which.len()];
         for (row, &u) in order.iter().enumerate() {
             row_of[u] = row;
         }
@@ -453,16 +430,18 @@ impl BiLm {
                 let padding = std::iter::repeat_n(i64::from(PADDING_CHAR_ID), MAX_CHARS_PER_TOKEN);
                 let ids: Vec<i64> = chunk
                     .iter()
-                    .flat_map(|&u| tokens[u].iter().map(|&c| i64::from(c)))
+                    .flat_map(|&i| distinct.token(which[i]).iter().map(|&c| i64::from(c)))
                     .chain(std::iter::repeat_n(padding, n_rows - n).flatten())
                     .collect();
-                let extent = chunk.iter().map(|&u| extents[u]).max().unwrap_or(0);
+                let extent = (chunk.iter().map(|&i| distinct.extent(which[i])))
+                    .max()
+                    .unwrap_or(0);
                 let host_ids = ids.clone();
                 let ids = Tensor::<3, Int>::from_data(
                     TensorData::new(ids, [n_rows, 1, MAX_CHARS_PER_TOKEN]),
                     device,
                 );
-                stage(ids, &host_ids, extent).narrow(0, 0, n)
+                stage(ids, host_ids, extent).narrow(0, 0, n)
             })
             .collect();
         EncodedTokens {

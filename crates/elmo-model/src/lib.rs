@@ -28,6 +28,7 @@ pub mod convolution_record;
 #[cfg(feature = "flex")]
 pub mod cpu_matmul;
 pub mod cpu_memory;
+mod distinct_tokens;
 pub mod elmo;
 pub mod embedder;
 pub mod error;
@@ -51,6 +52,7 @@ pub use bilm::{BiLm, BiLmConfig, BiLmOutput};
 pub use bilm_state::BiLmState;
 pub use char_cnn::{CharCnnEncoder, CharCnnEncoderConfig};
 pub use char_ids::CharIdBatch;
+pub use distinct_tokens::DistinctTokens;
 pub use elmo::{Elmo, ElmoConfig, ElmoOutput};
 pub use elmo_kernels::{HostInstructions, KernelSettings, Precision};
 pub use embedder::{Embedder, EmbedderConfig, LayerSelection, SentenceVectors, SentenceView};

@@ -12,7 +12,7 @@ use std::num::NonZeroUsize;
 use burn::tensor::{Device, Tensor, TensorData};
 use common::*;
 use elmo_model::bilm::{ENCODER_CHUNK_TOKENS, ENCODER_ROW_MULTIPLE, char_ids_tensor};
-use elmo_model::{CharIdBatch, ElmoConfig, KernelSettings, TokenEmbeddingCache};
+use elmo_model::{CharIdBatch, DistinctTokens, ElmoConfig, KernelSettings, TokenEmbeddingCache};
 use elmo_test_support::{
     autodiff_one_at_a_time, flex_and_wgpu, scaled_difference, wgpu_device_or_skip,
 };
@@ -77,7 +77,7 @@ fn convolved_tokens_record_every_chunk() {
         let device = device.autodiff();
         let bilm = host_chunked_bilm(&device);
         let batch = batch_of(20, ENCODER_CHUNK_TOKENS + 77);
-        let convolved = bilm.convolve_tokens(&batch, &device);
+        let convolved = bilm.convolve_tokens(&DistinctTokens::of(&batch), &device);
         let direct = (bilm.token_encoder)
             .forward_stages(char_ids_tensor(&batch, &device))
             .convolutions
@@ -122,7 +122,8 @@ fn convolved_tokens_record_every_chunk() {
         assert_eq!(start, n_distinct);
         // With the default settings a CubeCL device encodes these tokens in one call (the
         // host in two), with the same convolutions.
-        let default_chunks = tiny_bilm(&device).convolve_tokens(&batch, &device);
+        let default_chunks =
+            tiny_bilm(&device).convolve_tokens(&DistinctTokens::of(&batch), &device);
         let on_gpu = elmo_kernels::on_cube_device(&convolved.convolutions);
         let expected = if on_gpu { 1 } else { 2 };
         assert_eq!(default_chunks.chunks.len(), expected, "{device:?}");

@@ -28,7 +28,7 @@ use elmo_model::char_cnn::{DenseRecord, PADDING_CHAR_ID};
 use elmo_model::convolution_record::{ConvolvedChunk, PaddingWindow, RecordedWindows};
 use elmo_model::highway::HighwayRecord;
 use elmo_model::options::CnnActivation;
-use elmo_model::{BiLm, CharCnnEncoder, CharIdBatch};
+use elmo_model::{BiLm, CharCnnEncoder, DistinctTokens};
 
 use crate::language_model::register_if_trained;
 
@@ -42,12 +42,13 @@ pub(crate) struct EncoderPass {
 }
 
 impl EncoderPass {
-    /// Encodes `batch` with `bilm`'s token encoder, the dense layers outside autodiff.
+    /// Encodes a batch's distinct tokens with `bilm`'s token encoder, the dense layers outside
+    /// autodiff.
     ///
     /// # Shapes
     /// - the token embeddings ([`Self::embedded`]): `[B, T, P]`, without autodiff
-    pub(crate) fn forward(bilm: &BiLm, batch: &CharIdBatch, device: &Device) -> Self {
-        let convolved = bilm.convolve_tokens(batch, device);
+    pub(crate) fn forward(bilm: &BiLm, tokens: &DistinctTokens, device: &Device) -> Self {
+        let convolved = bilm.convolve_tokens(tokens, device);
         let plain = bilm.token_encoder.valid();
         let record = plain.dense_recorded(convolved.convolutions.clone().inner());
         Self { convolved, record }

@@ -29,6 +29,7 @@ pub mod run;
 pub mod run_info;
 mod seeds;
 pub mod softmax;
+mod step_input;
 pub mod step_losses;
 pub mod step_profile;
 pub mod trainer;
@@ -44,6 +45,7 @@ pub use language_model::{BiLanguageModel, BiLanguageModelConfig, GradientOptions
 pub use loss_scale::LossScale;
 pub use lstm_backward::{LstmGroup, RecordedLstm};
 pub use run::TrainedRun;
+pub use step_input::StepInput;
 pub use step_profile::StepProfile;
 pub use trainer::{TrainObserver, TrainOptions, TrainSummary, Trainer, train};
 pub use vocabulary::Vocabulary;

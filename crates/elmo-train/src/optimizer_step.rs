@@ -18,6 +18,7 @@ use crate::lm_batch::LmBatch;
 use crate::optimizer::{clip_to_norm, queued_squared_norm};
 use crate::seeds::mix_seed;
 use crate::softmax::SampledCandidates;
+use crate::step_input::{PreparedStreams, StepInput, step_candidates};
 use crate::step_losses::StepLosses;
 use crate::step_profile::StepProfile;
 
@@ -59,26 +60,68 @@ pub fn optimizer_step(
     state: &mut Option<CarriedState>,
     settings: StepSettings,
 ) -> Result<(BiLanguageModel, StepLosses)> {
-    optimizer_step_overlapping(model, optimizer, batch, state, settings, || {})
+    let streams = PreparedStreams::of(batch);
+    let StepSettings {
+        config,
+        n_vocab,
+        seed,
+        step,
+        ..
+    } = settings;
+    let candidates = step_candidates(config, n_vocab, seed, step);
+    let prepared = Prepared {
+        streams: &streams,
+        candidates: candidates.as_ref(),
+    };
+    run_step(model, optimizer, prepared, state, settings, || {})
 }
 
-/// [`optimizer_step`], running `meanwhile` on this thread once the step's work up to the
-/// clipping is queued and before the step waits for the device to read its losses back: host
-/// work that then overlaps the device's (the next batch: [`crate::Trainer::step`]).
+/// [`optimizer_step`] on a batch prepared ahead ([`StepInput::prepare`]), running `meanwhile`
+/// on this thread once the step's work up to the clipping is queued and before the step waits
+/// for the device to read its losses back: host work that then overlaps the device's (the next
+/// batch read and prepared: [`crate::Trainer::step`]).
 ///
 /// # Errors
 /// As [`optimizer_step`].
 pub fn optimizer_step_overlapping(
     model: BiLanguageModel,
     optimizer: &mut ModuleOptimizer,
-    batch: &LmBatch,
+    input: &StepInput,
+    state: &mut Option<CarriedState>,
+    settings: StepSettings,
+    meanwhile: impl FnOnce(),
+) -> Result<(BiLanguageModel, StepLosses)> {
+    let candidates = input.candidates_for(
+        settings.config,
+        settings.n_vocab,
+        settings.seed,
+        settings.step,
+    );
+    let prepared = Prepared {
+        streams: input.streams(),
+        candidates: candidates.as_ref().as_ref(),
+    };
+    run_step(model, optimizer, prepared, state, settings, meanwhile)
+}
+
+/// What a step reads of its batch, and its negatives.
+struct Prepared<'a> {
+    streams: &'a PreparedStreams,
+    candidates: Option<&'a SampledCandidates>,
+}
+
+/// The step of [`optimizer_step`] and [`optimizer_step_overlapping`].
+fn run_step(
+    model: BiLanguageModel,
+    optimizer: &mut ModuleOptimizer,
+    prepared: Prepared,
     state: &mut Option<CarriedState>,
     settings: StepSettings,
     meanwhile: impl FnOnce(),
 ) -> Result<(BiLanguageModel, StepLosses)> {
     let StepSettings {
         config,
-        n_vocab,
+        n_vocab: _,
         seed,
         step,
         lr_scale,
@@ -94,13 +137,11 @@ pub fn optimizer_step_overlapping(
     if let Some(profile) = profile {
         profile.start(device);
     }
-    let candidates = config.uses_sampled_softmax(n_vocab).then(|| {
-        let mut rng = ChaCha8Rng::seed_from_u64(mix_seed(&[seed, step, 0x5A3]));
-        SampledCandidates::draw(config.negatives, n_vocab, &mut rng)
-    });
-    let mode = candidates
-        .as_ref()
-        .map_or(SoftmaxMode::Full, SoftmaxMode::Sampled);
+    let Prepared {
+        streams,
+        candidates,
+    } = prepared;
+    let mode = candidates.map_or(SoftmaxMode::Full, SoftmaxMode::Sampled);
     let start = state.clone().map(|carried| {
         let mut rng = ChaCha8Rng::seed_from_u64(mix_seed(&[seed, step, 0x5E7]));
         let n_rows = carried.forward.first().map_or(0, |s| s.hidden.dims()[0]);
@@ -113,8 +154,8 @@ pub fn optimizer_step_overlapping(
     let LmGradients {
         step: out,
         mut grads,
-    } = model.loss_and_gradients(
-        batch,
+    } = model.loss_and_gradients_of(
+        streams,
         start,
         mode,
         device,

@@ -35,6 +35,7 @@ use crate::optimizer_step::{StepSettings, optimizer_step_overlapping};
 use crate::run::model_for;
 use crate::run_info::RunInfo;
 use crate::seeds::mix_seed;
+use crate::step_input::StepInput;
 use crate::step_losses::{LossWindow, StepLosses};
 use crate::vocabulary::Vocabulary;
 
@@ -166,9 +167,9 @@ pub struct Trainer {
     _lock: RunLock,
 }
 
-/// A batch read ahead ([`Trainer::step`]) and the batcher's position before it.
+/// A batch read and prepared ahead ([`Trainer::step`]) and the batcher's position before it.
 struct Prefetched {
-    batch: Result<Option<LmBatch>>,
+    input: Result<Option<StepInput>>,
     before: BatcherState,
 }
 
@@ -346,37 +347,41 @@ impl Trainer {
     }
 
     /// One optimizer step on the next batch, then the weight average moved on. The batch after
-    /// it is read while the device runs the step, before the step waits for its losses; a
-    /// checkpoint records the data position before that batch, and an error reading it is
-    /// returned by the step that uses it. A non-finite loss
-    /// is an error naming the last checkpoint (the model is left as it was). After a failed
+    /// it is read and prepared ([`StepInput`]: its char ids, distinct tokens and negatives)
+    /// while the device runs the step, before the step waits for its losses; a checkpoint
+    /// records the data position before that batch, and an error reading it is returned by
+    /// the step that uses it. A non-finite loss is an error naming the last checkpoint (the model is left as it was). After a failed
     /// device ([`TrainError::Device`]) the trainer holds no model: drop it and resume from the
     /// run's last checkpoint.
     pub fn step(&mut self, observer: &mut dyn TrainObserver) -> Result<StepLosses> {
-        let batch = match self.prefetched.take() {
-            Some(prefetched) => prefetched.batch,
-            None => self.batcher.next_batch(),
+        let step = self.progress.step;
+        let (config, n_vocab, seed) = (&self.config, self.vocab.len(), self.options.seed);
+        let prepare = |batch: Option<LmBatch>, step| {
+            batch.map(|batch| StepInput::prepare(&batch, config, n_vocab, seed, step))
+        };
+        let input = match self.prefetched.take() {
+            Some(prefetched) => prefetched.input,
+            None => self.batcher.next_batch().map(|batch| prepare(batch, step)),
         }?
         .ok_or_else(|| {
             TrainError::Corpus("the training stream ended (it should loop forever)".into())
         })?;
-        let step = self.progress.step;
         let model = self
             .model
             .take()
             .expect("the model is only taken during a step");
         // A failed device leaves no model to go on with: the run stops, its checkpoints intact.
-        // The next batch is read while the device runs this step.
+        // The next batch is read and prepared while the device runs this step.
         let (batcher, prefetched) = (&mut self.batcher, &mut self.prefetched);
         let (model, out) = optimizer_step_overlapping(
             model,
             &mut self.optimizer,
-            &batch,
+            &input,
             &mut self.state,
             StepSettings {
-                config: &self.config,
-                n_vocab: self.vocab.len(),
-                seed: self.options.seed,
+                config,
+                n_vocab,
+                seed,
                 step,
                 lr_scale: self.progress.plateau.factor(&self.config.lr_schedule),
                 device: &self.train_device,
@@ -385,8 +390,8 @@ impl Trainer {
             },
             || {
                 let before = batcher.state();
-                let batch = batcher.next_batch();
-                *prefetched = Some(Prefetched { batch, before });
+                let input = batcher.next_batch().map(|batch| prepare(batch, step + 1));
+                *prefetched = Some(Prefetched { input, before });
             },
         )?;
         self.model = Some(model);

@@ -16,12 +16,13 @@ use elmo_model::{LstmState, LstmWithProjection};
 use crate::encoder_backward::EncoderPass;
 use crate::language_model::{
     BiLanguageModel, CarriedState, GradientOptions, LmGradients, LmLoss, LmStep, SoftmaxMode,
-    positions_tensor, register_if_trained, stream_char_ids,
+    positions_tensor, register_if_trained,
 };
 use crate::lm_batch::{LmBatch, Targets};
 use crate::lstm_backward::LstmGroup;
 use crate::recorded_stack::{RecordedStack, StackGradients, backward_stack, forward_stack};
 use crate::softmax::SampledCandidates;
+use crate::step_input::PreparedStreams;
 
 /// The two directions' recorded LSTM stacks: one record of both (paired, their rows stacked)
 /// or one record each, in direction order.
@@ -77,6 +78,20 @@ impl BiLanguageModel {
         device: &Device,
         options: GradientOptions,
     ) -> LmGradients {
+        let streams = PreparedStreams::of(batch);
+        self.loss_and_gradients_of(&streams, state, softmax, device, options)
+    }
+
+    /// [`Self::loss_and_gradients`] of a batch's streams prepared already
+    /// ([`crate::StepInput`]: while the device ran the step before).
+    pub(crate) fn loss_and_gradients_of(
+        &self,
+        streams: &PreparedStreams,
+        state: Option<CarriedState>,
+        softmax: SoftmaxMode,
+        device: &Device,
+        options: GradientOptions,
+    ) -> LmGradients {
         let GradientOptions {
             dropout_seed,
             loss_scale,
@@ -87,9 +102,8 @@ impl BiLanguageModel {
                 profile.mark(device, phase);
             }
         };
-        let streams = batch.streams();
-        let encoder_pass = EncoderPass::forward(&self.bilm, &stream_char_ids(&streams), device);
-        let n_rows = streams.grids[0].rows.len();
+        let encoder_pass = EncoderPass::forward(&self.bilm, &streams.tokens, device);
+        let n_rows = streams.n_rows;
         let embedded = encoder_pass.embedded();
         mark("encoder forward");
         let (f_start, b_start) = match state.filter(|_| streams.carries_state) {
@@ -131,7 +145,7 @@ impl BiLanguageModel {
         let [f_top, b_top] = recorded.tops();
         let tops = [&f_top, &b_top];
         let [forward_targets, backward_targets] = &streams.targets;
-        let targets = [&**forward_targets, &**backward_targets];
+        let targets = [forward_targets, backward_targets];
         let candidates = match softmax {
             SoftmaxMode::Full => None,
             SoftmaxMode::Sampled(candidates) => Some(candidates),

@@ -19,7 +19,7 @@ use elmo_train::optimizer::build_optimizer;
 use elmo_train::optimizer_step::{StepSettings, optimizer_step, optimizer_step_overlapping};
 use elmo_train::run::seeded_model;
 use elmo_train::softmax::SampledCandidates;
-use elmo_train::{InitFrom, TrainOptions, TrainedRun, Vocabulary, train};
+use elmo_train::{InitFrom, StepInput, TrainOptions, TrainedRun, Vocabulary, train};
 use rand::SeedableRng;
 
 const CORPUS: &str = "the cat sat on the mat .\n\
@@ -1404,6 +1404,58 @@ fn an_overflowing_mixed_precision_step_is_skipped() {
     }
 }
 
+/// A batch prepared ahead of its step ([`StepInput`]: its streams' distinct tokens and the
+/// step's negatives) gives the step that the batch alone gives, the same losses and weights;
+/// prepared for another step, it runs with the negatives of the step it runs at, where the
+/// negatives of another step give other weights.
+#[test]
+fn a_batch_prepared_ahead_gives_the_step_of_the_batch_alone() {
+    let _one = autodiff_one_at_a_time();
+    let mut config = tiny_config();
+    config.negatives = 4;
+    let PackedStep {
+        vocab,
+        device,
+        model,
+        batch,
+        ..
+    } = PackedStep::new(&config, Device::flex());
+    assert!(config.uses_sampled_softmax(vocab.len()));
+    let kernels = KernelSettings::default();
+    let settings = |step| StepSettings {
+        step,
+        ..first_step(&config, vocab.len(), &device, None)
+    };
+    let step_of = |input: Option<StepInput>, step| {
+        let mut optimizer = build_optimizer(&config.optimizer, kernels);
+        let model = model.clone();
+        let (model, losses) = match input {
+            Some(input) => optimizer_step_overlapping(
+                model,
+                &mut optimizer,
+                &input,
+                &mut None,
+                settings(step),
+                || {},
+            ),
+            None => optimizer_step(model, &mut optimizer, &batch, &mut None, settings(step)),
+        }
+        .unwrap();
+        (flat(&model), losses.loss)
+    };
+    let prepared = |step| Some(StepInput::prepare(&batch, &config, vocab.len(), 3, step));
+    // Weights compared whole, reported by their loss (the weights are too many to print).
+    let same = |(a, loss_a): (Vec<Vec<f32>>, f64), (b, loss_b): (Vec<Vec<f32>>, f64)| {
+        assert!(a == b && loss_a == loss_b, "losses {loss_a} and {loss_b}");
+    };
+    let alone = step_of(None, 0);
+    assert!(alone.1.is_finite());
+    same(step_of(prepared(0), 0), alone.clone());
+    same(step_of(prepared(5), 0), alone.clone());
+    assert!(step_of(None, 5).0 != alone.0, "another step, other weights");
+    same(step_of(prepared(5), 5), step_of(None, 5));
+}
+
 /// A step reads its joint loss, the directions' NLLs and its gradients' global norm from the
 /// device in one read, once its backward is queued: they are what separate reads of the same
 /// step give (on flex, where the norm is summed on the host, and on wgpu, where the norm's
@@ -1441,8 +1493,9 @@ fn a_step_reports_the_losses_and_norm_that_separate_reads_give() {
         let mut optimizer = build_optimizer(&config.optimizer, kernels);
         let settings = first_step(&config, vocab.len(), &device, None);
         let mut meanwhile = 0;
+        let input = StepInput::prepare(&batch, &config, vocab.len(), settings.seed, settings.step);
         let (_, losses) =
-            optimizer_step_overlapping(model, &mut optimizer, &batch, &mut None, settings, || {
+            optimizer_step_overlapping(model, &mut optimizer, &input, &mut None, settings, || {
                 meanwhile += 1
             })
             .unwrap();

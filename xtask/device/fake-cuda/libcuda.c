@@ -44,10 +44,10 @@ static void trace(const char *fn) {
 }
 #define T() trace(__func__)
 
-// With $FAKECUDA_TIMELINE, one line per kernel launch, device-to-host copy and event wait into
-// $FAKECUDA_TIMELINE.<pid>: the time (µs, CLOCK_MONOTONIC), the event and the kernel or the
-// bytes. Where the host leaves the device without work on a GPU (`launch_gaps.py`: each step's
-// longest stretch without a launch).
+// With $FAKECUDA_TIMELINE, one line per kernel launch, device-to-host copy and event wait, and
+// two around each device-to-device copy or memset, into $FAKECUDA_TIMELINE.<pid>: the time (µs,
+// CLOCK_MONOTONIC), the event and the kernel or the bytes. Where the host leaves the device
+// without work on a GPU (`launch_gaps.py`: each step's longest stretch without a launch).
 static void timeline(const char *event, const char *detail, unsigned long long bytes) {
     static FILE *out;
     static int opened;
@@ -194,7 +194,15 @@ CUresult cuMemcpyDtoH_v2(void *d, CUdeviceptr s, size_t n) {
     memcpy(d, PTR(s), n);
     return OK;
 }
-CUresult cuMemcpyDtoD_v2(CUdeviceptr d, CUdeviceptr s, size_t n) { T(); memmove(PTR(d), PTR(s), n); return OK; }
+// Device-to-device copies and memsets run on the host here and are asynchronous on a GPU: the
+// timeline brackets each ("copy" KIND BYTES ... "copied"), for launch_gaps.py to take out.
+static void device_copy(const char *kind, void *d, const void *s, int v, size_t n) {
+    timeline("copy", kind, n);
+    if (s) memmove(d, s, n);
+    else memset(d, v, n);
+    timeline("copied", kind, n);
+}
+CUresult cuMemcpyDtoD_v2(CUdeviceptr d, CUdeviceptr s, size_t n) { T(); device_copy("dtod", PTR(d), PTR(s), 0, n); return OK; }
 CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void *s, size_t n, CUstream st) { T(); memcpy(PTR(d), s, n); return OK; }
 CUresult cuMemcpyDtoHAsync_v2(void *d, CUdeviceptr s, size_t n, CUstream st) {
     T();
@@ -202,12 +210,14 @@ CUresult cuMemcpyDtoHAsync_v2(void *d, CUdeviceptr s, size_t n, CUstream st) {
     memcpy(d, PTR(s), n);
     return OK;
 }
-CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) { T(); memmove(PTR(d), PTR(s), n); return OK; }
-CUresult cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, CUstream s) { T(); memset(PTR(d), v, n); return OK; }
-CUresult cuMemsetD8_v2(CUdeviceptr d, unsigned char v, size_t n) { T(); memset(PTR(d), v, n); return OK; }
+CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) { T(); device_copy("dtod", PTR(d), PTR(s), 0, n); return OK; }
+CUresult cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, CUstream s) { T(); device_copy("memset", PTR(d), NULL, v, n); return OK; }
+CUresult cuMemsetD8_v2(CUdeviceptr d, unsigned char v, size_t n) { T(); device_copy("memset", PTR(d), NULL, v, n); return OK; }
 CUresult cuMemsetD32Async(CUdeviceptr d, unsigned v, size_t n, CUstream s) {
     T();
+    timeline("copy", "memset", 4 * n);
     for (size_t i = 0; i < n; i++) ((unsigned *)PTR(d))[i] = v;
+    timeline("copied", "memset", 4 * n);
     return OK;
 }
 
@@ -232,9 +242,12 @@ CUresult cuMemcpy2DAsync_v2(const Memcpy2D *c, CUstream s) {
     if (c->srcMemoryType == MEM_ARRAY || c->dstMemoryType == MEM_ARRAY) return ERR_NOT_SUPPORTED;
     const char *src = c->srcMemoryType == MEM_HOST ? c->srcHost : PTR(c->srcDevice);
     char *dst = c->dstMemoryType == MEM_HOST ? c->dstHost : PTR(c->dstDevice);
+    int on_device = c->srcMemoryType != MEM_HOST && c->dstMemoryType != MEM_HOST;
+    if (on_device) timeline("copy", "dtod", c->WidthInBytes * c->Height);
     for (size_t row = 0; row < c->Height; row++)
         memmove(dst + (c->dstY + row) * c->dstPitch + c->dstXInBytes,
                 src + (c->srcY + row) * c->srcPitch + c->srcXInBytes, c->WidthInBytes);
+    if (on_device) timeline("copied", "dtod", c->WidthInBytes * c->Height);
     return OK;
 }
 CUresult cuMemcpy2D_v2(const Memcpy2D *c) { T(); return cuMemcpy2DAsync_v2(c, NULL); }
