@@ -17,8 +17,7 @@ use crate::language_model::{
 use crate::lm_batch::LmBatch;
 use crate::optimizer::{clip_to_norm, queued_squared_norm};
 use crate::seeds::mix_seed;
-use crate::softmax::SampledCandidates;
-use crate::step_input::{PreparedStreams, StepInput, step_candidates};
+use crate::step_input::StepInput;
 use crate::step_losses::StepLosses;
 use crate::step_profile::StepProfile;
 
@@ -60,20 +59,14 @@ pub fn optimizer_step(
     state: &mut Option<CarriedState>,
     settings: StepSettings,
 ) -> Result<(BiLanguageModel, StepLosses)> {
-    let streams = PreparedStreams::of(batch);
-    let StepSettings {
-        config,
-        n_vocab,
-        seed,
-        step,
-        ..
-    } = settings;
-    let candidates = step_candidates(config, n_vocab, seed, step);
-    let prepared = Prepared {
-        streams: &streams,
-        candidates: candidates.as_ref(),
-    };
-    run_step(model, optimizer, prepared, state, settings, || {})
+    let input = StepInput::prepare(
+        batch,
+        settings.config,
+        settings.n_vocab,
+        settings.seed,
+        settings.step,
+    );
+    optimizer_step_overlapping(model, optimizer, &input, state, settings, || {})
 }
 
 /// [`optimizer_step`] on a batch prepared ahead ([`StepInput::prepare`]), running `meanwhile`
@@ -91,37 +84,9 @@ pub fn optimizer_step_overlapping(
     settings: StepSettings,
     meanwhile: impl FnOnce(),
 ) -> Result<(BiLanguageModel, StepLosses)> {
-    let candidates = input.candidates_for(
-        settings.config,
-        settings.n_vocab,
-        settings.seed,
-        settings.step,
-    );
-    let prepared = Prepared {
-        streams: input.streams(),
-        candidates: candidates.as_ref().as_ref(),
-    };
-    run_step(model, optimizer, prepared, state, settings, meanwhile)
-}
-
-/// What a step reads of its batch, and its negatives.
-struct Prepared<'a> {
-    streams: &'a PreparedStreams,
-    candidates: Option<&'a SampledCandidates>,
-}
-
-/// The step of [`optimizer_step`] and [`optimizer_step_overlapping`].
-fn run_step(
-    model: BiLanguageModel,
-    optimizer: &mut ModuleOptimizer,
-    prepared: Prepared,
-    state: &mut Option<CarriedState>,
-    settings: StepSettings,
-    meanwhile: impl FnOnce(),
-) -> Result<(BiLanguageModel, StepLosses)> {
     let StepSettings {
         config,
-        n_vocab: _,
+        n_vocab,
         seed,
         step,
         lr_scale,
@@ -137,11 +102,8 @@ fn run_step(
     if let Some(profile) = profile {
         profile.start(device);
     }
-    let Prepared {
-        streams,
-        candidates,
-    } = prepared;
-    let mode = candidates.map_or(SoftmaxMode::Full, SoftmaxMode::Sampled);
+    let candidates = input.candidates_for(config, n_vocab, seed, step);
+    let mode = (candidates.as_ref().as_ref()).map_or(SoftmaxMode::Full, SoftmaxMode::Sampled);
     let start = state.clone().map(|carried| {
         let mut rng = ChaCha8Rng::seed_from_u64(mix_seed(&[seed, step, 0x5E7]));
         let n_rows = carried.forward.first().map_or(0, |s| s.hidden.dims()[0]);
@@ -155,7 +117,7 @@ fn run_step(
         step: out,
         mut grads,
     } = model.loss_and_gradients_of(
-        streams,
+        input.streams(),
         start,
         mode,
         device,

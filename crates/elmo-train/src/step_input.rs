@@ -121,17 +121,6 @@ impl StepInput {
     }
 }
 
-/// The negatives of step `step` of a run of `seed` under `config` (`None` with the full
-/// softmax).
-pub(crate) fn step_candidates(
-    config: &TrainConfig,
-    n_vocab: usize,
-    seed: u64,
-    step: u64,
-) -> Option<SampledCandidates> {
-    draw_candidates(CandidateKey::of(config, n_vocab, seed, step))
-}
-
 /// TensorFlow's log-uniform candidates of one step, from (seed, step).
 fn draw_candidates(key: CandidateKey) -> Option<SampledCandidates> {
     key.negatives.map(|negatives| {
