@@ -148,8 +148,8 @@ pub struct Trainer {
     model: Option<BiLanguageModel>,
     optimizer: ModuleOptimizer,
     batcher: Batcher,
-    /// The next step's batch, taken from `batcher` while the last step's device work ran, and
-    /// the batcher's position before it (what a checkpoint records).
+    /// The next step's batch, read from `batcher` and prepared while the last step's device
+    /// work ran, and the batcher's position before it (what a checkpoint records).
     prefetched: Option<Prefetched>,
     shape: BatchShape,
     state: Option<CarriedState>,
@@ -350,9 +350,9 @@ impl Trainer {
     /// it is read and prepared ([`StepInput`]: its char ids, distinct tokens and negatives)
     /// while the device runs the step, before the step waits for its losses; a checkpoint
     /// records the data position before that batch, and an error reading it is returned by
-    /// the step that uses it. A non-finite loss is an error naming the last checkpoint (the model is left as it was). After a failed
-    /// device ([`TrainError::Device`]) the trainer holds no model: drop it and resume from the
-    /// run's last checkpoint.
+    /// the step that uses it. A non-finite loss is an error naming the last checkpoint (the
+    /// model is left as it was). After a failed device ([`TrainError::Device`]) the trainer
+    /// holds no model: drop it and resume from the run's last checkpoint.
     pub fn step(&mut self, observer: &mut dyn TrainObserver) -> Result<StepLosses> {
         let step = self.progress.step;
         let (config, n_vocab, seed) = (&self.config, self.vocab.len(), self.options.seed);
