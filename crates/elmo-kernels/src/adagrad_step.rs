@@ -32,44 +32,65 @@ mod kernels {
     use burn::cubecl;
     use burn::cubecl::prelude::*;
 
-    /// One unit per element: the new accumulator and the new parameter.
+    /// One unit per element: the new accumulator and the new parameter. With `scaled`, the
+    /// gradient is multiplied by `scale[0]` first, and where `scale[1]` is 0 the update is
+    /// skipped: parameter and accumulator (the initial one on the first step) as they were.
     #[cube(launch)]
     #[allow(clippy::too_many_arguments)]
     pub(super) fn adagrad_kernel<F: Float>(
         parameter: &Tensor<F>,
         gradient: &Tensor<F>,
         accumulator: &Tensor<F>,
+        scale: &Tensor<F>,
         new_parameter: &mut Tensor<F>,
         new_accumulator: &mut Tensor<F>,
         learning_rate: f32,
         initial_accumulator: f32,
         #[comptime] has_accumulator: bool,
+        #[comptime] scaled: bool,
         #[define(F)] _dtype: ElemType,
     ) {
         let position = ABSOLUTE_POS;
         if position >= new_parameter.len() {
             terminate!();
         }
-        let grad = gradient[position];
-        let squared = grad * grad;
-        let sum = if has_accumulator {
-            accumulator[position] + squared
+        let mut grad = gradient[position];
+        let mut apply = true;
+        if scaled {
+            grad *= scale[0];
+            apply = scale[1] != F::new(0.0);
+        }
+        let before = if has_accumulator {
+            accumulator[position]
         } else {
-            squared + F::cast_from(initial_accumulator)
+            F::cast_from(initial_accumulator)
         };
-        new_accumulator[position] = sum;
-        new_parameter[position] =
-            parameter[position] - grad / sum.sqrt() * F::cast_from(learning_rate);
+        if apply {
+            let sum = before + grad * grad;
+            new_accumulator[position] = sum;
+            new_parameter[position] =
+                parameter[position] - grad / sum.sqrt() * F::cast_from(learning_rate);
+        } else {
+            new_accumulator[position] = before;
+            new_parameter[position] = parameter[position];
+        }
     }
 }
 
 /// One Adagrad step in one kernel; `None` where the fused kernels do not run
-/// ([`KernelSettings::fused_for`]).
+/// ([`KernelSettings::fused_for`]). With `scale` (`[factor, apply]` on the device:
+/// [`crate::device_gradient_scale`]) the gradient is multiplied by the factor first, and where
+/// apply is 0 the parameter and accumulator stay as they were (the accumulator at
+/// `initial_accumulator` on a first step).
+///
+/// # Shapes
+/// - parameter, gradient, accumulator: one shape; scale: `[2]`
 #[cfg_attr(not(feature = "cubecl"), allow(unused_variables))]
 pub fn fused_adagrad_step<const D: usize>(
     parameter: &Tensor<D>,
     gradient: &Tensor<D>,
     accumulator: Option<&Tensor<D>>,
+    scale: Option<&Tensor<1>>,
     initial_accumulator: f64,
     learning_rate: f64,
     kernels: KernelSettings,
@@ -84,8 +105,13 @@ pub fn fused_adagrad_step<const D: usize>(
         let device = parameter.device();
         let new_parameter = ElementwiseOutput::new(parameter.dims(), &device);
         let new_accumulator = ElementwiseOutput::new(parameter.dims(), &device);
-        // Without an accumulator (the first step) the kernel reads none.
+        // Without an accumulator (the first step) or a scale the kernel reads none.
         let accumulator_argument = kernel_input_or(accumulator, gradient);
+        let scale = scale.map(|scale| match scale.dtype() == parameter.dtype() {
+            true => scale.clone(),
+            false => scale.clone().cast(parameter.dtype()),
+        });
+        let scale_argument = kernel_input_or(scale.as_ref(), gradient);
         kernels::adagrad_kernel::launch(
             &new_parameter.client,
             new_parameter.count.clone(),
@@ -93,11 +119,13 @@ pub fn fused_adagrad_step<const D: usize>(
             kernel_input(parameter).into_tensor_arg(),
             kernel_input(gradient).into_tensor_arg(),
             accumulator_argument.into_tensor_arg(),
+            scale_argument.into_tensor_arg(),
             new_parameter.primitive.into_tensor_arg(),
             new_accumulator.primitive.into_tensor_arg(),
             learning_rate as f32,
             initial_accumulator as f32,
             accumulator.is_some(),
+            scale.is_some(),
             new_parameter.dtype,
         );
         Some(AdagradStep {

@@ -22,6 +22,7 @@ mod cuda_blas;
 mod dropout_mask;
 mod gate_activation;
 mod gemm_plan;
+mod gradient_scale;
 mod host_gemm;
 mod host_lstm;
 mod host_lstm_cell;
@@ -52,6 +53,7 @@ pub use cuda_blas::{CublasStats, cublas_available, cublas_product, cublas_runs_o
 pub use dropout_mask::{MaskKey, dropout_mask};
 pub use gate_activation::{EXP_LIMIT, GateActivation};
 pub use gemm_plan::{GemmPlan, StridedLayout, gemm_plan};
+pub use gradient_scale::{GradientScaling, device_gradient_scale};
 pub use host_gemm::{
     HostInstructions, PackedMatrix, host_threads, matmul_packed, matmul_packed_parallel,
 };

@@ -1,11 +1,15 @@
 //! Optimisation: TensorFlow's Adagrad (bilm-tf's optimizer, with an initial accumulator), Adam,
 //! plain SGD (Kim et al. 2016's PTB recipe), and clipping of the global gradient norm (`tf.clip_by_global_norm`).
 
+use std::path::Path;
+use std::sync::{Arc, Mutex, PoisonError};
+
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::{
-    AdamConfig, GradientsParams, LearningRate, ModuleOptimizer, Optimizer, RecordState, SgdConfig,
-    StateSink, StateSource,
+    AdamConfig, GradientsParams, LearningRate, ModuleOptimizer, Optimizer, OptimizerRecord,
+    RecordState, SgdConfig, StateSink, StateSource,
 };
+use burn::store::RecordError;
 use burn::tensor::{Device, Tensor};
 use elmo_kernels::{
     AdagradStep, KernelSettings, SquaredNorm, fused_adagrad_step, fused_squared_norm,
@@ -13,6 +17,10 @@ use elmo_kernels::{
 };
 
 use crate::config::OptimizerConfig;
+
+/// Where [`TrainingOptimizer::step_scaled`] hands a step's gradient scale (`[factor, apply]`
+/// on the device) to [`Adagrad`]'s update of each parameter, for that step only.
+type ScaleSlot = Arc<Mutex<Option<Tensor<1>>>>;
 
 /// Adagrad as `tf.train.AdagradOptimizer`: `acc ← acc + g²; θ ← θ − lr · g / √acc`, the
 /// accumulator starting at `initial_accumulator` (no epsilon).
@@ -23,6 +31,8 @@ pub struct Adagrad {
     /// Whether the update runs fused: one kernel per parameter on a CubeCL device, one host pass
     /// on flex.
     pub kernels: KernelSettings,
+    /// The gradient scale of the step being run, when it was decided on the device.
+    device_scale: ScaleSlot,
 }
 
 /// The squared-gradient accumulator of one parameter.
@@ -46,6 +56,46 @@ impl<const D: usize> RecordState for AdagradState<D> {
 }
 
 impl Adagrad {
+    /// Adagrad with accumulators starting at `initial_accumulator`, its update running
+    /// `kernels`.
+    pub fn new(initial_accumulator: f64, kernels: KernelSettings) -> Self {
+        Self {
+            initial_accumulator,
+            kernels,
+            device_scale: ScaleSlot::default(),
+        }
+    }
+
+    /// [`Self::composed_step`] of the gradient times `scale[0]`, or parameter and accumulator
+    /// as they were (the initial accumulator on a first step) where `scale[1]` is 0: the
+    /// fused kernel's scaled update with burn's operations.
+    ///
+    /// # Shapes
+    /// - tensor, grad, accumulator: one shape; scale: `[2]`
+    fn composed_scaled_step<const D: usize>(
+        &self,
+        lr: LearningRate,
+        tensor: Tensor<D>,
+        grad: Tensor<D>,
+        accumulator: Option<Tensor<D>>,
+        scale: Tensor<1>,
+    ) -> AdagradStep<D> {
+        let dims = tensor.dims();
+        let factor = scale.clone().narrow(0, 0, 1).reshape([1; D]).expand(dims);
+        let skip = scale
+            .narrow(0, 1, 1)
+            .equal_elem(0.0)
+            .reshape([1; D])
+            .expand(dims);
+        let before =
+            accumulator.unwrap_or_else(|| tensor.zeros_like().add_scalar(self.initial_accumulator));
+        let step = self.composed_step(lr, tensor.clone(), grad * factor, Some(before.clone()));
+        AdagradStep {
+            parameter: step.parameter.mask_where(skip.clone(), tensor),
+            accumulator: step.accumulator.mask_where(skip, before),
+        }
+    }
+
     /// The update with burn's operations (every backend; one kernel each on a GPU, where
     /// [`fused_adagrad_step`] runs instead).
     fn composed_step<const D: usize>(
@@ -79,6 +129,26 @@ impl Optimizer for Adagrad {
         state: Option<Self::State<D>>,
     ) -> (Tensor<D>, Option<Self::State<D>>) {
         let accumulator = state.map(|state| state.accumulator);
+        let scale = (self.device_scale.lock())
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        if let Some(scale) = scale {
+            let fused = fused_adagrad_step(
+                &tensor,
+                &grad,
+                accumulator.as_ref(),
+                Some(&scale),
+                self.initial_accumulator,
+                lr,
+                self.kernels,
+            );
+            let update = match fused {
+                Some(update) => update,
+                None => self.composed_scaled_step(lr, tensor, grad, accumulator, scale),
+            };
+            let accumulator = update.accumulator;
+            return (update.parameter, Some(AdagradState { accumulator }));
+        }
         if self.kernels.host_for(&tensor) {
             let update =
                 host_adagrad_step(tensor, &grad, accumulator, self.initial_accumulator, lr);
@@ -89,6 +159,7 @@ impl Optimizer for Adagrad {
             &tensor,
             &grad,
             accumulator.as_ref(),
+            None,
             self.initial_accumulator,
             lr,
             self.kernels,
@@ -112,18 +183,98 @@ impl Optimizer for Adagrad {
     }
 }
 
-/// The module optimizer a config asks for (Adagrad's update running `kernels`).
-pub fn build_optimizer(config: &OptimizerConfig, kernels: KernelSettings) -> ModuleOptimizer {
+/// A training run's optimizer: burn's [`ModuleOptimizer`] over the rule a config asks for,
+/// which with Adagrad also takes a step's gradient scale decided on the device
+/// ([`elmo_kernels::device_gradient_scale`]), so that a step queues its update before it reads
+/// its loss ([`crate::optimizer_step`]).
+#[derive(Clone)]
+pub struct TrainingOptimizer {
+    modules: ModuleOptimizer,
+    /// Adagrad's slot for the device scale (`None` for Adam and SGD, which take the host's).
+    device_scale: Option<ScaleSlot>,
+}
+
+impl TrainingOptimizer {
+    /// Updates `module`'s parameters with `grads` (scaled as they are), advancing the state.
+    pub fn step<M: Module>(&mut self, lr: LearningRate, module: M, grads: GradientsParams) -> M {
+        self.modules.step(lr, module, grads)
+    }
+
+    /// Whether [`Self::step_scaled`] runs: Adagrad.
+    pub fn scales_on_device(&self) -> bool {
+        self.device_scale.is_some()
+    }
+
+    /// [`Self::step`] with the gradients multiplied by `scale[0]`, skipped where `scale[1]` is
+    /// 0 (parameters and accumulators as they were), both read on the device: one kernel per
+    /// parameter where the fused kernels run, burn's operations elsewhere.
+    ///
+    /// # Shapes
+    /// - scale: `[2]` ([`elmo_kernels::device_gradient_scale`])
+    ///
+    /// # Panics
+    /// Unless [`Self::scales_on_device`].
+    pub(crate) fn step_scaled<M: Module>(
+        &mut self,
+        lr: LearningRate,
+        module: M,
+        grads: GradientsParams,
+        scale: Tensor<1>,
+    ) -> M {
+        let slot = (self.device_scale.clone()).expect("step_scaled needs Adagrad");
+        let set = |value| *slot.lock().unwrap_or_else(PoisonError::into_inner) = value;
+        set(Some(scale));
+        let module = self.modules.step(lr, module, grads);
+        set(None);
+        module
+    }
+
+    /// The optimizer's state as a record.
+    pub fn to_record(&self) -> OptimizerRecord {
+        self.modules.to_record()
+    }
+
+    /// Writes the optimizer's state to a burnpack file.
+    ///
+    /// # Errors
+    /// When the file cannot be written.
+    pub fn save(&self, path: impl AsRef<Path>) -> Result<(), RecordError> {
+        self.modules.save(path)
+    }
+
+    /// The optimizer with its state read from a burnpack file ([`Self::save`]).
+    ///
+    /// # Errors
+    /// When the file cannot be read or is not an optimizer record.
+    pub fn load(self, path: impl AsRef<Path>) -> Result<Self, RecordError> {
+        Ok(Self {
+            modules: self.modules.load(path)?,
+            device_scale: self.device_scale,
+        })
+    }
+}
+
+/// The optimizer a config asks for (Adagrad's update running `kernels`).
+pub fn build_optimizer(config: &OptimizerConfig, kernels: KernelSettings) -> TrainingOptimizer {
     match config {
         OptimizerConfig::Adagrad {
             initial_accumulator,
             ..
-        } => ModuleOptimizer::from(Adagrad {
-            initial_accumulator: *initial_accumulator,
-            kernels,
-        }),
-        OptimizerConfig::Adam { .. } => AdamConfig::new().init(),
-        OptimizerConfig::Sgd { .. } => SgdConfig::new().init(),
+        } => {
+            let adagrad = Adagrad::new(*initial_accumulator, kernels);
+            TrainingOptimizer {
+                device_scale: Some(adagrad.device_scale.clone()),
+                modules: ModuleOptimizer::from(adagrad),
+            }
+        }
+        OptimizerConfig::Adam { .. } => TrainingOptimizer {
+            modules: AdamConfig::new().init(),
+            device_scale: None,
+        },
+        OptimizerConfig::Sgd { .. } => TrainingOptimizer {
+            modules: SgdConfig::new().init(),
+            device_scale: None,
+        },
     }
 }
 
@@ -327,16 +478,14 @@ mod tests {
         };
         let n = 3000;
         let wave = |scale: f32, phase: f32| wave(n, scale, phase, &device);
-        let adagrad = Adagrad {
-            initial_accumulator: 0.5,
-            kernels: KernelSettings::default(),
-        };
+        let adagrad = Adagrad::new(0.5, KernelSettings::default());
         let (parameter, first, second) = (wave(1.0, 0.0), wave(2.0, 1.0), wave(0.3, 2.0));
         let fused = |parameter: &Tensor<1>, grad: &Tensor<1>, accumulator: Option<&Tensor<1>>| {
             fused_adagrad_step(
                 parameter,
                 grad,
                 accumulator,
+                None,
                 0.5,
                 0.2,
                 KernelSettings::default(),
@@ -384,10 +533,7 @@ mod tests {
         let wave = |scale: f32, phase: f32| wave(n, scale, phase, &device);
         let (parameter, first, second) = (wave(1.0, 0.0), wave(2.0, 1.0), wave(0.3, 2.0));
         assert!(KernelSettings::default().host_for(&parameter));
-        let adagrad = Adagrad {
-            initial_accumulator: 0.5,
-            kernels: KernelSettings::default(),
-        };
+        let adagrad = Adagrad::new(0.5, KernelSettings::default());
         let shared = parameter.clone().into_data();
         let host_first = host_adagrad_step(parameter.clone(), &first, None, 0.5, 0.2);
         parameter.to_data().assert_eq(&shared, true);
@@ -422,10 +568,7 @@ mod tests {
         assert!((norm - (9.0f64 * 2.0 + 4.0).sqrt()).abs() < 1e-5);
         assert!((global_norm(&model, &grads, KernelSettings::default()) - 1.0).abs() < 1e-5);
 
-        let mut optim = ModuleOptimizer::from(Adagrad {
-            initial_accumulator: 1.0,
-            kernels: KernelSettings::default(),
-        });
+        let mut optim = ModuleOptimizer::from(Adagrad::new(1.0, KernelSettings::default()));
         let g = 3.0 / 22f64.sqrt();
         let model = optim.step(0.2, model, grads);
         let a: Vec<f32> = model.a.val().into_data().try_into_vec_as().unwrap();
@@ -434,6 +577,73 @@ mod tests {
             (f64::from(a[0]) - expected).abs() < 1e-6,
             "{a:?} vs {expected}"
         );
+    }
+
+    /// `[a, b]` of `model`, flat.
+    fn values_of(model: &Two) -> Vec<f32> {
+        let mut values: Vec<f32> = model.a.val().into_data().try_into_vec_as().unwrap();
+        values.extend(model.b.val().into_data().try_into_vec_as::<f32>().unwrap());
+        values
+    }
+
+    /// The gradients of [`two_with_gradients`]'s loss at `model`.
+    fn gradients_at(model: &Two) -> GradientsParams {
+        let loss = model.a.val().sum().mul_scalar(3.0) + model.b.val().square().sum();
+        GradientsParams::from_grads(loss.backward(), model)
+    }
+
+    /// A step whose scale was decided on the device ([`TrainingOptimizer::step_scaled`]: the
+    /// fused kernel on wgpu, burn's operations on flex) is the host's clipping and step; a
+    /// step whose scale says skip leaves the parameters, and their accumulators (the initial
+    /// ones on a first step), as they were.
+    #[test]
+    fn a_step_scaled_on_the_device_is_the_hosts_clipping_and_step() {
+        let kernels = KernelSettings::default();
+        let config = OptimizerConfig::Adagrad {
+            lr: 0.2,
+            initial_accumulator: 1.0,
+        };
+        for device in elmo_test_support::flex_and_wgpu(
+            "a_step_scaled_on_the_device_is_the_hosts_clipping_and_step",
+        ) {
+            let train_device = device.clone().autodiff();
+            let scale = |factor: f32, apply: f32| {
+                Tensor::<1>::from_data(TensorData::new(vec![factor, apply], [2]), &device)
+            };
+            let close = |a: &[f32], b: &[f32]| {
+                let error = a
+                    .iter()
+                    .zip(b)
+                    .map(|(x, y)| (x - y).abs())
+                    .fold(0.0, f32::max);
+                assert!(error < 1e-6, "{a:?} vs {b:?} on {device:?}");
+            };
+            // Two steps on the host, clipped to norm 1 (the first norm is √22).
+            let (model, mut grads) = two_with_gradients_on(&train_device);
+            let mut host = build_optimizer(&config, kernels);
+            let norm = clip_global_norm(&model, &mut grads, Some(1.0), 1.0, kernels);
+            let host_one = host.step(0.2, model, grads);
+            let mut grads = gradients_at(&host_one);
+            let second_norm = clip_global_norm(&host_one, &mut grads, Some(1.0), 1.0, kernels);
+            let host_two = host.step(0.2, host_one.clone(), grads);
+            // The same with the factors given, after a first step that is skipped.
+            let (model, grads) = two_with_gradients_on(&train_device);
+            let before = values_of(&model);
+            let mut scaled = build_optimizer(&config, kernels);
+            assert!(scaled.scales_on_device());
+            let skipped = scaled.step_scaled(0.2, model, grads, scale(0.5, 0.0));
+            assert_eq!(values_of(&skipped), before, "skipped on {device:?}");
+            let grads = gradients_at(&skipped);
+            let one = scaled.step_scaled(0.2, skipped, grads, scale((1.0 / norm) as f32, 1.0));
+            close(&values_of(&one), &values_of(&host_one));
+            let grads = gradients_at(&one);
+            let two = scaled.step_scaled(0.2, one.clone(), grads, scale(0.0, 0.0));
+            assert_eq!(values_of(&two), values_of(&one), "skipped on {device:?}");
+            let grads = gradients_at(&two);
+            let factor = (1.0 / second_norm) as f32;
+            let three = scaled.step_scaled(0.2, two, grads, scale(factor, 1.0));
+            close(&values_of(&three), &values_of(&host_two));
+        }
     }
 
     #[test]

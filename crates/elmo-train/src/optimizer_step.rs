@@ -3,9 +3,8 @@
 //! precision, [`crate::loss_scale`]), global-norm clipping, the update, and the carried LSTM
 //! state moved on with the gradient cut at the boundary.
 
-use burn::optim::ModuleOptimizer;
 use burn::tensor::{Device, Tensor, TensorReadError};
-use elmo_kernels::SquaredNorm;
+use elmo_kernels::{GradientScaling, SquaredNorm, device_gradient_scale};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -15,7 +14,7 @@ use crate::language_model::{
     BiLanguageModel, CarriedState, GradientOptions, LmGradients, LmLoss, SoftmaxMode,
 };
 use crate::lm_batch::LmBatch;
-use crate::optimizer::{clip_to_norm, queued_squared_norm};
+use crate::optimizer::{TrainingOptimizer, clip_to_norm, queued_squared_norm};
 use crate::seeds::mix_seed;
 use crate::step_input::StepInput;
 use crate::step_losses::StepLosses;
@@ -54,7 +53,7 @@ pub struct StepSettings<'a> {
 /// [`TrainError::Device`] when the device failed computing the step (its losses cannot be read).
 pub fn optimizer_step(
     model: BiLanguageModel,
-    optimizer: &mut ModuleOptimizer,
+    optimizer: &mut TrainingOptimizer,
     batch: &LmBatch,
     state: &mut Option<CarriedState>,
     settings: StepSettings,
@@ -78,7 +77,7 @@ pub fn optimizer_step(
 /// As [`optimizer_step`].
 pub fn optimizer_step_overlapping(
     model: BiLanguageModel,
-    optimizer: &mut ModuleOptimizer,
+    optimizer: &mut TrainingOptimizer,
     input: &StepInput,
     state: &mut Option<CarriedState>,
     settings: StepSettings,
@@ -113,10 +112,7 @@ pub fn optimizer_step_overlapping(
         carried.reset_rows(&reset)
     });
     let scale = loss_scale.unwrap_or(1.0);
-    let LmGradients {
-        step: out,
-        mut grads,
-    } = model.loss_and_gradients_of(
+    let LmGradients { step: out, grads } = model.loss_and_gradients_of(
         input.streams(),
         start,
         mode,
@@ -130,12 +126,35 @@ pub fn optimizer_step_overlapping(
     let lr = config.optimizer.lr() * config.lr_schedule.factor(step) * lr_scale;
     let loss = &out.loss;
     let squared_norm = queued_squared_norm(&model, &grads, model.kernels);
+    // Adagrad on a CubeCL device: the clip factor and the skip decided there, and the update
+    // queued before the read, so that the device runs it while the host reads and prepares.
+    let scaling = GradientScaling {
+        max_norm: config.clip_norm,
+        loss_scale: scale,
+        skip_overflow: loss_scale.is_some(),
+    };
+    let device_scale = match &squared_norm {
+        SquaredNorm::Partials(partials) if optimizer.scales_on_device() => {
+            device_gradient_scale(partials, &loss.loss, scaling)
+        }
+        _ => None,
+    };
+    let (model, grads) = match device_scale.clone() {
+        Some(device_scale) => {
+            let model = optimizer.step_scaled(lr, model, grads, device_scale);
+            mark("clipping and optimizer update");
+            (model, None)
+        }
+        None => (model, Some(grads)),
+    };
     meanwhile();
-    let [joint, forward_nll, backward_nll, norm] =
-        read_step_values(loss, squared_norm).map_err(|source| TrainError::Device {
+    let read = read_step_values(loss, squared_norm, device_scale).map_err(|source| {
+        TrainError::Device {
             step: step + 1,
             source,
-        })?;
+        }
+    })?;
+    let [joint, forward_nll, backward_nll, norm] = read.values;
     let mut losses = StepLosses {
         loss: joint,
         forward_nll,
@@ -147,10 +166,18 @@ pub fn optimizer_step_overlapping(
         skipped: false,
     };
     mark("losses and gradient norm to the host");
+    // A non-finite loss leaves the model (updated on the device to the same values) and the
+    // state as they were.
     if !joint.is_finite() {
         return Ok((model, losses));
     }
     losses.grad_norm = norm / scale;
+    // The state moves on whether or not the update is applied.
+    *state = out.state.map(CarriedState::detach);
+    let Some(mut grads) = grads else {
+        losses.skipped = read.applied == Some(false);
+        return Ok((model, losses));
+    };
     clip_to_norm(
         &model,
         &mut grads,
@@ -159,8 +186,6 @@ pub fn optimizer_step_overlapping(
         scale,
     );
     mark("clipping");
-    // The state moves on whether or not the update is applied.
-    *state = out.state.map(CarriedState::detach);
     if loss_scale.is_some() && !losses.grad_norm.is_finite() {
         losses.skipped = true;
         return Ok((model, losses));
@@ -170,18 +195,30 @@ pub fn optimizer_step_overlapping(
     Ok((model, losses))
 }
 
-/// The step's joint loss, the two directions' summed NLLs and the gradients' global norm (of
-/// the scaled gradients), in one read from the device: the step's only wait for it, after all
-/// of its work up to the clipping is queued.
+/// What [`read_step_values`] read.
+struct StepValues {
+    /// The joint loss, the forward and backward NLLs and the (loss-scaled) gradient norm.
+    values: [f64; 4],
+    /// Whether the device applied the update, where it decided ([`device_gradient_scale`]).
+    applied: Option<bool>,
+}
+
+/// The step's joint loss, the two directions' summed NLLs, the gradients' global norm (of
+/// the scaled gradients) and, where the device decided it, whether the update was applied
+/// (`device_scale`'s second value), in one read from the device: the step's only wait for it,
+/// after all of its work up to the clipping (or the update) is queued.
 fn read_step_values(
     loss: &LmLoss,
     squared_norm: SquaredNorm,
-) -> std::result::Result<[f64; 4], TensorReadError> {
+    device_scale: Option<Tensor<1>>,
+) -> std::result::Result<StepValues, TensorReadError> {
     let mut values = vec![
         loss.loss.clone(),
         loss.forward_nll.clone(),
         loss.backward_nll.clone(),
     ];
+    let has_scale = device_scale.is_some();
+    values.extend(device_scale);
     let summed = match squared_norm {
         SquaredNorm::Summed(total) => Some(total),
         SquaredNorm::Partials(partials) => {
@@ -190,11 +227,15 @@ fn read_step_values(
         }
     };
     let read = Tensor::cat(values, 0).try_into_vec_as::<f32>()?;
-    let squared = summed.unwrap_or_else(|| SquaredNorm::total(&read[3..]));
-    Ok([
-        f64::from(read[0]),
-        f64::from(read[1]),
-        f64::from(read[2]),
-        squared.sqrt(),
-    ])
+    let partials_from = if has_scale { 5 } else { 3 };
+    let squared = summed.unwrap_or_else(|| SquaredNorm::total(&read[partials_from..]));
+    Ok(StepValues {
+        values: [
+            f64::from(read[0]),
+            f64::from(read[1]),
+            f64::from(read[2]),
+            squared.sqrt(),
+        ],
+        applied: has_scale.then(|| read[4] != 0.0),
+    })
 }

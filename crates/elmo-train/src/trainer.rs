@@ -12,7 +12,6 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use burn::module::Module;
-use burn::optim::ModuleOptimizer;
 use burn::tensor::Device;
 use elmo_kernels::{KernelSettings, Precision, largest_buffer_bytes};
 use elmo_model::RunLock;
@@ -30,7 +29,7 @@ use crate::language_model::{BiLanguageModel, CarriedState};
 use crate::lm_batch::LmBatch;
 use crate::loss_scale::{LossScale, ScaledStep};
 use crate::metrics::{MetricsLog, MetricsRecord, read_metrics};
-use crate::optimizer::build_optimizer;
+use crate::optimizer::{TrainingOptimizer, build_optimizer};
 use crate::optimizer_step::{StepSettings, optimizer_step_overlapping};
 use crate::run::model_for;
 use crate::run_info::RunInfo;
@@ -146,7 +145,7 @@ pub struct Trainer {
     train_device: Device,
     /// `None` only while a step holds it.
     model: Option<BiLanguageModel>,
-    optimizer: ModuleOptimizer,
+    optimizer: TrainingOptimizer,
     batcher: Batcher,
     /// The next step's batch, read from `batcher` and prepared while the last step's device
     /// work ran, and the batcher's position before it (what a checkpoint records).

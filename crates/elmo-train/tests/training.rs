@@ -1514,6 +1514,71 @@ fn a_step_reports_the_losses_and_norm_that_separate_reads_give() {
     }
 }
 
+/// A step clips its gradients' global norm and updates as the host's clipping and Adagrad
+/// step of the same gradients do: on wgpu the clip factor is decided on the device and the
+/// update queued before the step's read (`elmo_kernels::device_gradient_scale`), on flex on
+/// the host; a clip far below the norm, so that it applies.
+#[test]
+fn a_step_clips_as_the_hosts_clipping_and_update() {
+    let _one = autodiff_one_at_a_time();
+    let mut config = tiny_config();
+    config.dropout = 0.0;
+    config.clip_norm = Some(1e-3);
+    config.negatives = 1000;
+    for device in elmo_test_support::flex_and_wgpu("a_step_clips_as_the_hosts_clipping_and_update")
+    {
+        let PackedStep {
+            vocab,
+            device,
+            model,
+            batch,
+            ..
+        } = PackedStep::new(&config, device);
+        let kernels = KernelSettings::default();
+        let mut expected = model.loss_and_gradients(
+            &batch,
+            None,
+            SoftmaxMode::Full,
+            &device,
+            GradientOptions::seeded(None),
+        );
+        let norm = elmo_train::optimizer::clip_global_norm(
+            &model,
+            &mut expected.grads,
+            config.clip_norm,
+            1.0,
+            kernels,
+        );
+        assert!(norm > 10.0 * 1e-3, "the clip applies: {norm}");
+        let lr = config.optimizer.lr() * config.lr_schedule.factor(0);
+        let host =
+            build_optimizer(&config.optimizer, kernels).step(lr, model.clone(), expected.grads);
+        let mut optimizer = build_optimizer(&config.optimizer, kernels);
+        let settings = first_step(&config, vocab.len(), &device, None);
+        let (stepped, losses) =
+            optimizer_step(model.clone(), &mut optimizer, &batch, &mut None, settings).unwrap();
+        assert!(!losses.skipped && (losses.grad_norm - norm).abs() < 1e-6 * norm);
+        let (before, host, stepped) = (flat(&model), flat(&host), flat(&stepped));
+        assert_ne!(host, before, "the update applies");
+        for ((h, s), b) in host.iter().zip(&stepped).zip(&before) {
+            let error = h
+                .iter()
+                .zip(s)
+                .map(|(h, s)| (h - s).abs())
+                .fold(0.0, f32::max);
+            let moved = h
+                .iter()
+                .zip(b)
+                .map(|(h, b)| (h - b).abs())
+                .fold(0.0, f32::max);
+            assert!(
+                error <= 1e-3 * moved + 1e-7,
+                "{error} of {moved} on {device:?}"
+            );
+        }
+    }
+}
+
 /// A mixed-precision run on wgpu resumes exactly (its loss scale is in the checkpoint), its
 /// metrics carry the loss scale, and resuming it in `f32` is refused.
 #[test]
