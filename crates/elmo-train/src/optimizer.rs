@@ -186,7 +186,7 @@ impl Optimizer for Adagrad {
 /// A training run's optimizer: burn's [`ModuleOptimizer`] over the rule a config asks for,
 /// which with Adagrad also takes a step's gradient scale decided on the device
 /// ([`elmo_kernels::device_gradient_scale`]), so that a step queues its update before it reads
-/// its loss ([`crate::optimizer_step`]).
+/// its loss ([`crate::optimizer_step::optimizer_step`]).
 #[derive(Clone)]
 pub struct TrainingOptimizer {
     modules: ModuleOptimizer,
@@ -200,7 +200,7 @@ impl TrainingOptimizer {
         self.modules.step(lr, module, grads)
     }
 
-    /// Whether [`Self::step_scaled`] runs: Adagrad.
+    /// Whether a step can hand the optimizer a scale decided on the device: Adagrad.
     pub fn scales_on_device(&self) -> bool {
         self.device_scale.is_some()
     }

@@ -69,9 +69,11 @@ pub fn optimizer_step(
 }
 
 /// [`optimizer_step`] on a batch prepared ahead ([`StepInput::prepare`]), running `meanwhile`
-/// on this thread once the step's work up to the clipping is queued and before the step waits
-/// for the device to read its losses back: host work that then overlaps the device's (the next
-/// batch read and prepared: [`crate::Trainer::step`]).
+/// on this thread once the step's work up to the clipping is queued (with Adagrad on a CubeCL
+/// device the update too, its clip factor and skip decided there:
+/// [`elmo_kernels::device_gradient_scale`]) and before the step waits for the device to read its
+/// losses back: host work that then overlaps the device's (the next batch read and prepared:
+/// [`crate::Trainer::step`]).
 ///
 /// # Errors
 /// As [`optimizer_step`].
