@@ -132,24 +132,9 @@ impl Optimizer for Adagrad {
         let scale = (self.device_scale.lock())
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
-        if let Some(scale) = scale {
-            let fused = fused_adagrad_step(
-                &tensor,
-                &grad,
-                accumulator.as_ref(),
-                Some(&scale),
-                self.initial_accumulator,
-                lr,
-                self.kernels,
-            );
-            let update = match fused {
-                Some(update) => update,
-                None => self.composed_scaled_step(lr, tensor, grad, accumulator, scale),
-            };
-            let accumulator = update.accumulator;
-            return (update.parameter, Some(AdagradState { accumulator }));
-        }
-        if self.kernels.host_for(&tensor) {
+        // The host pass takes no device scale (a step hands one only where the norm's sums
+        // are on a CubeCL device).
+        if scale.is_none() && self.kernels.host_for(&tensor) {
             let update =
                 host_adagrad_step(tensor, &grad, accumulator, self.initial_accumulator, lr);
             let accumulator = update.accumulator;
@@ -159,14 +144,15 @@ impl Optimizer for Adagrad {
             &tensor,
             &grad,
             accumulator.as_ref(),
-            None,
+            scale.as_ref(),
             self.initial_accumulator,
             lr,
             self.kernels,
         );
-        let update = match fused {
-            Some(update) => update,
-            None => self.composed_step(lr, tensor, grad, accumulator),
+        let update = match (fused, scale) {
+            (Some(update), _) => update,
+            (None, Some(scale)) => self.composed_scaled_step(lr, tensor, grad, accumulator, scale),
+            (None, None) => self.composed_step(lr, tensor, grad, accumulator),
         };
         (
             update.parameter,
