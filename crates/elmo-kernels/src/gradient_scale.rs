@@ -28,6 +28,8 @@ mod kernels {
     use burn::cubecl;
     use burn::cubecl::prelude::*;
 
+    use crate::squared_norm::kernels::shared_sum;
+
     /// One cube. Its units find the partial sums' largest value and count the non-finite ones,
     /// then add the sums divided by the largest (no `f32` overflow of a sum of finite values);
     /// unit 0 writes `[factor, apply]` (apply 1 or 0).
@@ -92,19 +94,10 @@ mod kernels {
             }
         }
         largest[UNIT_POS as usize] = local_sum;
-        sync_cube();
-        let mut adding = CUBE_DIM;
-        while adding > 1 {
-            adding /= 2;
-            if UNIT_POS < adding {
-                let other = largest[(UNIT_POS + adding) as usize];
-                largest[UNIT_POS as usize] += other;
-            }
-            sync_cube();
-        }
+        let relative_sum = shared_sum(&mut largest);
         if UNIT_POS == 0 {
             let unscale = loss_scale;
-            let norm = top.sqrt() * largest[0].sqrt() / unscale;
+            let norm = top.sqrt() * relative_sum.sqrt() / unscale;
             let mut finite = n_bad == 0.0f32;
             if norm.is_inf() {
                 finite = false;

@@ -19,7 +19,7 @@ use crate::host_tensor::HostTensor;
 
 /// The kernel (CubeCL's `Tensor` is not burn's, hence a module of its own).
 #[cfg(feature = "cubecl")]
-mod kernels {
+pub(crate) mod kernels {
     use burn::cubecl;
     use burn::cubecl::prelude::*;
 
@@ -44,9 +44,21 @@ mod kernels {
             position += n_units;
         }
         shared[UNIT_POS as usize] = sum;
+        let total = shared_sum(&mut shared);
+        if UNIT_POS == 0 {
+            partials[offset as usize + CUBE_POS] = total;
+        }
+    }
+
+    /// The sum of the cube's `CUBE_DIM` values in `shared` (one a unit, written before the
+    /// call; `CUBE_DIM` a power of two), added as a tree in a fixed order: each round the
+    /// lower half adds the upper half's values. Every unit returns it; `shared` holds partial
+    /// sums afterwards.
+    #[cube]
+    pub(crate) fn shared_sum<F: Float>(shared: &mut Shared<[F]>) -> F {
         sync_cube();
-        // `CUBE_DIM` is `units_per_cube` (the launch's cube size); the tree's counter is the
-        // runtime value, since a comptime value cannot be a loop's changing variable.
+        // The tree's counter is the runtime `CUBE_DIM`, since a comptime value cannot be a
+        // loop's changing variable.
         let mut active = CUBE_DIM;
         while active > 1 {
             active /= 2;
@@ -56,9 +68,7 @@ mod kernels {
             }
             sync_cube();
         }
-        if UNIT_POS == 0 {
-            partials[offset as usize + CUBE_POS] = shared[0];
-        }
+        shared[0]
     }
 }
 

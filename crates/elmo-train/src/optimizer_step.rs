@@ -219,8 +219,12 @@ fn read_step_values(
         loss.forward_nll.clone(),
         loss.backward_nll.clone(),
     ];
-    let has_scale = device_scale.is_some();
+    // Where each part starts in the read: the offsets of the values pushed so far.
+    let length = |values: &[Tensor<1>]| values.iter().map(|v| v.dims()[0]).sum::<usize>();
+    // `[factor, apply]`: the second value says whether the update ran.
+    let apply_at = device_scale.as_ref().map(|_| length(&values) + 1);
     values.extend(device_scale);
+    let partials_from = length(&values);
     let summed = match squared_norm {
         SquaredNorm::Summed(total) => Some(total),
         SquaredNorm::Partials(partials) => {
@@ -229,7 +233,6 @@ fn read_step_values(
         }
     };
     let read = Tensor::cat(values, 0).try_into_vec_as::<f32>()?;
-    let partials_from = if has_scale { 5 } else { 3 };
     let squared = summed.unwrap_or_else(|| SquaredNorm::total(&read[partials_from..]));
     Ok(StepValues {
         values: [
@@ -238,6 +241,6 @@ fn read_step_values(
             f64::from(read[2]),
             squared.sqrt(),
         ],
-        applied: has_scale.then(|| read[4] != 0.0),
+        applied: apply_at.map(|at| read[at] != 0.0),
     })
 }
