@@ -115,6 +115,18 @@ impl PackedStep {
             batch,
         }
     }
+
+    /// The model's loss and gradients of the batch with the full softmax and no dropout seed,
+    /// computed through autodiff (the reference a fast step is checked against).
+    fn full_softmax_gradients(&self) -> elmo_train::language_model::LmGradients {
+        self.model.loss_and_gradients(
+            &self.batch,
+            None,
+            SoftmaxMode::Full,
+            &self.device,
+            GradientOptions::seeded(None),
+        )
+    }
 }
 
 #[test]
@@ -1470,21 +1482,16 @@ fn a_step_reports_the_losses_and_norm_that_separate_reads_give() {
     for device in elmo_test_support::flex_and_wgpu(
         "a_step_reports_the_losses_and_norm_that_separate_reads_give",
     ) {
+        let packed = PackedStep::new(&config, device);
+        let expected = packed.full_softmax_gradients();
         let PackedStep {
             vocab,
             device,
             model,
             batch,
             ..
-        } = PackedStep::new(&config, device);
+        } = packed;
         let kernels = KernelSettings::default();
-        let expected = model.loss_and_gradients(
-            &batch,
-            None,
-            SoftmaxMode::Full,
-            &device,
-            GradientOptions::seeded(None),
-        );
         let read = |t: &Tensor<1>| f64::from(t.clone().into_scalar::<f32>());
         let loss = &expected.step.loss;
         let [joint, forward, backward] =
@@ -1527,21 +1534,16 @@ fn a_step_clips_as_the_hosts_clipping_and_update() {
     config.negatives = 1000;
     for device in elmo_test_support::flex_and_wgpu("a_step_clips_as_the_hosts_clipping_and_update")
     {
+        let packed = PackedStep::new(&config, device);
+        let mut expected = packed.full_softmax_gradients();
         let PackedStep {
             vocab,
             device,
             model,
             batch,
             ..
-        } = PackedStep::new(&config, device);
+        } = packed;
         let kernels = KernelSettings::default();
-        let mut expected = model.loss_and_gradients(
-            &batch,
-            None,
-            SoftmaxMode::Full,
-            &device,
-            GradientOptions::seeded(None),
-        );
         let norm = elmo_train::optimizer::clip_global_norm(
             &model,
             &mut expected.grads,
