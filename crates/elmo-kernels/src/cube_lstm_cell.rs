@@ -93,11 +93,16 @@ pub(crate) mod kernels {
     }
 
     /// The activated gates `(i, f, g, o)` of `unit` of `row` at plane `plane` of the prepared
-    /// input contributions `projected` `[T, B, 4C]` (read at its strides, rows possibly padded;
-    /// gate `k` at column `unit + k·C`) plus the recurrent partial products (summed in order).
+    /// input contributions `projected` `[T, G·B, 4C]` (read at its strides, rows possibly
+    /// padded; gate `k` at column `unit + k·C`) plus the prepared bias of the row's layer
+    /// (`bias` `[G, 4C]`, row `g` for rows `g·B .. (g+1)·B`) plus the recurrent partial
+    /// products (summed in order): `(x·W + b) + h·W`, in the order of adding the bias to the
+    /// input contributions first.
     #[cube]
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn activated_gates<F: Float>(
         projected: &Tensor<F>,
+        bias: &Tensor<F>,
         recurrent: &Tensor<F>,
         plane: usize,
         row: usize,
@@ -106,12 +111,14 @@ pub(crate) mod kernels {
         n_groups: u32,
     ) -> (F, F, F, F) {
         let gate_base = plane * projected.stride(0) + row * projected.stride(1) + unit;
-        let z_i = projected[gate_base] + summed::<F>(recurrent, row, unit, n_groups);
-        let z_f =
-            projected[gate_base + d_cell] + summed::<F>(recurrent, row, unit + d_cell, n_groups);
-        let z_g = projected[gate_base + 2 * d_cell]
+        let bias_base = row / (projected.shape(1) / bias.shape(0)) * bias.stride(0) + unit;
+        let z_i =
+            (projected[gate_base] + bias[bias_base]) + summed::<F>(recurrent, row, unit, n_groups);
+        let z_f = (projected[gate_base + d_cell] + bias[bias_base + d_cell])
+            + summed::<F>(recurrent, row, unit + d_cell, n_groups);
+        let z_g = (projected[gate_base + 2 * d_cell] + bias[bias_base + 2 * d_cell])
             + summed::<F>(recurrent, row, unit + 2 * d_cell, n_groups);
-        let z_o = projected[gate_base + 3 * d_cell]
+        let z_o = (projected[gate_base + 3 * d_cell] + bias[bias_base + 3 * d_cell])
             + summed::<F>(recurrent, row, unit + 3 * d_cell, n_groups);
         (
             prepared_sigmoid::<F>(z_i),
@@ -158,6 +165,7 @@ pub(crate) mod kernels {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn cell_forward_kernel<F: Float, L: Float>(
         projected: &Tensor<F>,
+        bias: &Tensor<F>,
         recurrent: &Tensor<F>,
         initial_memory: &Tensor<F>,
         gates: &mut Tensor<F>,
@@ -181,7 +189,7 @@ pub(crate) mod kernels {
         let t = step as usize;
         let gate_base = (t * batch + row) * 4 * d_cell + unit;
         let (input_gate, forget_gate, cell_input, output_gate) =
-            activated_gates::<F>(projected, recurrent, t, row, unit, d_cell, n_groups);
+            activated_gates::<F>(projected, bias, recurrent, t, row, unit, d_cell, n_groups);
         let previous = if t == 0 {
             initial_memory[position]
         } else {
@@ -429,6 +437,18 @@ pub struct CellRecords<'a> {
     pub hidden: &'a Tensor<3>,
 }
 
+/// A layer group's input contributions to its gates, as the cell kernels read them: `x·W` of
+/// every step (prepared, [`crate::GateActivation::prepare`]) without the bias, and the bias
+/// apart, which the kernels add as they read each step (one pass over the `[T, G·B, 4C]`
+/// values less than adding it first).
+#[derive(Debug, Clone, Copy)]
+pub struct InputContributions<'a> {
+    /// `[T, G·B, 4C]`: the prepared `x·W` of all steps, step `t` of every layer in plane `t`.
+    pub projected: &'a Tensor<3>,
+    /// `[G, 4C]`: each layer's prepared bias (row `g` for rows `g·B .. (g+1)·B`).
+    pub bias: &'a Tensor<2>,
+}
+
 /// Step `t` of the cell: writes the step's gates, memory and `tanh(memory)` and returns
 /// `o·tanh(memory)` as the left factor of `next`'s products (the projection): in its split
 /// layout and its element type ([`SplitWeight::factor_dtype`]: 16 bits in mixed precision, so
@@ -436,13 +456,13 @@ pub struct CellRecords<'a> {
 /// same groups (any number of slices).
 ///
 /// # Shapes
-/// - projected: `[T, B, 4C]`, the prepared input contributions (bias included) of all steps
+/// - input: [`InputContributions`] of `B` rows (`G` layers of `B / G`)
 /// - recurrent: `[G·S', B / G, 4C]`, the prepared `h_{t−1}·W` as partial products (summed here)
 /// - initial_memory: `[B, C]`
 /// - output: `[G·S, B / G, C / S]`
 #[cfg_attr(not(feature = "cubecl"), allow(unused_variables))]
 pub fn cell_forward(
-    projected: &Tensor<3>,
+    input: InputContributions<'_>,
     recurrent: Tensor<3>,
     initial_memory: &Tensor<2>,
     records: &CellRecords<'_>,
@@ -463,7 +483,8 @@ pub fn cell_forward(
             &out.client,
             out.count.clone(),
             out.dim,
-            kernel_rows_input(projected).into_tensor_arg(),
+            kernel_rows_input(input.projected).into_tensor_arg(),
+            kernel_input(input.bias).into_tensor_arg(),
             kernel_rows_input(&recurrent).into_tensor_arg(),
             kernel_input(initial_memory).into_tensor_arg(),
             kernel_in_place(records.gates).into_tensor_arg(),
@@ -682,6 +703,7 @@ mod tests {
     /// rows, 5 cells, a projection of 4, 3 steps; the partial products in 2 slices.
     struct StepInputs {
         projected: Tensor<3>,
+        bias: Tensor<2>,
         recurrent: Tensor<3>,
         initial_memory: Tensor<2>,
         hidden_partials: Tensor<3>,
@@ -701,6 +723,7 @@ mod tests {
             let rows = GROUPS * BATCH;
             Self {
                 projected: random([STEPS, rows, 4 * CELLS], device),
+                bias: random([GROUPS, 4 * CELLS], device),
                 recurrent: random([2 * GROUPS, BATCH, 4 * CELLS], device),
                 initial_memory: random([rows, CELLS], device),
                 hidden_partials: random([2 * GROUPS, BATCH, PROJECTION], device),
@@ -735,7 +758,10 @@ mod tests {
             };
             let step = 1;
             let cell_output = cell_forward(
-                &view(&self.projected),
+                InputContributions {
+                    projected: &view(&self.projected),
+                    bias: &self.bias,
+                },
                 view(&self.recurrent),
                 &self.initial_memory,
                 &cell_records,

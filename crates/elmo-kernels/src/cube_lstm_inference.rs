@@ -15,6 +15,7 @@
 
 use burn::tensor::Tensor;
 
+use crate::cube_lstm_cell::InputContributions;
 #[cfg(feature = "cubecl")]
 use crate::cube_tensor::{kernel_in_place, kernel_input, kernel_rows_input};
 use crate::split_product::{SplitLayout, SplitWeight};
@@ -54,6 +55,7 @@ mod kernels {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn inference_cell_kernel<F: Float, L: Float>(
         projected: &Tensor<F>,
+        bias: &Tensor<F>,
         recurrent: &Tensor<F>,
         lengths: &Tensor<F>,
         memory: &mut Tensor<F>,
@@ -84,6 +86,7 @@ mod kernels {
         if runs {
             let (input_gate, forget_gate, cell_input, output_gate) = activated_gates::<F>(
                 projected,
+                bias,
                 recurrent,
                 plane as usize,
                 row,
@@ -187,13 +190,13 @@ pub struct InferenceStep {
 /// (a chunk of steps).
 ///
 /// # Shapes
-/// - projected: `[T', G·B, 4C]`, the prepared input contributions (bias included), step `s`
-///   of every layer in one plane
+/// - input: [`InputContributions`] of `T'` steps (a chunk) and `G·B` rows, step `s` of every
+///   layer in one plane
 /// - recurrent: `[G·S', B, 4C]`, the prepared `h·W` as partial products (summed here)
 /// - output: `[G·S, B, C / S]`
 #[cfg_attr(not(feature = "cubecl"), allow(unused_variables))]
 pub fn inference_cell(
-    projected: &Tensor<3>,
+    input: InputContributions<'_>,
     plane: usize,
     recurrent: Tensor<3>,
     buffers: &InferenceBuffers<'_>,
@@ -215,7 +218,8 @@ pub fn inference_cell(
             &out.client,
             count,
             dim,
-            kernel_rows_input(projected).into_tensor_arg(),
+            kernel_rows_input(input.projected).into_tensor_arg(),
+            kernel_input(input.bias).into_tensor_arg(),
             kernel_rows_input(&recurrent).into_tensor_arg(),
             kernel_input(buffers.lengths).into_tensor_arg(),
             kernel_in_place(buffers.memory).into_tensor_arg(),

@@ -39,8 +39,8 @@ mod window_slots;
 
 pub use adagrad_step::{AdagradStep, fused_adagrad_step, host_adagrad_step};
 pub use cube_lstm_cell::{
-    CellBackwardOutput, CellKernels, CellRecords, cell_backward, cell_forward, hidden_backward,
-    hidden_forward,
+    CellBackwardOutput, CellKernels, CellRecords, InputContributions, cell_backward, cell_forward,
+    hidden_backward, hidden_forward,
 };
 pub use cube_lstm_inference::{InferenceBuffers, InferenceStep, inference_cell, inference_hidden};
 #[cfg(feature = "cubecl")]

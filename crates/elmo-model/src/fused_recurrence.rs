@@ -7,8 +7,8 @@
 
 use burn::tensor::{FloatDType, Tensor};
 use elmo_kernels::{
-    GateActivation, InferenceBuffers, InferenceStep, KernelSettings, SplitWeight, inference_cell,
-    inference_hidden, product, slices_for_grid, to_half,
+    GateActivation, InferenceBuffers, InferenceStep, InputContributions, KernelSettings,
+    SplitWeight, inference_cell, inference_hidden, product, slices_for_grid, to_half,
 };
 
 use crate::lstm_state::LstmState;
@@ -110,9 +110,13 @@ pub(crate) fn forward_group(
     let input_weights: Vec<Tensor<2>> = (layers.iter())
         .map(|l| to_half(activation.prepare(l.input_weight.clone()), half))
         .collect();
-    let biases: Vec<Tensor<2>> = (layers.iter())
-        .map(|l| activation.prepare(l.bias.clone().unsqueeze_dim::<2>(0)))
-        .collect();
+    // `[G, 4C]`: added by the cell kernel as it reads the input contributions.
+    let bias = Tensor::cat(
+        (layers.iter())
+            .map(|l| activation.prepare(l.bias.clone().unsqueeze_dim::<2>(0)))
+            .collect(),
+        0,
+    );
     let state_product = SplitWeight::grouped(
         (layers.iter())
             .map(|l| activation.prepare(l.state_weight.clone()))
@@ -158,21 +162,19 @@ pub(crate) fn forward_group(
     let chunk_steps = projection_chunk_steps(kernels, &inputs, rows, 4 * d_cell);
     for chunk_start in (0..n_steps).step_by(chunk_steps) {
         let len = chunk_steps.min(n_steps - chunk_start);
-        let projected =
-            Tensor::cat(
-                (0..n_groups)
-                    .map(|g| {
-                        let x = timed[g]
-                            .clone()
-                            .narrow(1, chunk_start, len)
-                            .swap_dims(0, 1)
-                            .reshape([len * batch, d_input]);
-                        (product(x, input_weights[g].clone(), kernels) + biases[g].clone())
-                            .reshape([len, batch, 4 * d_cell])
-                    })
-                    .collect(),
-                1,
-            );
+        let projected = Tensor::cat(
+            (0..n_groups)
+                .map(|g| {
+                    let x = timed[g]
+                        .clone()
+                        .narrow(1, chunk_start, len)
+                        .swap_dims(0, 1)
+                        .reshape([len * batch, d_input]);
+                    product(x, input_weights[g].clone(), kernels).reshape([len, batch, 4 * d_cell])
+                })
+                .collect(),
+            1,
+        );
         for step in chunk_start..chunk_start + len {
             let at = InferenceStep {
                 step,
@@ -180,8 +182,12 @@ pub(crate) fn forward_group(
                 reversed,
             };
             let recurrent = state_product.split_left_partials_in(state.clone(), kernels);
+            let input = InputContributions {
+                projected: &projected,
+                bias: &bias,
+            };
             let cell_output = inference_cell(
-                &projected,
+                input,
                 step - chunk_start,
                 recurrent,
                 &buffers,

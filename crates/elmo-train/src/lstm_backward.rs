@@ -19,9 +19,9 @@
 
 use burn::tensor::Tensor;
 use elmo_kernels::{
-    CellKernels, CellRecords, GateActivation, HostRecords, HostSteps, KernelSettings, ProductMode,
-    SplitWeight, half_product, host_backward_steps, host_forward_steps, sum_columns, to_half,
-    transposed_product,
+    CellKernels, CellRecords, GateActivation, HostRecords, HostSteps, InputContributions,
+    KernelSettings, ProductMode, SplitWeight, half_product, host_backward_steps,
+    host_forward_steps, sum_columns, to_half, transposed_product,
 };
 use elmo_model::lstm_projection::{LstmOutput, LstmState, LstmWithProjection};
 
@@ -281,20 +281,29 @@ impl<'a> LstmGroup<'a> {
         {
             return recorded;
         }
-        // All steps' input contributions (with the bias) in one matmul per layer.
+        let fused = kernels == CellKernels::Fused;
+        // All steps' input contributions in one matmul per layer; the bias added to them here,
+        // or by the fused cell kernel as it reads them (`InputContributions`).
         let projected = joined(
             flat_inputs
                 .iter()
                 .zip(&weights)
                 .map(|(x, w)| {
-                    (half_product(x.clone(), activation.prepare(w.input.clone()), mode)
-                        + activation.prepare(w.bias.clone()))
+                    let product =
+                        half_product(x.clone(), activation.prepare(w.input.clone()), mode);
+                    match fused {
+                        true => product,
+                        false => product + activation.prepare(w.bias.clone()),
+                    }
                     .reshape([n_steps, batch, 4 * d_cell])
                 })
                 .collect(),
             1,
         );
-        let fused = kernels == CellKernels::Fused;
+        let biases = fused.then(|| {
+            let prepared = weights.iter().map(|w| activation.prepare(w.bias.clone()));
+            Tensor::cat(prepared.collect(), 0)
+        });
         // The cell kernels read the initial memory at every step, forward and backward (the
         // tape keeps it): one contiguous copy here where it is padded (CUDA pads the rows of
         // `[B, 1,200]` to 1,280), not one a step.
@@ -343,8 +352,12 @@ impl<'a> LstmGroup<'a> {
                     tanh_memory: &tanh_memory_all,
                     hidden: &hidden_all,
                 };
+                let input = InputContributions {
+                    projected: &projected,
+                    bias: biases.as_ref().expect("prepared where the kernels run"),
+                };
                 let cell_output = elmo_kernels::cell_forward(
-                    &projected,
+                    input,
                     recurrent,
                     &initial.memory,
                     &records,
@@ -930,8 +943,14 @@ mod tests {
     const WIDE: [usize; 3] = [12, 256, 256];
     const WIDE_STEPS: usize = 5;
 
+    /// A layer of [`WIDE`] shape with both clips, its bias its own (`seed`'s) as well as its
+    /// weights, so that a group's layers differ in every parameter.
     fn wide_layer(device: &Device, seed: u64) -> LstmWithProjection {
-        seeded_layer(device, seed, WIDE, Some(0.5), Some(0.3))
+        let mut layer = seeded_layer(device, seed, WIDE, Some(0.5), Some(0.3));
+        let n = 4 * WIDE[1];
+        let bias = TensorData::new(values(n, 0.4, seed as f32), [n]);
+        layer.bias = burn::module::Param::from_tensor(Tensor::from_data(bias, device));
+        layer
     }
 
     impl WideCase {
