@@ -484,7 +484,7 @@ pub fn cell_forward(
             out.count.clone(),
             out.dim,
             kernel_rows_input(input.projected).into_tensor_arg(),
-            kernel_input(input.bias).into_tensor_arg(),
+            kernel_rows_input(input.bias).into_tensor_arg(),
             kernel_rows_input(&recurrent).into_tensor_arg(),
             kernel_input(initial_memory).into_tensor_arg(),
             kernel_in_place(records.gates).into_tensor_arg(),
@@ -757,10 +757,19 @@ mod tests {
                 hidden: &records[3],
             };
             let step = 1;
+            // The bias's rows padded as CUDA pads `[2, 4,800]` (`ptb-large.json`'s).
+            let bias = match pad {
+                0 => self.bias.clone(),
+                _ => {
+                    let [g, n] = self.bias.dims();
+                    let filler = Tensor::<2>::random([g, pad], Distribution::Default, &device);
+                    Tensor::cat(vec![self.bias.clone(), filler], 1).narrow(1, 0, n)
+                }
+            };
             let cell_output = cell_forward(
                 InputContributions {
                     projected: &view(&self.projected),
-                    bias: &self.bias,
+                    bias: &bias,
                 },
                 view(&self.recurrent),
                 &self.initial_memory,
@@ -821,7 +830,7 @@ mod tests {
     const LEFT_FACTORS: [usize; 4] = [0, 1, 5, 8];
 
     /// One forward and one backward step of the cell kernels with their large inputs (the
-    /// input contributions, every partial product) padded as on CUDA, against the same inputs
+    /// input contributions and their bias, every partial product) padded as on CUDA, against the same inputs
     /// contiguous: the kernels read them at their strides, with the same values to the bit,
     /// and `kernel_rows_input` passes the padded tensor without a copy.
     #[test]

@@ -219,7 +219,7 @@ pub fn inference_cell(
             count,
             dim,
             kernel_rows_input(input.projected).into_tensor_arg(),
-            kernel_input(input.bias).into_tensor_arg(),
+            kernel_rows_input(input.bias).into_tensor_arg(),
             kernel_rows_input(&recurrent).into_tensor_arg(),
             kernel_input(buffers.lengths).into_tensor_arg(),
             kernel_in_place(buffers.memory).into_tensor_arg(),
