@@ -92,12 +92,12 @@ pub(crate) mod kernels {
         total
     }
 
-    /// The activated gates `(i, f, g, o)` of `unit` of `row` at plane `plane` of the prepared
-    /// input contributions `projected` `[T, G·B, 4C]` (read at its strides, rows possibly
-    /// padded; gate `k` at column `unit + k·C`) plus the prepared bias of the row's layer
-    /// (`bias` `[G, 4C]`, row `g` for rows `g·B .. (g+1)·B`) plus the recurrent partial
-    /// products (summed in order): `(x·W + b) + h·W`, in the order of adding the bias to the
-    /// input contributions first.
+    /// The activated gates `(i, f, g, o)` of `unit` of `row` at step `plane` of the prepared
+    /// input contributions `projected` `[G, T, B, 4C]` (layer `g`'s rows `g·B .. (g+1)·B`; read
+    /// at its strides, rows possibly padded; gate `k` at column `unit + k·C`) plus the prepared
+    /// bias of the row's layer (`bias` `[G, 4C]`) plus the recurrent partial products (summed
+    /// in order): `(x·W + b) + h·W`, in the order of adding the bias to the input contributions
+    /// first.
     #[cube]
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn activated_gates<F: Float>(
@@ -110,8 +110,13 @@ pub(crate) mod kernels {
         d_cell: usize,
         n_groups: u32,
     ) -> (F, F, F, F) {
-        let gate_base = plane * projected.stride(0) + row * projected.stride(1) + unit;
-        let bias_base = row / (projected.shape(1) / bias.shape(0)) * bias.stride(0) + unit;
+        let batch = projected.shape(2);
+        let group = row / batch;
+        let gate_base = group * projected.stride(0)
+            + plane * projected.stride(1)
+            + (row % batch) * projected.stride(2)
+            + unit;
+        let bias_base = group * bias.stride(0) + unit;
         let z_i =
             (projected[gate_base] + bias[bias_base]) + summed::<F>(recurrent, row, unit, n_groups);
         let z_f = (projected[gate_base + d_cell] + bias[bias_base + d_cell])
@@ -438,13 +443,15 @@ pub struct CellRecords<'a> {
 }
 
 /// A layer group's input contributions to its gates, as the cell kernels read them: `x·W` of
-/// every step (prepared, [`crate::GateActivation::prepare`]) without the bias, and the bias
-/// apart, which the kernels add as they read each step (one pass over the `[T, G·B, 4C]`
-/// values less than adding it first).
+/// every step (prepared, [`crate::GateActivation::prepare`]) without the bias, layer by layer
+/// as one batched product over the group gives them, and the bias apart, which the kernels add
+/// as they read each step: neither a pass adding the bias nor a copy joining the layers' rows
+/// of every step over the `G·T·B·4C` values.
 #[derive(Debug, Clone, Copy)]
 pub struct InputContributions<'a> {
-    /// `[T, G·B, 4C]`: the prepared `x·W` of all steps, step `t` of every layer in plane `t`.
-    pub projected: &'a Tensor<3>,
+    /// `[G, T, B, 4C]`: each layer's prepared `x·W` of all steps (rows `t·B + b` of its product
+    /// `[T·B, 4C]`).
+    pub projected: &'a Tensor<4>,
     /// `[G, 4C]`: each layer's prepared bias (row `g` for rows `g·B .. (g+1)·B`).
     pub bias: &'a Tensor<2>,
 }
@@ -675,16 +682,23 @@ mod tests {
     /// CubeCL's CUDA runtime pads a matmul's output rows: the same values, other strides (burn
     /// slices without a copy where the bytes cut off are a multiple of the device's alignment:
     /// `pad` of 64 values is 256 bytes).
-    fn padded(x: &Tensor<3>, pad: usize) -> Tensor<3> {
-        let [a, r, n] = x.dims();
-        let filler = Tensor::<3>::random([a, r, pad], Distribution::Default, &x.device());
-        let view = Tensor::cat(vec![x.clone(), filler], 2).narrow(2, 0, n);
+    fn padded<const D: usize>(x: &Tensor<D>, pad: usize) -> Tensor<D> {
+        let mut shape = x.dims();
+        let n = shape[D - 1];
+        shape[D - 1] = pad;
+        let filler = Tensor::<D>::random(shape, Distribution::Default, &x.device());
+        let view = Tensor::cat(vec![x.clone(), filler], D - 1).narrow(D - 1, 0, n);
         let strides = cube_primitive(&view)
             .expect("a wgpu tensor")
             .meta
             .strides()
             .to_vec();
-        assert_eq!(strides, [r * (n + pad), n + pad, 1], "the view is padded");
+        let mut expected = vec![1; D];
+        expected[D - 2] = n + pad;
+        for i in (0..D - 2).rev() {
+            expected[i] = expected[i + 1] * x.dims()[i + 1];
+        }
+        assert_eq!(strides, expected, "the view is padded");
         view
     }
 
@@ -702,7 +716,7 @@ mod tests {
     /// The inputs of one forward and one backward step of the cell kernels: two groups of 3
     /// rows, 5 cells, a projection of 4, 3 steps; the partial products in 2 slices.
     struct StepInputs {
-        projected: Tensor<3>,
+        projected: Tensor<4>,
         bias: Tensor<2>,
         recurrent: Tensor<3>,
         initial_memory: Tensor<2>,
@@ -722,7 +736,7 @@ mod tests {
         fn random(device: &Device) -> Self {
             let rows = GROUPS * BATCH;
             Self {
-                projected: random([STEPS, rows, 4 * CELLS], device),
+                projected: random([GROUPS, STEPS, BATCH, 4 * CELLS], device),
                 bias: random([GROUPS, 4 * CELLS], device),
                 recurrent: random([2 * GROUPS, BATCH, 4 * CELLS], device),
                 initial_memory: random([rows, CELLS], device),
@@ -760,15 +774,14 @@ mod tests {
             // The bias's rows padded as CUDA pads `[2, 4,800]` (`ptb-large.json`'s).
             let bias = match pad {
                 0 => self.bias.clone(),
-                _ => {
-                    let [g, n] = self.bias.dims();
-                    let filler = Tensor::<2>::random([g, pad], Distribution::Default, &device);
-                    Tensor::cat(vec![self.bias.clone(), filler], 1).narrow(1, 0, n)
-                }
+                _ => padded(&self.bias, pad),
             };
             let cell_output = cell_forward(
                 InputContributions {
-                    projected: &view(&self.projected),
+                    projected: &match pad {
+                        0 => self.projected.clone(),
+                        _ => padded(&self.projected, pad),
+                    },
                     bias: &bias,
                 },
                 view(&self.recurrent),

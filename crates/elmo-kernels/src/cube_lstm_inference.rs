@@ -190,8 +190,8 @@ pub struct InferenceStep {
 /// (a chunk of steps).
 ///
 /// # Shapes
-/// - input: [`InputContributions`] of `T'` steps (a chunk) and `G·B` rows, step `s` of every
-///   layer in one plane
+/// - input: [`InputContributions`] of `T'` steps (a chunk), `G` layers of `B` rows, step `s`
+///   of every layer at `[g, s]`
 /// - recurrent: `[G·S', B, 4C]`, the prepared `h·W` as partial products (summed here)
 /// - output: `[G·S, B, C / S]`
 #[cfg_attr(not(feature = "cubecl"), allow(unused_variables))]

@@ -101,15 +101,23 @@ pub(crate) fn forward_group(
     // A vendor BLAS splits K itself.
     let split = split && !step_mode.vendor_blas;
     // A reversed layer reads its inputs flipped in time: step `s` of every layer is plane `s`.
-    let timed: Vec<Tensor<3>> = (0..n_groups)
-        .map(|g| {
-            let x = inputs.clone().narrow(0, g * batch, batch);
-            if go_forward[g] { x } else { x.flip([1]) }
-        })
-        .collect();
-    let input_weights: Vec<Tensor<2>> = (layers.iter())
-        .map(|l| to_half(activation.prepare(l.input_weight.clone()), half))
-        .collect();
+    // `[G, B, T, d_input]`.
+    let timed: Tensor<4> = Tensor::stack(
+        (0..n_groups)
+            .map(|g| {
+                let x = inputs.clone().narrow(0, g * batch, batch);
+                if go_forward[g] { x } else { x.flip([1]) }
+            })
+            .collect(),
+        0,
+    );
+    // `[G, d_input, 4C]`: the group's input projections as one batched product.
+    let input_weights: Tensor<3> = Tensor::stack(
+        (layers.iter())
+            .map(|l| to_half(activation.prepare(l.input_weight.clone()), half))
+            .collect(),
+        0,
+    );
     // `[G, 4C]`: added by the cell kernel as it reads the input contributions.
     let bias = Tensor::cat(
         (layers.iter())
@@ -158,23 +166,17 @@ pub(crate) fn forward_group(
     let reversed = (0..n_groups)
         .filter(|&g| !go_forward[g])
         .fold(0u32, |bits, g| bits | 1 << g);
-    // A chunk's input projection `[len, G·B, 4C]` is one buffer.
+    // A chunk's input projection `[G, len, B, 4C]` is one buffer.
     let chunk_steps = projection_chunk_steps(kernels, &inputs, rows, 4 * d_cell);
     for chunk_start in (0..n_steps).step_by(chunk_steps) {
         let len = chunk_steps.min(n_steps - chunk_start);
-        let projected = Tensor::cat(
-            (0..n_groups)
-                .map(|g| {
-                    let x = timed[g]
-                        .clone()
-                        .narrow(1, chunk_start, len)
-                        .swap_dims(0, 1)
-                        .reshape([len * batch, d_input]);
-                    product(x, input_weights[g].clone(), kernels).reshape([len, batch, 4 * d_cell])
-                })
-                .collect(),
-            1,
-        );
+        let x = (timed.clone().narrow(2, chunk_start, len).swap_dims(1, 2)).reshape([
+            n_groups,
+            len * batch,
+            d_input,
+        ]);
+        let projected =
+            product(x, input_weights.clone(), kernels).reshape([n_groups, len, batch, 4 * d_cell]);
         for step in chunk_start..chunk_start + len {
             let at = InferenceStep {
                 step,

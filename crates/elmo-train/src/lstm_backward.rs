@@ -282,28 +282,38 @@ impl<'a> LstmGroup<'a> {
             return recorded;
         }
         let fused = kernels == CellKernels::Fused;
-        // All steps' input contributions in one matmul per layer; the bias added to them here,
-        // or by the fused cell kernel as it reads them (`InputContributions`).
-        let projected = joined(
-            flat_inputs
-                .iter()
-                .zip(&weights)
-                .map(|(x, w)| {
-                    let product =
-                        half_product(x.clone(), activation.prepare(w.input.clone()), mode);
-                    match fused {
-                        true => product,
-                        false => product + activation.prepare(w.bias.clone()),
-                    }
-                    .reshape([n_steps, batch, 4 * d_cell])
-                })
-                .collect(),
-            1,
-        );
-        let biases = fused.then(|| {
-            let prepared = weights.iter().map(|w| activation.prepare(w.bias.clone()));
-            Tensor::cat(prepared.collect(), 0)
-        });
+        // All steps' input contributions: with the fused kernels one batched product for the
+        // group, `[G, T, B, 4C]`, whose bias the cell kernel adds as it reads them
+        // (`InputContributions`); otherwise one product per layer plus its bias, the layers'
+        // rows of every step joined, `[T, G·B, 4C]`.
+        let (grouped, projected) = match fused {
+            true => {
+                let prepared = weights.iter().map(|w| activation.prepare(w.input.clone()));
+                let product = half_product::<3>(
+                    Tensor::stack(flat_inputs.clone(), 0),
+                    Tensor::stack(prepared.collect(), 0),
+                    mode,
+                )
+                .reshape([n_layers, n_steps, batch, 4 * d_cell]);
+                let bias = weights.iter().map(|w| activation.prepare(w.bias.clone()));
+                (Some((product, Tensor::cat(bias.collect(), 0))), None)
+            }
+            false => {
+                let joined = joined(
+                    flat_inputs
+                        .iter()
+                        .zip(&weights)
+                        .map(|(x, w)| {
+                            (half_product(x.clone(), activation.prepare(w.input.clone()), mode)
+                                + activation.prepare(w.bias.clone()))
+                            .reshape([n_steps, batch, 4 * d_cell])
+                        })
+                        .collect(),
+                    1,
+                );
+                (None, Some(joined))
+            }
+        };
         // The cell kernels read the initial memory at every step, forward and backward (the
         // tape keeps it): one contiguous copy here where it is padded (CUDA pads the rows of
         // `[B, 1,200]` to 1,280), not one a step.
@@ -352,10 +362,8 @@ impl<'a> LstmGroup<'a> {
                     tanh_memory: &tanh_memory_all,
                     hidden: &hidden_all,
                 };
-                let input = InputContributions {
-                    projected: &projected,
-                    bias: biases.as_ref().expect("prepared where the kernels run"),
-                };
+                let (projected, bias) = grouped.as_ref().expect("prepared for the kernels");
+                let input = InputContributions { projected, bias };
                 let cell_output = elmo_kernels::cell_forward(
                     input,
                     recurrent,
@@ -375,7 +383,8 @@ impl<'a> LstmGroup<'a> {
                 continue;
             }
             let recurrent = state_product.left_product(h.clone());
-            let gates = activation.activate(step(&projected, t) + recurrent);
+            let projected = projected.as_ref().expect("joined for the composed steps");
+            let gates = activation.activate(step(projected, t) + recurrent);
             let gate = |k: usize| gates.clone().narrow(1, k * d_cell, d_cell);
             let mut memory = gate(0) * gate(2) + gate(1) * c;
             if let Some(clip) = layer.cell_clip {
