@@ -15,7 +15,7 @@ use crate::host_tensor::HostTensor;
 
 /// A chunk's loss and gradients ([`host_softmax_rows`]).
 #[derive(Debug, Clone)]
-pub struct HostSoftmaxRows {
+pub struct SoftmaxRows {
     /// `[R, N]`: `scale · softmax` of each row's logits (over the candidates and, where it is
     /// outside them, the true logit): the gradient of `Σ scale · nll` with respect to them.
     pub gradient: Tensor<2>,
@@ -43,7 +43,7 @@ pub fn host_softmax_rows(
     true_logits: &Tensor<2>,
     outside: &Tensor<2>,
     scales: &Tensor<2>,
-) -> Option<HostSoftmaxRows> {
+) -> Option<SoftmaxRows> {
     let [rows, n] = logits.dims();
     assert!(
         bias.dims() == [1, n]
@@ -98,7 +98,7 @@ pub fn host_softmax_rows(
                 logits.iter_mut().for_each(|z| *z *= per_sum);
             });
     }
-    Some(HostSoftmaxRows {
+    Some(SoftmaxRows {
         gradient: logits.into_tensor(),
         nll: nll.into_tensor(),
         true_gradient: true_gradient.into_tensor(),

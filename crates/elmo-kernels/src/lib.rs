@@ -15,6 +15,7 @@ mod cube_lstm_inference;
 #[cfg(feature = "cubecl")]
 mod cube_matmul;
 mod cube_reduce;
+mod cube_softmax;
 #[cfg(feature = "cubecl")]
 mod cube_tensor;
 #[cfg(feature = "cublas")]
@@ -46,6 +47,7 @@ pub use cube_lstm_inference::{InferenceBuffers, InferenceStep, inference_cell, i
 #[cfg(feature = "cubecl")]
 pub use cube_matmul::{MatmulKernel, matmul_with};
 pub use cube_reduce::{RowReduction, reduce_rows, sum_columns};
+pub use cube_softmax::cube_softmax_rows;
 #[cfg(feature = "cubecl")]
 pub use cube_tensor::{contiguous, empty_buffer};
 #[cfg(feature = "cublas")]
@@ -61,7 +63,7 @@ pub use host_lstm::{HostLstm, HostLstmOutput, HostLstmWeights};
 pub use host_lstm_cell::{
     HostRecords, HostStepGradients, HostSteps, host_backward_steps, host_forward_steps,
 };
-pub use host_softmax::{HostSoftmaxRows, host_softmax_rows};
+pub use host_softmax::{SoftmaxRows, host_softmax_rows};
 pub use host_window_max::{
     HostWindowGradients, HostWindowMax, host_window_max, host_window_max_backward,
 };

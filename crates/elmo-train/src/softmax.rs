@@ -6,8 +6,8 @@ use burn::module::{Module, Param};
 use burn::nn::Initializer;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use elmo_kernels::{
-    KernelSettings, RowReduction, SplitWeight, host_softmax_rows, product, reduce_rows,
-    sum_columns, sum_groups, sum_row_groups, to_half,
+    KernelSettings, RowReduction, SplitWeight, cube_softmax_rows, host_softmax_rows, product,
+    reduce_rows, sum_columns, sum_groups, sum_row_groups, to_half,
 };
 use rand::Rng;
 
@@ -315,9 +315,17 @@ impl Softmax {
                 Some(weight) => weight.left_product(rows.clone()),
                 None => product(rows.clone(), candidate_weight_t.clone(), kernels),
             };
-            // ∂/∂y = scale · (p_true − 1); ∂/∂z = scale · softmax, in the logits' buffer: one
-            // pass a row on flex (`host_softmax_rows`), burn's operations elsewhere.
-            let (grad_logits, dy) = if kernels.host_for(&logits) {
+            // ∂/∂y = scale · (p_true − 1); ∂/∂z = scale · softmax: one pass a row on flex (in
+            // the logits' buffer, `host_softmax_rows`), one kernel on a CubeCL device
+            // (`cube_softmax_rows`), burn's operations elsewhere.
+            let fused = match kernels.fused_for(&logits) {
+                true => cube_softmax_rows(&logits, &candidate_bias, &y, &outside, &scale),
+                false => None,
+            };
+            let (grad_logits, dy) = if let Some(rows) = fused {
+                nll.push(rows.nll);
+                (rows.gradient, rows.true_gradient)
+            } else if kernels.host_for(&logits) {
                 let rows = host_softmax_rows(logits, &candidate_bias, &y, &outside, &scale)
                     .expect("flex tensors (KernelSettings::host_for)");
                 nll.push(rows.nll);
