@@ -5,8 +5,9 @@
 //!
 //! Why: with burn's operations a chunk is the bias's add, the row maximum, `− max`, `exp`, the
 //! row sum and `× scale / sum`, four elementwise passes and two reductions over the `[R, N]`
-//! logits (`[5,120, 8,192]` at `original` 128 × 20, 42M values each). Here one cube a row reads
-//! its logits twice and writes the gradient once.
+//! logits (`[5,120, 8,192]` at `original` 128 × 20, 42M values each): six reads and four writes
+//! of them. Here one cube a row reads its logits three times (a row is 32 KiB at `original`) and
+//! writes the gradient once.
 
 use burn::tensor::{DType, Tensor};
 
@@ -21,8 +22,8 @@ mod kernels {
     use crate::squared_norm::kernels::shared_sum;
 
     /// One cube per row. Its units find the row's maximum of `logits + bias` (and of its true
-    /// logit: burn's `max_pair`, a NaN true logit kept), add `exp(z − max)` into the row's
-    /// gradient and their sum, then scale the gradient by `scale / sum`; unit 0 writes the
+    /// logit: burn's `max_pair`, a NaN true logit kept), add up `exp(z − max)`, then write the
+    /// gradient `exp(z − max) · scale / sum`; unit 0 writes the
     /// row's loss `ln(sum) + max − y` and the true logit's gradient `scale · (p_true − 1)`.
     #[cube(launch)]
     #[allow(clippy::too_many_arguments)]
@@ -76,9 +77,7 @@ mod kernels {
         let mut local_sum = 0.0f32;
         let mut k = UNIT_POS as usize;
         while k < n {
-            let e = (logits[from + k] + bias[k] - max).exp();
-            gradient[to + k] = e;
-            local_sum += e;
+            local_sum += (logits[from + k] + bias[k] - max).exp();
             k += units;
         }
         shared[UNIT_POS as usize] = local_sum;
@@ -86,10 +85,10 @@ mod kernels {
         let sum = shared_sum(&mut shared) + true_exp;
         let scale = scales[row];
         let per_sum = scale / sum;
-        // Each unit scales the values it wrote.
+        // `exp` again rather than a written value read back: the gradient is written once.
         let mut m = UNIT_POS as usize;
         while m < n {
-            gradient[to + m] *= per_sum;
+            gradient[to + m] = (logits[from + m] + bias[m] - max).exp() * per_sum;
             m += units;
         }
         if UNIT_POS == 0 {
