@@ -122,14 +122,8 @@ pub fn cube_softmax_rows(
     outside: &Tensor<2>,
     scales: &Tensor<2>,
 ) -> Option<SoftmaxRows> {
-    let [rows, n] = logits.dims();
-    assert!(
-        bias.dims() == [1, n]
-            && [true_logits, outside, scales]
-                .iter()
-                .all(|t| t.dims() == [rows, 1]),
-        "a [1, {n}] bias and [{rows}, 1] true logits, masks and scales"
-    );
+    let [rows, n] =
+        crate::host_softmax::softmax_shapes(logits, [bias, true_logits, outside, scales]);
     let all = [logits, bias, true_logits, outside, scales];
     if all.iter().any(|t| t.dtype() != DType::F32) {
         return None;

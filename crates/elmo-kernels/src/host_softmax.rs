@@ -13,6 +13,21 @@ use rayon::prelude::*;
 use crate::host_lstm::exp;
 use crate::host_tensor::HostTensor;
 
+/// `[R, N]` of a chunk's logits, checked against its `[1, N]` bias and its `[R, 1]` true
+/// logits, masks and scales (in that order).
+///
+/// # Panics
+/// When the shapes disagree.
+pub(crate) fn softmax_shapes(logits: &Tensor<2>, others: [&Tensor<2>; 4]) -> [usize; 2] {
+    let [rows, n] = logits.dims();
+    let [bias, rest @ ..] = others;
+    assert!(
+        bias.dims() == [1, n] && rest.iter().all(|t| t.dims() == [rows, 1]),
+        "a [1, {n}] bias and [{rows}, 1] true logits, masks and scales"
+    );
+    [rows, n]
+}
+
 /// A chunk's loss and gradients ([`host_softmax_rows`]).
 #[derive(Debug, Clone)]
 pub struct SoftmaxRows {
@@ -44,14 +59,7 @@ pub fn host_softmax_rows(
     outside: &Tensor<2>,
     scales: &Tensor<2>,
 ) -> Option<SoftmaxRows> {
-    let [rows, n] = logits.dims();
-    assert!(
-        bias.dims() == [1, n]
-            && [true_logits, outside, scales]
-                .iter()
-                .all(|t| t.dims() == [rows, 1]),
-        "a [1, {n}] bias and [{rows}, 1] true logits, masks and scales"
-    );
+    let [rows, n] = softmax_shapes(&logits, [bias, true_logits, outside, scales]);
     let read = |t: &Tensor<2>| HostTensor::of(t).map(HostTensor::contiguous);
     let (bias, true_logits, outside, scales) = (
         read(bias)?,
