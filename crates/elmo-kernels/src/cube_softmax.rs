@@ -19,7 +19,7 @@ mod kernels {
     use burn::cubecl;
     use burn::cubecl::prelude::*;
 
-    use crate::squared_norm::kernels::shared_sum;
+    use crate::squared_norm::kernels::{shared_max, shared_sum};
 
     /// One cube per row. Its units find the row's maximum of `logits + bias` (and of its true
     /// logit: burn's `max_pair`, a NaN true logit kept), add up `exp(z − max)`, then write the
@@ -53,20 +53,8 @@ mod kernels {
             j += units;
         }
         shared[UNIT_POS as usize] = local_max;
-        sync_cube();
-        let mut active = CUBE_DIM;
-        while active > 1 {
-            active /= 2;
-            if UNIT_POS < active {
-                let other = shared[(UNIT_POS + active) as usize];
-                if other > shared[UNIT_POS as usize] {
-                    shared[UNIT_POS as usize] = other;
-                }
-            }
-            sync_cube();
-        }
         let y = true_logits[row];
-        let mut max = shared[0];
+        let mut max = shared_max(&mut shared);
         if y > max {
             max = y;
         }

@@ -28,7 +28,7 @@ mod kernels {
     use burn::cubecl;
     use burn::cubecl::prelude::*;
 
-    use crate::squared_norm::kernels::shared_sum;
+    use crate::squared_norm::kernels::{shared_max, shared_sum};
 
     /// One cube. Its units find the partial sums' largest value and count the non-finite ones,
     /// then add the sums divided by the largest (no `f32` overflow of a sum of finite values);
@@ -67,22 +67,8 @@ mod kernels {
         }
         largest[UNIT_POS as usize] = local_largest;
         bad[UNIT_POS as usize] = local_bad;
-        sync_cube();
-        let mut active = CUBE_DIM;
-        while active > 1 {
-            active /= 2;
-            if UNIT_POS < active {
-                let other = largest[(UNIT_POS + active) as usize];
-                if other > largest[UNIT_POS as usize] {
-                    largest[UNIT_POS as usize] = other;
-                }
-                let other_bad = bad[(UNIT_POS + active) as usize];
-                bad[UNIT_POS as usize] += other_bad;
-            }
-            sync_cube();
-        }
-        let top = largest[0];
-        let n_bad = bad[0];
+        let top = shared_max(&mut largest);
+        let n_bad = shared_sum(&mut bad);
         sync_cube();
         // The sums over the largest, in the same shared memory.
         let mut local_sum = 0.0f32;

@@ -70,6 +70,26 @@ pub(crate) mod kernels {
         }
         shared[0]
     }
+
+    /// The largest of the cube's `CUBE_DIM` values in `shared` (as [`shared_sum`]: one a unit,
+    /// written before the call), by the same tree: each round a lower-half value is replaced
+    /// by the upper half's where that is greater (a NaN never is). Every unit returns it.
+    #[cube]
+    pub(crate) fn shared_max<F: Float>(shared: &mut Shared<[F]>) -> F {
+        sync_cube();
+        let mut active = CUBE_DIM;
+        while active > 1 {
+            active /= 2;
+            if UNIT_POS < active {
+                let other = shared[(UNIT_POS + active) as usize];
+                if other > shared[UNIT_POS as usize] {
+                    shared[UNIT_POS as usize] = other;
+                }
+            }
+            sync_cube();
+        }
+        shared[0]
+    }
 }
 
 /// Units per cube (a power of two, as the tree needs).
