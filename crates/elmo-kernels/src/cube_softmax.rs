@@ -19,7 +19,7 @@ mod kernels {
     use burn::cubecl;
     use burn::cubecl::prelude::*;
 
-    use crate::squared_norm::kernels::{shared_max, shared_sum};
+    use crate::shared_tree::{shared_max, shared_sum};
 
     /// One cube per row. Its units find the row's maximum of `logits + bias` (and of its true
     /// logit: burn's `max_pair`, a NaN true logit kept), add up `exp(z − max)`, then write the

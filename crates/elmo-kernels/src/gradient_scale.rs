@@ -28,7 +28,7 @@ mod kernels {
     use burn::cubecl;
     use burn::cubecl::prelude::*;
 
-    use crate::squared_norm::kernels::{shared_max, shared_sum};
+    use crate::shared_tree::{shared_max, shared_sum};
 
     /// One cube. Its units find the partial sums' largest value and count the non-finite ones,
     /// then add the sums divided by the largest (no `f32` overflow of a sum of finite values);

@@ -34,6 +34,8 @@ mod host_window_max;
 mod index_add;
 mod large_product;
 mod settings;
+#[cfg(feature = "cubecl")]
+mod shared_tree;
 mod split_product;
 mod squared_norm;
 mod window_slots;

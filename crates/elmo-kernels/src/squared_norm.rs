@@ -19,9 +19,11 @@ use crate::host_tensor::HostTensor;
 
 /// The kernel (CubeCL's `Tensor` is not burn's, hence a module of its own).
 #[cfg(feature = "cubecl")]
-pub(crate) mod kernels {
+mod kernels {
     use burn::cubecl;
     use burn::cubecl::prelude::*;
+
+    use crate::shared_tree::shared_sum;
 
     /// Each cube strides over `input` (unit `u` of the launch reads elements `u`, `u + n_units`,
     /// …), adds the squares in shared memory as a tree, and writes its sum to
@@ -48,47 +50,6 @@ pub(crate) mod kernels {
         if UNIT_POS == 0 {
             partials[offset as usize + CUBE_POS] = total;
         }
-    }
-
-    /// The sum of the cube's `CUBE_DIM` values in `shared` (one a unit, written before the
-    /// call; `CUBE_DIM` a power of two), added as a tree in a fixed order: each round the
-    /// lower half adds the upper half's values. Every unit returns it; `shared` holds partial
-    /// sums afterwards.
-    #[cube]
-    pub(crate) fn shared_sum<F: Float>(shared: &mut Shared<[F]>) -> F {
-        sync_cube();
-        // The tree's counter is the runtime `CUBE_DIM`, since a comptime value cannot be a
-        // loop's changing variable.
-        let mut active = CUBE_DIM;
-        while active > 1 {
-            active /= 2;
-            if UNIT_POS < active {
-                let other = shared[(UNIT_POS + active) as usize];
-                shared[UNIT_POS as usize] += other;
-            }
-            sync_cube();
-        }
-        shared[0]
-    }
-
-    /// The largest of the cube's `CUBE_DIM` values in `shared` (as [`shared_sum`]: one a unit,
-    /// written before the call), by the same tree: each round a lower-half value is replaced
-    /// by the upper half's where that is greater (a NaN never is). Every unit returns it.
-    #[cube]
-    pub(crate) fn shared_max<F: Float>(shared: &mut Shared<[F]>) -> F {
-        sync_cube();
-        let mut active = CUBE_DIM;
-        while active > 1 {
-            active /= 2;
-            if UNIT_POS < active {
-                let other = shared[(UNIT_POS + active) as usize];
-                if other > shared[UNIT_POS as usize] {
-                    shared[UNIT_POS as usize] = other;
-                }
-            }
-            sync_cube();
-        }
-        shared[0]
     }
 }
 
