@@ -5,12 +5,14 @@
 //!   `cargo doc` without warnings, `cargo test --workspace` (the framework-native example `examples/elmo-tagger` runs as one
 //!   of its tests, on flex), then ~1,000 fuzz cases.
 //! - `cargo xtask spirv`: `cargo test --workspace` again with the `elmo` binary's opt-in `vulkan`
-//!   feature, so that every wgpu test (f32 and mixed precision) runs through burn's SPIR-V
-//!   compiler; a second build of burn. CI runs it after `ci`.
-//! - `cargo xtask cublas`: the `cuda` build's cuBLAS path (device pointers, strides, streams:
-//!   `bench_train --blas-check cuda`) against the stand-in CUDA driver and cuBLAS of
-//!   `xtask/device/fake-cuda/` (built with `cc`), which compute its products on the host; no GPU
-//!   and no CUDA toolkit. Also clippy on that build. Another build of burn; CI runs it last.
+//!   and `cuda` features ([`GPU_FEATURES`]), so that every wgpu test (f32 and mixed precision)
+//!   runs through burn's SPIR-V compiler, and the `cuda` build's code is compiled and tested
+//!   too; a second build of burn. CI runs it after `ci`.
+//! - `cargo xtask cublas`: clippy on that same build, then its cuBLAS path (device pointers,
+//!   strides, streams: `bench_train --blas-check cuda`) against the stand-in CUDA driver and
+//!   cuBLAS of `xtask/device/fake-cuda/` (built with `cc`), which compute its products on the
+//!   host; no GPU and no CUDA toolkit. It reuses `spirv`'s build (no third build of burn); CI
+//!   runs it last.
 //! - `cargo xtask cycles`: no import cycles among the modules of any workspace crate.
 //! - `cargo xtask scripts`: `bash -n` on the shell scripts (also part of `ci`).
 //! - `cargo xtask fuzz [-- --cases N]`: mutation fuzzing of every reader of user files.
@@ -93,29 +95,37 @@ fn ci() -> Result<(), String> {
     fuzz(&["--cases".into(), "120".into()])
 }
 
-/// The workspace's tests with `elmo-cli/vulkan`: with burn's `vulkan` feature `wgpu` compiles
+/// The opt-in GPU backends that CI builds beside the default ones, in one feature resolution:
+/// every feature set is a build of burn from `cubecl-ir` up (21-32 min cold on 2 vCPUs), so
+/// the SPIR-V tests and the cuBLAS check share one instead of building two.
+const GPU_FEATURES: &str = "elmo-cli/vulkan,elmo-cli/cuda";
+
+/// The workspace's tests with [`GPU_FEATURES`]: with burn's `vulkan` feature `wgpu` compiles
 /// its kernels to SPIR-V on a Vulkan adapter (lavapipe in CI), so the wgpu tests (parity with
 /// AllenNLP, the fused kernels, mixed precision, training against autodiff) check that compiler
-/// and `--backend vulkan`.
+/// and `--backend vulkan`; with `cuda` its code (cuBLAS in elmo-kernels) runs beside them, on no
+/// CUDA device. burn's default device would be CUDA, the first of its order, which a CI machine
+/// lacks (burn-optim loads optimizer state there: the resume tests), so it is pinned to Vulkan,
+/// the default of a build with `vulkan` alone.
 fn spirv() -> Result<(), String> {
     let mut test = cargo();
-    test.args(["test", "--workspace", "--features", "elmo-cli/vulkan"]);
+    test.args(["test", "--workspace", "--features", GPU_FEATURES])
+        .env("BURN_DEVICE", "vulkan");
     run(test)
 }
 
-/// The `cuda` build's cuBLAS products of uploaded operands, in every layout the build hands
-/// cuBLAS, against the host's products, through the stand-in driver and cuBLAS (no kernel of
-/// CubeCL runs, so nothing needs NVRTC); and clippy on that build, whose cuBLAS code the default
-/// build does not compile.
+/// Clippy on [`GPU_FEATURES`]' build (the default build does not compile its cuBLAS and Vulkan
+/// code), then the `cuda` build's cuBLAS products of uploaded operands, in every layout the
+/// build hands cuBLAS, against the host's products, through the stand-in driver and cuBLAS (no
+/// kernel of CubeCL runs, so nothing needs NVRTC).
 fn cublas() -> Result<(), String> {
     let mut clippy = cargo();
     clippy.args([
         "clippy",
-        "-p",
-        "elmo-cli",
-        "--features",
-        "cuda",
+        "--workspace",
         "--all-targets",
+        "--features",
+        GPU_FEATURES,
         "--",
         "-D",
         "warnings",
@@ -127,7 +137,7 @@ fn cublas() -> Result<(), String> {
         "-p",
         "elmo-cli",
         "--features",
-        "cuda",
+        GPU_FEATURES,
         "--example",
         "bench_train",
     ]);

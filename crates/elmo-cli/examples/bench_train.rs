@@ -529,12 +529,20 @@ fn main() {
         return;
     }
     if let Some(i) = args.iter().position(|a| a == "--blas-check") {
+        let backend = args.get(i + 1).map_or("cuda", String::as_str);
         #[cfg(feature = "cuda")]
-        if !blas_check(args.get(i + 1).map_or("cuda", String::as_str)) {
+        let passed = blas_check(backend);
+        // A check that cannot run fails: CI must not pass a build that left cuBLAS out.
+        #[cfg(not(feature = "cuda"))]
+        let passed = {
+            eprintln!(
+                "--blas-check {backend}: this build has no `cuda` feature (`--features cuda`)"
+            );
+            false
+        };
+        if !passed {
             std::process::exit(1);
         }
-        #[cfg(not(feature = "cuda"))]
-        eprintln!("--blas-check {i}: built without the `cuda` feature");
         return;
     }
     if let Some(i) = args.iter().position(|a| a == "--matmul-probe") {
