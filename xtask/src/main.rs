@@ -67,22 +67,22 @@ fn shell_syntax(root: &std::path::Path) -> Result<(), String> {
     Ok(())
 }
 
+/// `cargo clippy -D warnings` on every target of the workspace, with `features` (cargo's
+/// arguments, none for the default build).
+fn clippy(features: &[&str]) -> Result<(), String> {
+    let mut clippy = cargo();
+    clippy.args(["clippy", "--workspace", "--all-targets"]);
+    clippy.args(features).args(["--", "-D", "warnings"]);
+    run(clippy)
+}
+
 fn ci() -> Result<(), String> {
     module_cycles::check(&workspace_root())?;
     shell_syntax(&workspace_root())?;
     let mut fmt = cargo();
     fmt.args(["fmt", "--all", "--check"]);
     run(fmt)?;
-    let mut clippy = cargo();
-    clippy.args([
-        "clippy",
-        "--workspace",
-        "--all-targets",
-        "--",
-        "-D",
-        "warnings",
-    ]);
-    run(clippy)?;
+    clippy(&[])?;
     // The API docs without a broken or private link.
     let mut doc = cargo();
     doc.args(["doc", "--workspace", "--no-deps"])
@@ -119,18 +119,7 @@ fn spirv() -> Result<(), String> {
 /// build hands cuBLAS, against the host's products, through the stand-in driver and cuBLAS (no
 /// kernel of CubeCL runs, so nothing needs NVRTC).
 fn cublas() -> Result<(), String> {
-    let mut clippy = cargo();
-    clippy.args([
-        "clippy",
-        "--workspace",
-        "--all-targets",
-        "--features",
-        GPU_FEATURES,
-        "--",
-        "-D",
-        "warnings",
-    ]);
-    run(clippy)?;
+    clippy(&["--features", GPU_FEATURES])?;
     let mut build = cargo();
     build.args([
         "build",
