@@ -4,8 +4,9 @@
 //! Readers (`--readers`, all by default): `options` (options.json), `weights` (an HDF5 weight
 //! file loaded against its options), `config` (a run's config.json), `vocab` (vocab.txt),
 //! `trainer` (a checkpoint's trainer.json), `run` (a whole run directory opened as `elmo embed
-//! --model` does, one of its files mutated), `conll` and `tsv` (task files), and `input` (the
-//! text of `elmo embed`, through the binary).
+//! --model` does, one of its files mutated), `conll` and `tsv` (task files), `input` (the
+//! text of `elmo embed`, through the binary), `keys` (the same with `--use-sentence-keys`) and
+//! `merge` (an `elmo embed` output read as a part by `elmo merge`, through the binary).
 //!
 //! Each case mutates a valid file (bit flips, random byte runs, truncation, repeated chunks,
 //! extreme numbers in JSON, dropped lines), reads it, and counts the outcome: read, clean error,
@@ -26,8 +27,9 @@ use rand::seq::IndexedRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-const READERS: [&str; 9] = [
-    "options", "weights", "config", "vocab", "trainer", "run", "conll", "tsv", "input",
+const READERS: [&str; 11] = [
+    "options", "weights", "config", "vocab", "trainer", "run", "conll", "tsv", "input", "keys",
+    "merge",
 ];
 /// A case slower than this is a hang.
 const HANG: Duration = Duration::from_secs(30);
@@ -176,6 +178,8 @@ struct Seeds {
     vocab: Vec<u8>,
     run: PathBuf,
     trainer: Vec<u8>,
+    /// `elmo embed`'s output of [`INPUT`]: the part that `merge` cases mutate.
+    part: Vec<u8>,
 }
 
 /// The files of `dir` and below (sorted).
@@ -242,6 +246,18 @@ impl Seeds {
             };
             train(&config, vocab, &options, &Device::flex(), &mut ()).expect("seed run");
         }
+        let part = dir.join("part.hdf5");
+        if !part.exists() {
+            let input = dir.join("part-input.txt");
+            std::fs::write(&input, INPUT).expect("part input");
+            let status = Command::new(elmo_binary())
+                .args(["embed", "--quiet"])
+                .arg(&input)
+                .arg(&part)
+                .status()
+                .expect("run elmo embed");
+            assert!(status.success(), "the seed part: {status:?}");
+        }
         let read = |p: &Path| std::fs::read(p).expect("seed file");
         let trainer = files_under(&run)
             .into_iter()
@@ -253,6 +269,7 @@ impl Seeds {
             vocab: read(&run.join("vocab.txt")),
             trainer: read(&trainer),
             run,
+            part: read(&part),
         }
     }
 }
@@ -349,32 +366,29 @@ fn run_case(reader: &str, case: u64, seeds: &Seeds, keep: Option<&Path>) -> Outc
                     .map(drop)
                     .map_err(|e| text(&e))
                 }
-                "input" => {
-                    write(&mutate(INPUT.as_bytes(), &mut rng));
-                    let output = work.join("out.hdf5");
-                    let result = Command::new(elmo_binary())
-                        .args(["embed", "--quiet", "--max-tokens", "100000"])
-                        .arg(&file)
-                        .arg(&output)
-                        .output()
-                        .expect("run elmo embed");
-                    let leftovers: Vec<_> = std::fs::read_dir(&work)
-                        .expect("list")
-                        .flatten()
-                        .map(|e| e.file_name().to_string_lossy().into_owned())
-                        .filter(|n| n != "input" && n != "out.hdf5")
-                        .collect();
-                    match result.status.code() {
-                        Some(0) if leftovers.is_empty() => Ok(()),
-                        Some(1) if leftovers.is_empty() && !output.exists() => {
-                            Err(String::from_utf8_lossy(&result.stderr).into_owned())
-                        }
-                        _ => panic!(
-                            "elmo embed: {:?}, left {leftovers:?}: {}",
-                            result.status,
-                            String::from_utf8_lossy(&result.stderr)
-                        ),
-                    }
+                "input" | "keys" => {
+                    // Sentence keys refuse empty lines: their seed has none.
+                    let seed = match reader {
+                        "keys" => INPUT.replace("\n\n", "\n"),
+                        _ => INPUT.to_string(),
+                    };
+                    write(&mutate(seed.as_bytes(), &mut rng));
+                    let keys: &[&str] = match reader {
+                        "keys" => &["--use-sentence-keys"],
+                        _ => &[],
+                    };
+                    through_binary(&work, "embed", |command| {
+                        command
+                            .args(["--quiet", "--max-tokens", "100000"])
+                            .args(keys)
+                            .arg(&file);
+                    })
+                }
+                "merge" => {
+                    write(&mutate(&seeds.part, &mut rng));
+                    through_binary(&work, "merge", |command| {
+                        command.arg("--quiet").arg(work.join("out.hdf5")).arg(&file);
+                    })
                 }
                 other => panic!("unknown reader {other}"),
             }
@@ -395,6 +409,41 @@ fn run_case(reader: &str, case: u64, seeds: &Seeds, keep: Option<&Path>) -> Outc
         keep_case(&work, keep, reader, case);
     }
     outcome
+}
+
+/// Runs `elmo COMMAND` (its arguments from `args`; for `embed` the output, `out.hdf5`, is
+/// added last) in the case directory `work`: a success that leaves nothing but the output, or a
+/// clean error (exit status 1) that leaves nothing at all; anything else panics.
+fn through_binary(
+    work: &Path,
+    command: &str,
+    args: impl FnOnce(&mut Command),
+) -> Result<(), String> {
+    let output = work.join("out.hdf5");
+    let mut run = Command::new(elmo_binary());
+    run.arg(command);
+    args(&mut run);
+    if command == "embed" {
+        run.arg(&output);
+    }
+    let result = run.output().expect("run elmo");
+    let leftovers: Vec<_> = std::fs::read_dir(work)
+        .expect("list")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n != "input" && n != "out.hdf5")
+        .collect();
+    match result.status.code() {
+        Some(0) if leftovers.is_empty() => Ok(()),
+        Some(1) if leftovers.is_empty() && !output.exists() => {
+            Err(String::from_utf8_lossy(&result.stderr).into_owned())
+        }
+        _ => panic!(
+            "elmo {command}: {:?}, left {leftovers:?}: {}",
+            result.status,
+            String::from_utf8_lossy(&result.stderr)
+        ),
+    }
 }
 
 /// The `elmo` binary beside this example (`target/<profile>/elmo`).

@@ -2,6 +2,8 @@
 //! HDF5 layout; a killed run continues where it stopped, and `--shard K/N` / `--lines A:B` write
 //! one worker's part of the input (joined by `elmo merge`).
 
+use std::borrow::Cow;
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -16,6 +18,7 @@ use crate::backend::{Backend, PrecisionArg};
 use crate::hdf5_output::{Hdf5EmbeddingWriter, Opened, OutputFingerprint};
 use crate::input::{Sentence, SentenceReader};
 use crate::model_source::ModelArgs;
+use crate::sentence_keys::SentenceKeys;
 
 /// Which biLM layers to write per sentence.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -51,6 +54,16 @@ pub struct EmbedArgs {
     /// Layers written for each sentence.
     #[arg(long, value_enum, default_value_t = LayerArg::All)]
     pub layers: LayerArg,
+    /// Name each line's dataset by its sentence (the line without surrounding whitespace)
+    /// instead of its line number, with no `sentence_to_index` (AllenNLP's
+    /// `--use-sentence-keys`). No two lines may be equal, empty, `.` or hold a `/`: checked over
+    /// the whole input before anything is computed.
+    #[arg(long)]
+    pub use_sentence_keys: bool,
+    /// Write no `sentence_to_index` (AllenNLP's `--forget-sentences`): datasets are named by line
+    /// number, and no sentence is kept in memory for the index.
+    #[arg(long)]
+    pub forget_sentences: bool,
     /// Sentences per biLM call [default: 64 with --stateful (AllenNLP's); otherwise 256 on a
     /// CPU and 1024 on a GPU (wgpu, vulkan): stateless vectors do not depend on it, and more rows
     /// per LSTM step run faster].
@@ -253,6 +266,11 @@ pub fn run(args: &EmbedArgs) -> Result<()> {
     }
     // One writer per output, held until this function returns.
     let _lock = RunLock::acquire(lock_path(&args.output), args.break_stale_lock)?;
+    let keys = if args.use_sentence_keys {
+        Some(SentenceKeys::scan(&args.input, args.max_tokens)?)
+    } else {
+        None
+    };
     let on_gpu = args.backend.is_gpu();
     args.precision.check_backend(args.backend)?;
     let device = args.backend.device()?;
@@ -292,12 +310,25 @@ pub fn run(args: &EmbedArgs) -> Result<()> {
             // Vectors of another precision are other vectors.
             PrecisionArg::Mixed => " precision=mixed",
             PrecisionArg::F32 => "",
+        } + if args.use_sentence_keys {
+            " keys=sentences"
+        } else {
+            ""
         },
     };
     let commit_bytes = args.commit_mib.saturating_mul(1 << 20);
-    let mut opened =
-        Hdf5EmbeddingWriter::open(&args.output, &fingerprint, args.restart, commit_bytes)?;
-    if args.stateful && !opened.done.is_empty() {
+    let sentence_to_index = !(args.use_sentence_keys || args.forget_sentences);
+    let open = |restart| {
+        Hdf5EmbeddingWriter::open(
+            &args.output,
+            &fingerprint,
+            restart,
+            commit_bytes,
+            sentence_to_index,
+        )
+    };
+    let mut opened = open(args.restart)?;
+    if args.stateful && !opened.written.is_empty() {
         // The LSTM state flows through every line, so the lines already written cannot be
         // skipped: start over.
         if !args.quiet {
@@ -307,9 +338,19 @@ pub fn run(args: &EmbedArgs) -> Result<()> {
             );
         }
         drop(opened);
-        opened = Hdf5EmbeddingWriter::open(&args.output, &fingerprint, true, commit_bytes)?;
+        opened = open(true)?;
     }
-    let Opened { mut writer, done } = opened;
+    let Opened {
+        mut writer,
+        written,
+    } = opened;
+    let done: BTreeSet<usize> = written
+        .iter()
+        .filter_map(|name| match &keys {
+            Some(keys) => keys.line_of(name),
+            None => name.parse().ok(),
+        })
+        .collect();
     if !done.is_empty() && !args.quiet {
         eprintln!(
             "continuing an interrupted run: {} lines already written",
@@ -387,7 +428,12 @@ pub fn run(args: &EmbedArgs) -> Result<()> {
         }
         let tokens: Vec<&[String]> = chunk.iter().map(|s| s.tokens.as_slice()).collect();
         embedder.embed_each_view(&tokens, |i, vectors| -> Result<()> {
-            writer.add(chunk[i].index, vectors.values(), vectors.shape())?;
+            let name = if keys.is_some() {
+                Cow::Borrowed(chunk[i].text.as_str())
+            } else {
+                Cow::Owned(chunk[i].index.to_string())
+            };
+            writer.add(&name, vectors.values(), vectors.shape())?;
             n_tokens += tokens[i].len();
             Ok(())
         })?;

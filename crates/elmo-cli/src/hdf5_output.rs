@@ -1,5 +1,6 @@
-//! Writer of AllenNLP's `elmo` command HDF5 layout: one float32 dataset per input line named by its
-//! 0-based index, plus `sentence_to_index` (a JSON object from sentence text to index string).
+//! Writer of AllenNLP's `elmo` command HDF5 layout: one float32 dataset per input line, named by its
+//! 0-based index (or by its sentence, `--use-sentence-keys`), plus `sentence_to_index` (a JSON
+//! object from sentence text to index string) unless the caller leaves it out.
 //!
 //! Datasets are added to the file in place (hdf5-pure's editor) and committed whenever the staged
 //! data passes a size limit, so memory stays bounded whatever the input length. Everything is
@@ -9,7 +10,7 @@
 //! next run with the same input and model continues from its committed datasets
 //! ([`Hdf5EmbeddingWriter::open`]); a run that fails with an error removes it.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
@@ -37,7 +38,8 @@ pub struct Hdf5EmbeddingWriter {
     manifest_path: PathBuf,
     staged_bytes: usize,
     commit_bytes: usize,
-    sentence_to_index: HashMap<String, usize>,
+    /// `None`: the output has no `sentence_to_index`.
+    sentence_to_index: Option<HashMap<String, usize>>,
 }
 
 /// The hidden file beside `path` whose name ends in `suffix`.
@@ -55,8 +57,8 @@ fn beside(path: &Path, suffix: &str) -> Result<PathBuf> {
 pub struct Opened {
     /// The writer.
     pub writer: Hdf5EmbeddingWriter,
-    /// The lines already in the file (committed by an earlier, interrupted run).
-    pub done: BTreeSet<usize>,
+    /// The names of the datasets already in the file (committed by an earlier, interrupted run).
+    pub written: Vec<String>,
 }
 
 impl Hdf5EmbeddingWriter {
@@ -64,11 +66,14 @@ impl Hdf5EmbeddingWriter {
     /// the same `fingerprint` (unless `restart`). A partial output of another input, model or
     /// settings is an error naming it, unless `restart` discards it. Staged datasets are
     /// committed to disk whenever they pass `commit_bytes` (what a killed run loses at most).
+    /// Without `sentence_to_index` the output has no such dataset and [`Self::note`] keeps
+    /// nothing.
     pub fn open(
         path: &Path,
         fingerprint: &OutputFingerprint,
         restart: bool,
         commit_bytes: usize,
+        sentence_to_index: bool,
     ) -> Result<Opened> {
         let temp_path = beside(path, ".partial")?;
         let manifest_path = beside(path, ".partial.json")?;
@@ -79,14 +84,14 @@ impl Hdf5EmbeddingWriter {
             manifest_path,
             staged_bytes: 0,
             commit_bytes,
-            sentence_to_index: HashMap::new(),
+            sentence_to_index: sentence_to_index.then(HashMap::new),
         };
         let partial = writer.temp_path.exists() || writer.manifest_path.exists();
         if partial
             && !restart
-            && let Some(done) = writer.continue_partial(fingerprint)?
+            && let Some(written) = writer.continue_partial(fingerprint)?
         {
-            return Ok(Opened { writer, done });
+            return Ok(Opened { writer, written });
         }
         for stale in [&writer.temp_path, &writer.manifest_path] {
             match std::fs::remove_file(stale) {
@@ -104,16 +109,13 @@ impl Hdf5EmbeddingWriter {
         })?);
         Ok(Opened {
             writer,
-            done: BTreeSet::new(),
+            written: Vec::new(),
         })
     }
 
-    /// Opens the partial output for `fingerprint`: the lines it holds; an error when it belongs
-    /// to another input, model or settings.
-    fn continue_partial(
-        &mut self,
-        fingerprint: &OutputFingerprint,
-    ) -> Result<Option<BTreeSet<usize>>> {
+    /// Opens the partial output for `fingerprint`: the names of the datasets it holds; an error
+    /// when it belongs to another input, model or settings.
+    fn continue_partial(&mut self, fingerprint: &OutputFingerprint) -> Result<Option<Vec<String>>> {
         let found: Option<OutputFingerprint> = std::fs::read(&self.manifest_path)
             .ok()
             .and_then(|bytes| serde_json::from_slice(&bytes).ok());
@@ -130,7 +132,8 @@ impl Hdf5EmbeddingWriter {
                 ("input", found.input != fingerprint.input),
                 ("model", found.model != fingerprint.model),
                 (
-                    "settings (--layers, --lines/--shard, --stateful, --max-tokens)",
+                    "settings (--layers, --lines/--shard, --stateful, --max-tokens, \
+                     --use-sentence-keys)",
                     found.settings != fingerprint.settings,
                 ),
             ]
@@ -157,39 +160,38 @@ impl Hdf5EmbeddingWriter {
             .root()
             .datasets()
             .with_context(|| format!("{}: listing datasets", self.temp_path.display()))?;
-        let done = names
-            .iter()
-            .filter_map(|n| n.parse::<usize>().ok())
-            .collect();
         self.file = Some(file);
-        Ok(Some(done))
+        Ok(Some(names))
     }
 
     fn file(&self) -> &hdf5_pure::File {
         self.file.as_ref().expect("writer used after finish")
     }
 
-    /// Records that line `index` holds `sentence` without writing a dataset (it is in the file
-    /// already): `sentence_to_index` names every line.
+    /// Records that line `index` holds `sentence`, whether or not its dataset is in the file
+    /// already: `sentence_to_index` names every line (nothing is kept for an output without it).
     pub fn note(&mut self, index: usize, sentence: &str) {
+        let Some(sentence_to_index) = &mut self.sentence_to_index else {
+            return;
+        };
         // AllenNLP keeps the last line of a repeated sentence; the order lines are written in
         // does not matter.
-        let entry = self
-            .sentence_to_index
+        let entry = sentence_to_index
             .entry(sentence.to_string())
             .or_insert(index);
         *entry = (*entry).max(index);
     }
 
-    /// Adds the embedding of line `index` (name its sentence with [`Self::note`]).
-    pub fn add(&mut self, index: usize, values: &[f32], shape: &[usize]) -> Result<()> {
+    /// Adds a line's embedding as the dataset `name`: its 0-based line number, or its sentence
+    /// (name the line's sentence with [`Self::note`]).
+    pub fn add(&mut self, name: &str, values: &[f32], shape: &[usize]) -> Result<()> {
         let shape_u64: Vec<u64> = shape.iter().map(|&d| d as u64).collect();
         self.file()
             .root()
-            .create_dataset(&index.to_string(), |b| {
+            .create_dataset(name, |b| {
                 b.with_f32_data(values).with_shape(&shape_u64);
             })
-            .with_context(|| format!("{}: adding dataset {index}", self.final_path.display()))?;
+            .with_context(|| format!("{}: adding dataset {name:?}", self.final_path.display()))?;
         self.staged_bytes += std::mem::size_of_val(values) + 64;
         if self.staged_bytes >= self.commit_bytes {
             self.commit()?;
@@ -205,21 +207,26 @@ impl Hdf5EmbeddingWriter {
         Ok(())
     }
 
-    /// Writes `sentence_to_index`, closes the file and moves it to the output path.
+    /// Writes `sentence_to_index` (where the output has it), closes the file and moves it to the
+    /// output path.
     pub fn finish(mut self) -> Result<()> {
-        let mut entries: Vec<(&String, &usize)> = self.sentence_to_index.iter().collect();
-        entries.sort_by_key(|(_, index)| **index);
-        let map: serde_json::Map<String, serde_json::Value> = entries
-            .into_iter()
-            .map(|(text, index)| (text.clone(), serde_json::Value::String(index.to_string())))
-            .collect();
-        let json = serde_json::Value::Object(map).to_string();
-        self.file()
-            .root()
-            .create_dataset("sentence_to_index", |b| {
-                b.with_vlen_strings(&[json.as_str()]).with_shape(&[1]);
-            })
-            .with_context(|| format!("{}: adding sentence_to_index", self.final_path.display()))?;
+        if let Some(sentence_to_index) = &self.sentence_to_index {
+            let mut entries: Vec<(&String, &usize)> = sentence_to_index.iter().collect();
+            entries.sort_by_key(|(_, index)| **index);
+            let map: serde_json::Map<String, serde_json::Value> = entries
+                .into_iter()
+                .map(|(text, index)| (text.clone(), serde_json::Value::String(index.to_string())))
+                .collect();
+            let json = serde_json::Value::Object(map).to_string();
+            self.file()
+                .root()
+                .create_dataset("sentence_to_index", |b| {
+                    b.with_vlen_strings(&[json.as_str()]).with_shape(&[1]);
+                })
+                .with_context(|| {
+                    format!("{}: adding sentence_to_index", self.final_path.display())
+                })?;
+        }
         let file = self.file.take().expect("writer used after finish");
         file.close()
             .with_context(|| format!("{}: closing HDF5", self.temp_path.display()))?;

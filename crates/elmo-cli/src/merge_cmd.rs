@@ -1,7 +1,8 @@
 //! `elmo merge`: joins the parts that `elmo embed --shard K/N` or `--lines A:B` wrote (one per
-//! worker) into one file in AllenNLP's `elmo` layout, with the global line numbers they carry.
+//! worker) into one file in AllenNLP's `elmo` layout, with the global line numbers (or, with
+//! `--use-sentence-keys`, the sentences) that name their datasets.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
@@ -24,6 +25,10 @@ pub struct MergeArgs {
     /// in exactly one part).
     #[arg(long)]
     pub allow_gaps: bool,
+    /// The parts were written by `elmo embed --use-sentence-keys`: their datasets are named by
+    /// sentence, and no sentence may be in two parts (without line numbers, gaps go unseen).
+    #[arg(long, conflicts_with = "allow_gaps")]
+    pub use_sentence_keys: bool,
     /// Remove a lock on OUTPUT left by an `elmo` process that is no longer running.
     #[arg(long)]
     pub break_stale_lock: bool,
@@ -32,62 +37,119 @@ pub struct MergeArgs {
     pub quiet: bool,
 }
 
-/// A part's line datasets and its `sentence_to_index`.
+/// A part's datasets and its `sentence_to_index`.
 struct Part {
     file: hdf5_pure::File,
-    lines: Vec<usize>,
-    sentences: serde_json::Map<String, serde_json::Value>,
+    /// The names of its line datasets: line numbers, or sentences with `--use-sentence-keys`.
+    names: Vec<String>,
+    /// `sentence_to_index`; `None` for a part written without it.
+    sentences: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
-fn read_part(path: &Path) -> Result<Part> {
-    // Streaming: a part is read a dataset at a time, never whole, so merging parts larger than
-    // memory works (`File::open` would buffer every part at once).
-    let file = hdf5_pure::File::open_streaming(path)
-        .with_context(|| format!("{}: not a readable HDF5 file", path.display()))?;
-    let names = file
-        .root()
-        .datasets()
-        .with_context(|| format!("{}: listing datasets", path.display()))?;
-    let mut lines = Vec::with_capacity(names.len());
-    let mut has_index = false;
-    for name in names {
-        match name.as_str() {
-            "sentence_to_index" => has_index = true,
-            _ => lines.push(name.parse::<usize>().map_err(|_| {
-                anyhow::anyhow!(
-                    "{}: dataset `{name}` is not a line of an `elmo embed` output",
-                    path.display()
-                )
-            })?),
+/// The part's dataset `sentence_to_index`, read. With `--use-sentence-keys` one that holds no
+/// strings is a sentence's dataset (`None`), and one that does is an error.
+fn sentence_index(
+    file: &hdf5_pure::File,
+    path: &Path,
+    use_sentence_keys: bool,
+) -> Result<Option<serde_json::Map<String, serde_json::Value>>> {
+    let texts = match file
+        .dataset("sentence_to_index")
+        .and_then(|d| d.read_string())
+    {
+        Ok(texts) => texts,
+        Err(_) if use_sentence_keys => return Ok(None),
+        Err(error) => {
+            return Err(error)
+                .with_context(|| format!("{}: reading sentence_to_index", path.display()));
         }
-    }
-    if !has_index {
+    };
+    if use_sentence_keys {
         bail!(
-            "{}: no sentence_to_index (not a finished `elmo embed` output)",
+            "{}: has a sentence_to_index, so its datasets are named by line number: merge it \
+             without --use-sentence-keys",
             path.display()
         );
     }
-    let texts = file
-        .dataset("sentence_to_index")
-        .and_then(|d| d.read_string())
-        .with_context(|| format!("{}: reading sentence_to_index", path.display()))?;
-    let sentences = match texts.as_slice() {
-        [json] => serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(json)
-            .with_context(|| {
-                format!("{}: sentence_to_index is not a JSON object", path.display())
-            })?,
+    match texts.as_slice() {
+        [json] => serde_json::from_str(json)
+            .map(Some)
+            .with_context(|| format!("{}: sentence_to_index is not a JSON object", path.display())),
         _ => bail!(
             "{}: sentence_to_index holds {} strings, expected 1",
             path.display(),
             texts.len()
         ),
+    }
+}
+
+fn read_part(path: &Path, use_sentence_keys: bool) -> Result<Part> {
+    // Streaming: a part is read a dataset at a time, never whole, so merging parts larger than
+    // memory works (`File::open` would buffer every part at once).
+    let file = hdf5_pure::File::open_streaming(path)
+        .with_context(|| format!("{}: not a readable HDF5 file", path.display()))?;
+    let mut names = file
+        .root()
+        .datasets()
+        .with_context(|| format!("{}: listing datasets", path.display()))?;
+    let sentences = if names.iter().any(|name| name == "sentence_to_index") {
+        sentence_index(&file, path, use_sentence_keys)?
+    } else {
+        None
     };
-    lines.sort_unstable();
+    if sentences.is_some() {
+        names.retain(|name| name != "sentence_to_index");
+    }
+    if !use_sentence_keys {
+        if let Some(name) = names.iter().find(|name| name.parse::<usize>().is_err()) {
+            bail!(
+                "{}: dataset `{name}` is not a line number (parts written by `elmo embed \
+                 --use-sentence-keys` merge with `elmo merge --use-sentence-keys`)",
+                path.display()
+            );
+        }
+        names.sort_by_key(|name| name.parse::<usize>().unwrap_or(usize::MAX));
+    } else {
+        names.sort_unstable();
+    }
     Ok(Part {
         file,
-        lines,
+        names,
         sentences,
     })
+}
+
+/// Which part holds each line (or sentence): an error when two parts hold one, or (unless
+/// `allow_gaps`) a line below the last is in none.
+fn owners(args: &MergeArgs, parts: &[Part]) -> Result<BTreeMap<String, usize>> {
+    let mut owner: BTreeMap<String, usize> = BTreeMap::new();
+    for (p, part) in parts.iter().enumerate() {
+        for name in &part.names {
+            if let Some(other) = owner.insert(name.clone(), p) {
+                let what = if args.use_sentence_keys {
+                    format!("sentence {name:?}")
+                } else {
+                    format!("line {name}")
+                };
+                bail!(
+                    "{what} is in both {} and {} (parts must not overlap)",
+                    args.parts[other].display(),
+                    args.parts[p].display()
+                );
+            }
+        }
+    }
+    if !args.use_sentence_keys && !args.allow_gaps {
+        let lines: BTreeSet<usize> = owner.keys().filter_map(|name| name.parse().ok()).collect();
+        let last = lines.last().copied().unwrap_or(0);
+        if let Some(missing) = (0..last).find(|line| !lines.contains(line)) {
+            bail!(
+                "line {missing} is in no part (a part is missing?); pass --allow-gaps to merge \
+                 anyway"
+            );
+        }
+    }
+    Ok(owner)
 }
 
 /// Runs `elmo merge`.
@@ -97,26 +159,18 @@ pub fn run(args: &MergeArgs) -> Result<()> {
     let parts: Vec<Part> = args
         .parts
         .iter()
-        .map(|path| read_part(path))
+        .map(|path| read_part(path, args.use_sentence_keys))
         .collect::<Result<_>>()?;
-    let mut owner: BTreeMap<usize, usize> = BTreeMap::new();
-    for (p, part) in parts.iter().enumerate() {
-        for &line in &part.lines {
-            if let Some(other) = owner.insert(line, p) {
-                bail!(
-                    "line {line} is in both {} and {} (parts must not overlap)",
-                    args.parts[other].display(),
-                    args.parts[p].display()
-                );
-            }
-        }
-    }
-    let last = owner.keys().next_back().copied();
-    if !args.allow_gaps
-        && let Some(missing) = (0..last.unwrap_or(0)).find(|line| !owner.contains_key(line))
-    {
+    let owner = owners(args, &parts)?;
+    // The output has a sentence_to_index when the parts have one: all of them, or none.
+    let with = parts.iter().position(|part| part.sentences.is_some());
+    let without = parts.iter().position(|part| part.sentences.is_none());
+    if let (Some(with), Some(without)) = (with, without) {
         bail!(
-            "line {missing} is in no part (a part is missing?); pass --allow-gaps to merge anyway"
+            "{} has no sentence_to_index but {} has one (parts of `elmo embed` with and without \
+             --forget-sentences)",
+            args.parts[without].display(),
+            args.parts[with].display()
         );
     }
     let names: Vec<String> = args.parts.iter().map(|p| p.display().to_string()).collect();
@@ -130,6 +184,7 @@ pub fn run(args: &MergeArgs) -> Result<()> {
         &fingerprint,
         true,
         crate::hdf5_output::COMMIT_BYTES,
+        with.is_some(),
     )?
     .writer;
     for (p, (part, path)) in parts.iter().zip(&args.parts).enumerate() {
@@ -141,25 +196,25 @@ pub fn run(args: &MergeArgs) -> Result<()> {
             .iter_datasets()
             .with_context(|| format!("{}: listing datasets", path.display()))?;
         for (name, dataset) in datasets {
-            let Ok(line) = name.parse::<usize>() else {
-                continue; // sentence_to_index
-            };
+            if part.sentences.is_some() && name == "sentence_to_index" {
+                continue;
+            }
             let shape: Vec<usize> = dataset
                 .shape()
-                .with_context(|| format!("{}: dataset {line}", path.display()))?
+                .with_context(|| format!("{}: dataset {name:?}", path.display()))?
                 .into_iter()
                 .map(|d| d as usize)
                 .collect();
             let values = dataset
                 .read_f32()
-                .with_context(|| format!("{}: dataset {line}", path.display()))?;
-            writer.add(line, &values, &shape)?;
+                .with_context(|| format!("{}: dataset {name:?}", path.display()))?;
+            writer.add(&name, &values, &shape)?;
         }
-        for (text, index) in &part.sentences {
+        for (text, index) in part.sentences.iter().flatten() {
             let index = index
                 .as_str()
+                .filter(|i| owner.get(*i) == Some(&p))
                 .and_then(|i| i.parse::<usize>().ok())
-                .filter(|i| owner.get(i) == Some(&p))
                 .with_context(|| {
                     format!(
                         "{}: sentence_to_index names {index} for {text:?}, not one of its lines",
@@ -173,8 +228,13 @@ pub fn run(args: &MergeArgs) -> Result<()> {
         .finish()
         .with_context(|| format!("{}: finishing output", args.output.display()))?;
     if !args.quiet {
+        let what = if args.use_sentence_keys {
+            "sentences"
+        } else {
+            "lines"
+        };
         eprintln!(
-            "merged {} lines from {} parts -> {}",
+            "merged {} {what} from {} parts -> {}",
             owner.len(),
             parts.len(),
             args.output.display()

@@ -348,14 +348,22 @@ fn corpus(n: usize) -> String {
         .collect()
 }
 
-/// Regression (issue 49): a killed `elmo embed` lost everything. Killed (SIGKILL) mid-run, the
-/// next run of the same command continues from the committed lines, and the output equals an
-/// uninterrupted run's: every dataset and `sentence_to_index`.
-#[test]
-fn a_killed_run_continues_to_the_same_output() {
+/// [`corpus`] with every line's number appended: no two lines equal, none empty.
+fn distinct_corpus(n: usize) -> String {
+    corpus(n)
+        .lines()
+        .enumerate()
+        .map(|(i, line)| format!("{line} {i}\n").trim_start().to_string())
+        .collect()
+}
+
+/// Kills (SIGKILL) `elmo embed EXTRA` over `text` mid-run, runs the same command again, and
+/// checks that it continued from the committed lines to the output of an uninterrupted run.
+fn killed_and_continued(text: &str, extra: &[&str]) {
     let dir = tempfile::tempdir().expect("tempdir");
     let input = dir.path().join("input.txt");
-    std::fs::write(&input, corpus(4000)).expect("write");
+    std::fs::write(&input, text).expect("write");
+    let lines = text.lines().count();
     let whole = dir.path().join("whole.hdf5");
     let out = dir.path().join("out.hdf5");
     let args = |output: &Path| -> Vec<String> {
@@ -368,6 +376,7 @@ fn a_killed_run_continues_to_the_same_output() {
             "16",
         ]
         .iter()
+        .chain(extra)
         .map(|s| s.to_string())
         .chain([path(&input).to_string(), path(output).to_string()])
         .collect()
@@ -415,13 +424,156 @@ fn a_killed_run_continues_to_the_same_output() {
         .and_then(|rest| rest.split_whitespace().next())
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("did not continue: {stderr}"));
-    assert!(continued > 0 && continued < 4000, "{continued} lines kept");
+    assert!(continued > 0 && continued < lines, "{continued} lines kept");
     assert_eq!(contents(&out), contents(&whole));
     assert_eq!(
         leftovers(dir.path()).len(),
         2,
         "{:?}",
         leftovers(dir.path())
+    );
+}
+
+/// Regression (issue 49): a killed `elmo embed` lost everything. Killed (SIGKILL) mid-run, the
+/// next run of the same command continues from the committed lines, and the output equals an
+/// uninterrupted run's: every dataset and `sentence_to_index`.
+#[test]
+fn a_killed_run_continues_to_the_same_output() {
+    killed_and_continued(&corpus(4000), &[]);
+}
+
+/// The same with datasets named by their sentences: the committed datasets are found by name.
+#[test]
+fn a_killed_run_with_sentence_keys_continues_to_the_same_output() {
+    killed_and_continued(&distinct_corpus(4000), &["--use-sentence-keys"]);
+}
+
+/// AllenNLP's `--use-sentence-keys` (each dataset named by its sentence, no `sentence_to_index`)
+/// and `--forget-sentences` (line numbers, no `sentence_to_index`): the same vectors as the
+/// default layout; an input that cannot be keyed is refused before anything is written.
+#[test]
+fn sentence_keys_and_forgotten_sentences_hold_the_same_vectors() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let text = distinct_corpus(40);
+    let input = dir.path().join("input.txt");
+    std::fs::write(&input, &text).expect("write");
+    let run = |name: &str, extra: &[&str]| {
+        let output = dir.path().join(name);
+        let mut args = vec!["embed", "--quiet", path(&input), path(&output)];
+        args.extend_from_slice(extra);
+        ok(&args);
+        contents(&output)
+    };
+    let (lines, index) = run("lines.hdf5", &[]);
+    assert!(index.contains("\"39\""), "{index}");
+    let (keyed, keyed_index) = run("keyed.hdf5", &["--use-sentence-keys"]);
+    assert_eq!(keyed_index, "", "no sentence_to_index with sentence keys");
+    let by_sentence: Datasets = text
+        .lines()
+        .enumerate()
+        .map(|(i, line)| (line.trim().to_string(), lines[&i.to_string()].clone()))
+        .collect();
+    assert_eq!(keyed, by_sentence);
+    let (forgotten, forgotten_index) = run("forgotten.hdf5", &["--forget-sentences"]);
+    assert_eq!(forgotten_index, "");
+    assert_eq!(forgotten, lines);
+
+    for (bad, expected) in [
+        ("a b\nc\na b\n", "input.txt:3: the same sentence as line 1"),
+        ("a b\n\nc\n", "input.txt:2: an empty line"),
+        ("a\n.\n", "input.txt:2: `.`"),
+        ("a\nb / c\n", "input.txt:2: a sentence with `/`"),
+    ] {
+        let bad_dir = tempfile::tempdir().expect("tempdir");
+        let (_, result) = embed(bad_dir.path(), bad, &["--use-sentence-keys"]);
+        let stderr = String::from_utf8_lossy(&result.stderr);
+        assert!(
+            !result.status.success() && stderr.contains(expected),
+            "{bad:?}: {stderr}"
+        );
+        assert!(
+            leftovers(bad_dir.path()).is_empty(),
+            "{:?}",
+            leftovers(bad_dir.path())
+        );
+    }
+}
+
+/// Parts written with `--use-sentence-keys` merge with `elmo merge --use-sentence-keys` to the
+/// output of one run; parts with `--forget-sentences` merge to one without `sentence_to_index`;
+/// mixed-up parts are clear errors.
+#[test]
+fn keyed_and_forgetful_shards_merge_to_the_output_of_one_run() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let input = dir.path().join("input.txt");
+    std::fs::write(&input, distinct_corpus(30)).expect("write");
+    let run = |output: &Path, extra: &[&str]| {
+        let mut args = vec!["embed", "--quiet", path(&input), path(output)];
+        args.extend_from_slice(extra);
+        ok(&args);
+    };
+    let shards = |flag: &str| -> Vec<PathBuf> {
+        (0..2)
+            .map(|k| {
+                let part = dir.path().join(format!("part{flag}-{k}.hdf5"));
+                run(&part, &["--shard", &format!("{k}/2"), flag]);
+                part
+            })
+            .collect()
+    };
+    let merge = |output: &Path, parts: &[PathBuf], extra: &[&str]| {
+        let mut args = vec!["merge", "--quiet", path(output)];
+        args.extend_from_slice(extra);
+        args.extend(parts.iter().map(|p| path(p)));
+        elmo(&args)
+    };
+    for flag in ["--use-sentence-keys", "--forget-sentences"] {
+        let whole = dir.path().join(format!("whole{flag}.hdf5"));
+        run(&whole, &[flag]);
+        let merged = dir.path().join(format!("merged{flag}.hdf5"));
+        let extra: &[&str] = if flag == "--use-sentence-keys" {
+            &[flag]
+        } else {
+            &[]
+        };
+        let result = merge(&merged, &shards(flag), extra);
+        assert!(
+            result.status.success(),
+            "{flag}: {}",
+            String::from_utf8_lossy(&result.stderr)
+        );
+        assert_eq!(contents(&merged), contents(&whole), "{flag}");
+    }
+
+    let keyed = shards("--use-sentence-keys");
+    let failed = |parts: &[PathBuf], extra: &[&str]| {
+        let output = dir.path().join("bad.hdf5");
+        let result = merge(&output, parts, extra);
+        assert!(!result.status.success() && !output.exists());
+        String::from_utf8_lossy(&result.stderr).into_owned()
+    };
+    let stderr = failed(&keyed, &[]);
+    assert!(
+        stderr.contains("merge with `elmo merge --use-sentence-keys`"),
+        "{stderr}"
+    );
+    let stderr = failed(
+        &[keyed[0].clone(), keyed[0].clone()],
+        &["--use-sentence-keys"],
+    );
+    assert!(stderr.contains("is in both"), "{stderr}");
+    let indexed = dir.path().join("indexed.hdf5");
+    run(&indexed, &["--shard", "1/2"]);
+    let stderr = failed(
+        &[keyed[0].clone(), indexed.clone()],
+        &["--use-sentence-keys"],
+    );
+    assert!(stderr.contains("without --use-sentence-keys"), "{stderr}");
+    let forgotten = shards("--forget-sentences");
+    let stderr = failed(&[forgotten[0].clone(), indexed], &[]);
+    assert!(
+        stderr.contains("has no sentence_to_index but") && stderr.contains("--forget-sentences"),
+        "{stderr}"
     );
 }
 
