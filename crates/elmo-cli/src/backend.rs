@@ -34,6 +34,36 @@ impl Backend {
         unsafe { std::env::set_var("BURN_DEVICE", name) };
     }
 
+    /// Makes GPU `index` (0-based) the one this process's GPU backend opens, and so burn's
+    /// default device too: for `cuda` the `index`-th device that `CUDA_VISIBLE_DEVICES` leaves
+    /// visible (all devices when it is unset) becomes the only visible one; for `wgpu` and
+    /// `vulkan` the `index`-th discrete GPU is chosen (cubecl's `CUBECL_WGPU_DEFAULT_DEVICE`).
+    /// Must run before any other thread starts.
+    ///
+    /// # Errors
+    /// A CPU backend, or an index past the devices `CUDA_VISIBLE_DEVICES` lists. (An index past
+    /// the machine's GPUs is found when the device starts.)
+    pub fn pin_gpu(self, index: usize) -> anyhow::Result<()> {
+        let (variable, value) = match self {
+            Backend::Cuda => (
+                "CUDA_VISIBLE_DEVICES",
+                visible_cuda_device(std::env::var("CUDA_VISIBLE_DEVICES").ok().as_deref(), index)?,
+            ),
+            Backend::Wgpu | Backend::Vulkan => (
+                "CUBECL_WGPU_DEFAULT_DEVICE",
+                format!("DiscreteGpu({index})"),
+            ),
+            Backend::Flex | Backend::Ndarray => anyhow::bail!(
+                "--gpu {index} picks the GPU of --backend wgpu, vulkan or cuda; this command runs \
+                 on {}",
+                self.name()
+            ),
+        };
+        // SAFETY: as in `pin_as_default`, before the process has spawned any thread.
+        unsafe { std::env::set_var(variable, value) };
+        Ok(())
+    }
+
     /// The burn device of this backend (for flex, with the matmul tuned for ELMo's shapes); a
     /// GPU backend's has run one small operation.
     ///
@@ -99,6 +129,29 @@ impl Backend {
     }
 }
 
+/// The `CUDA_VISIBLE_DEVICES` that leaves only the `index`-th of the devices `visible` lists (of
+/// every device when it is unset).
+fn visible_cuda_device(visible: Option<&str>, index: usize) -> anyhow::Result<String> {
+    let Some(list) = visible else {
+        return Ok(index.to_string());
+    };
+    let entries: Vec<&str> = list
+        .split(',')
+        .map(str::trim)
+        .filter(|entry| !entry.is_empty())
+        .collect();
+    entries
+        .get(index)
+        .map(|entry| entry.to_string())
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "--gpu {index}: CUDA_VISIBLE_DEVICES={list:?} leaves {} device(s) visible, \
+                 numbered from 0",
+                entries.len()
+            )
+        })
+}
+
 /// Runs one small operation on `device`. A runtime that cannot start panics (cudarc without
 /// `libcuda.so`, wgpu without an adapter), often on a thread of its own: the first panic's
 /// message is the error, and the default hook's report of it is held back.
@@ -162,5 +215,30 @@ impl From<PrecisionArg> for Precision {
             PrecisionArg::F32 => Self::F32,
             PrecisionArg::Mixed => Self::Mixed,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gpu_index_counts_the_devices_cuda_visible_devices_leaves() {
+        assert_eq!(visible_cuda_device(None, 3).expect("unset"), "3");
+        assert_eq!(visible_cuda_device(Some("4, 6,7"), 1).expect("listed"), "6");
+        assert_eq!(
+            visible_cuda_device(Some("GPU-8a1f,GPU-77c2"), 0).expect("by UUID"),
+            "GPU-8a1f"
+        );
+        let error = visible_cuda_device(Some("4,6"), 2).expect_err("past the list");
+        assert!(error.to_string().contains("leaves 2 device(s)"), "{error}");
+        let error = visible_cuda_device(Some(""), 0).expect_err("none visible");
+        assert!(error.to_string().contains("leaves 0 device(s)"), "{error}");
+    }
+
+    #[test]
+    fn a_gpu_index_is_refused_for_a_cpu_backend() {
+        let error = Backend::Flex.pin_gpu(1).expect_err("flex");
+        assert!(error.to_string().contains("runs on flex"), "{error}");
     }
 }

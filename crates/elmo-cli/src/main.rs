@@ -40,6 +40,11 @@ struct Cli {
     /// after the other.
     #[arg(long, global = true, value_name = "N")]
     threads: Option<NonZeroUsize>,
+    /// The GPU of a GPU backend, 0-based (default: the first): for `cuda` the N-th device that
+    /// `CUDA_VISIBLE_DEVICES` leaves visible, for `wgpu` and `vulkan` the N-th discrete GPU.
+    /// E.g. one `elmo embed --backend cuda --gpu K --shard K/N` per GPU of a machine.
+    #[arg(long, global = true, value_name = "N")]
+    gpu: Option<usize>,
     #[command(subcommand)]
     command: Command,
 }
@@ -81,15 +86,29 @@ impl Command {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    // The environment is set before `--threads` starts the thread pool.
+    let backend = cli.command.backend();
+    if let Some(backend) = backend {
+        backend.pin_as_default();
+    }
+    if let Some(index) = cli.gpu {
+        let pinned = match backend {
+            Some(backend) => backend.pin_gpu(index),
+            None => Err(anyhow::anyhow!(
+                "--gpu {index}: this command does not compute on a GPU"
+            )),
+        };
+        if let Err(error) = pinned {
+            eprintln!("error: {error}");
+            return std::process::ExitCode::FAILURE;
+        }
+    }
     if let Some(threads) = cli.threads
         && let Err(error) =
             (rayon::ThreadPoolBuilder::new().num_threads(threads.get())).build_global()
     {
         eprintln!("error: --threads {threads}: {error}");
         return std::process::ExitCode::FAILURE;
-    }
-    if let Some(backend) = cli.command.backend() {
-        backend.pin_as_default();
     }
     let result = match &cli.command {
         Command::Embed(args) => embed::run(args),

@@ -577,6 +577,36 @@ fn keyed_and_forgetful_shards_merge_to_the_output_of_one_run() {
     );
 }
 
+/// `--gpu N` picks the GPU of a GPU backend: refused for a CPU backend or a command without
+/// one, and a GPU the machine lacks is the device's start error, naming what was asked for.
+#[test]
+fn a_gpu_index_is_checked_and_reaches_the_device() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (output, result) = embed(dir.path(), TEXT, &["--gpu", "1"]);
+    let stderr = String::from_utf8_lossy(&result.stderr);
+    assert!(
+        !result.status.success() && stderr.contains("runs on flex"),
+        "{stderr}"
+    );
+    assert!(!output.exists());
+    let input = dir.path().join("input.txt");
+    let vocab = dir.path().join("vocab.txt");
+    let stderr = fails(&["--gpu", "0", "vocab", "--out", path(&vocab), path(&input)]);
+    assert!(stderr.contains("does not compute on a GPU"), "{stderr}");
+    if elmo_test_support::wgpu_device_or_skip("a_gpu_index_reaches_the_device").is_some() {
+        // The default adapter opens; a hundredth discrete GPU does not.
+        let (output, result) = embed(dir.path(), TEXT, &["--backend", "wgpu", "--gpu", "99"]);
+        let stderr = String::from_utf8_lossy(&result.stderr);
+        assert!(
+            !result.status.success()
+                && stderr.contains("--backend wgpu could not start")
+                && stderr.contains("DiscreteGpu(99)"),
+            "{stderr}"
+        );
+        assert!(!output.exists());
+    }
+}
+
 /// `--shard K/N` parts merge to the output of one run over all lines; `--lines A:B` writes the
 /// lines it names with their global numbers; overlapping or missing parts are clear errors.
 #[test]
