@@ -15,8 +15,8 @@ use elmo_model::{BiLm, EmbedderConfig, KernelSettings, LayerSelection, RunLock};
 use indicatif::ProgressBar;
 
 use crate::backend::{Backend, PrecisionArg};
-use crate::hdf5_output::{Hdf5EmbeddingWriter, Opened, OutputFingerprint};
-use crate::input::{Sentence, SentenceReader};
+use crate::hdf5_output::{Hdf5EmbeddingWriter, Opened, OutputFingerprint, beside};
+use crate::input::{InputText, Sentence, SentenceReader};
 use crate::model_source::ModelArgs;
 use crate::sentence_keys::SentenceKeys;
 
@@ -46,7 +46,9 @@ impl From<LayerArg> for LayerSelection {
 pub struct EmbedArgs {
     #[command(flatten)]
     pub model: ModelArgs,
-    /// UTF-8 text, one sentence per line, tokens separated by whitespace.
+    /// UTF-8 text, one sentence per line, tokens separated by whitespace; `-` reads standard
+    /// input (copied to a hidden file beside OUTPUT while the run lasts, e.g. `zcat corpus.gz |
+    /// elmo embed - out.hdf5`).
     pub input: PathBuf,
     /// Output file; `.hdf5` or `.h5` gives AllenNLP's layout (one dataset per line, named by its
     /// 0-based index, and `sentence_to_index`).
@@ -266,8 +268,9 @@ pub fn run(args: &EmbedArgs) -> Result<()> {
     }
     // One writer per output, held until this function returns.
     let _lock = RunLock::acquire(lock_path(&args.output), args.break_stale_lock)?;
+    let text = InputText::open(&args.input, beside(&args.output, ".stdin")?)?;
     let keys = if args.use_sentence_keys {
-        Some(SentenceKeys::scan(&args.input, args.max_tokens)?)
+        Some(SentenceKeys::scan(&text, args.max_tokens)?)
     } else {
         None
     };
@@ -275,7 +278,7 @@ pub fn run(args: &EmbedArgs) -> Result<()> {
     args.precision.check_backend(args.backend)?;
     let device = args.backend.device()?;
     let model = args.model.load(&device)?;
-    let input = SentenceReader::scan(&args.input)?;
+    let input = SentenceReader::scan(&text)?;
     let range = match (args.lines, args.shard) {
         (Some(lines), _) => lines,
         (None, Some(shard)) => shard.lines(input.lines),
@@ -358,7 +361,7 @@ pub fn run(args: &EmbedArgs) -> Result<()> {
         );
     }
     let total = range.len_of(input.lines);
-    let mut reader = SentenceReader::open(&args.input, args.max_tokens)?;
+    let mut reader = SentenceReader::open(&text, args.max_tokens)?;
     if !args.quiet {
         eprintln!(
             "model: {} ({} LSTM layers of {} cells, vectors of width {}); backend: {:?}",

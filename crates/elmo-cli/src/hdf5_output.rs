@@ -43,7 +43,7 @@ pub struct Hdf5EmbeddingWriter {
 }
 
 /// The hidden file beside `path` whose name ends in `suffix`.
-fn beside(path: &Path, suffix: &str) -> Result<PathBuf> {
+pub fn beside(path: &Path, suffix: &str) -> Result<PathBuf> {
     let file_name = path
         .file_name()
         .with_context(|| format!("{}: not a file path", path.display()))?;

@@ -3,11 +3,10 @@
 //! the first repeated sentence, after writing every line before it.
 
 use std::collections::HashMap;
-use std::path::Path;
 
 use anyhow::{Result, bail};
 
-use crate::input::SentenceReader;
+use crate::input::{InputText, SentenceReader};
 
 /// The lines of an input by their sentence.
 pub struct SentenceKeys {
@@ -34,11 +33,11 @@ fn unusable(sentence: &str) -> Option<&'static str> {
 }
 
 impl SentenceKeys {
-    /// Reads every line of `path` (the same reader, and so the same errors, as the embedding
+    /// Reads every line of `input` (the same reader, and so the same errors, as the embedding
     /// pass): an error naming the line when its sentence cannot name a dataset or repeats an
     /// earlier line's.
-    pub fn scan(path: &Path, max_tokens: usize) -> Result<Self> {
-        let mut reader = SentenceReader::open(path, max_tokens)?;
+    pub fn scan(input: &InputText, max_tokens: usize) -> Result<Self> {
+        let mut reader = SentenceReader::open(input, max_tokens)?;
         let mut lines = HashMap::new();
         while let Some(sentence) = reader.next_sentence()? {
             let line_number = sentence.index + 1;
@@ -46,7 +45,7 @@ impl SentenceKeys {
                 bail!(
                     "{}:{line_number}: {problem} cannot name a dataset (--use-sentence-keys); \
                      without the flag datasets are named by line number",
-                    path.display()
+                    input.label()
                 );
             }
             if let Some(first) = lines.insert(key_hash(&sentence.text), sentence.index) {
@@ -54,7 +53,7 @@ impl SentenceKeys {
                     "{}:{line_number}: the same sentence as line {} (--use-sentence-keys names \
                      each dataset by its sentence, so no two lines may be equal); without the \
                      flag datasets are named by line number",
-                    path.display(),
+                    input.label(),
                     first + 1
                 );
             }
@@ -76,7 +75,8 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("in.txt");
         std::fs::write(&path, text).expect("write");
-        SentenceKeys::scan(&path, 100)
+        let input = InputText::open(&path, dir.path().join("unused")).expect("input");
+        SentenceKeys::scan(&input, 100)
     }
 
     #[test]

@@ -577,6 +577,50 @@ fn keyed_and_forgetful_shards_merge_to_the_output_of_one_run() {
     );
 }
 
+/// `elmo embed - OUTPUT` reads standard input (AllenNLP's `elmo` takes `-` too): the output of
+/// the same text read from a file; an error names `<stdin>` and its line; the copy of the input
+/// is gone afterwards either way.
+#[test]
+fn standard_input_embeds_as_a_file_does() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (from_file, result) = embed(dir.path(), &corpus(30), &[]);
+    assert!(result.status.success());
+    let piped = |text: &[u8], output: &Path| {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_elmo"))
+            .args(["embed", "--quiet", "-", path(output)])
+            .stdin(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(text)
+            .expect("write stdin");
+        child.wait_with_output().expect("wait")
+    };
+    let from_stdin = dir.path().join("stdin.hdf5");
+    let result = piped(corpus(30).as_bytes(), &from_stdin);
+    assert!(
+        result.status.success(),
+        "{}",
+        String::from_utf8_lossy(&result.stderr)
+    );
+    assert_eq!(contents(&from_stdin), contents(&from_file));
+    let bad = dir.path().join("bad.hdf5");
+    let result = piped(b"fine\nbad \xff byte\n", &bad);
+    let stderr = String::from_utf8_lossy(&result.stderr);
+    assert!(
+        !result.status.success() && stderr.contains("<stdin>:2: invalid UTF-8"),
+        "{stderr}"
+    );
+    let mut left = leftovers(dir.path());
+    left.sort();
+    assert_eq!(left, ["out.hdf5", "stdin.hdf5"]);
+}
+
 /// `--gpu N` picks the GPU of a GPU backend: refused for a CPU backend or a command without
 /// one, and a GPU the machine lacks is the device's start error, naming what was asked for.
 #[test]
