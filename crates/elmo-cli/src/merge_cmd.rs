@@ -2,7 +2,7 @@
 //! worker) into one file in AllenNLP's `elmo` layout, with the global line numbers (or, with
 //! `--use-sentence-keys`, the sentences) that name their datasets.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
@@ -37,11 +37,39 @@ pub struct MergeArgs {
     pub quiet: bool,
 }
 
+/// What names a line's dataset: its 0-based line number, or its sentence
+/// (`--use-sentence-keys`).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum Key {
+    Line(usize),
+    Sentence(String),
+}
+
+impl Key {
+    /// The key a dataset `name` stands for; `None` for a name that is no line number.
+    fn of(name: &str, use_sentence_keys: bool) -> Option<Self> {
+        if use_sentence_keys {
+            Some(Self::Sentence(name.to_string()))
+        } else {
+            name.parse().ok().map(Self::Line)
+        }
+    }
+}
+
+impl std::fmt::Display for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Line(line) => write!(f, "line {line}"),
+            Self::Sentence(sentence) => write!(f, "sentence {sentence:?}"),
+        }
+    }
+}
+
 /// A part's datasets and its `sentence_to_index`.
 struct Part {
     file: hdf5_pure::File,
-    /// The names of its line datasets: line numbers, or sentences with `--use-sentence-keys`.
-    names: Vec<String>,
+    /// The keys of its line datasets, sorted.
+    keys: Vec<Key>,
     /// `sentence_to_index`; `None` for a part written without it.
     sentences: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -100,39 +128,35 @@ fn read_part(path: &Path, use_sentence_keys: bool) -> Result<Part> {
     if sentences.is_some() {
         names.retain(|name| name != "sentence_to_index");
     }
-    if !use_sentence_keys {
-        if let Some(name) = names.iter().find(|name| name.parse::<usize>().is_err()) {
-            bail!(
-                "{}: dataset `{name}` is not a line number (parts written by `elmo embed \
-                 --use-sentence-keys` merge with `elmo merge --use-sentence-keys`)",
-                path.display()
-            );
-        }
-        names.sort_by_key(|name| name.parse::<usize>().unwrap_or(usize::MAX));
-    } else {
-        names.sort_unstable();
-    }
+    let mut keys = names
+        .iter()
+        .map(|name| {
+            Key::of(name, use_sentence_keys).with_context(|| {
+                format!(
+                    "{}: dataset `{name}` is not a line number (parts written by `elmo embed \
+                     --use-sentence-keys` merge with `elmo merge --use-sentence-keys`)",
+                    path.display()
+                )
+            })
+        })
+        .collect::<Result<Vec<Key>>>()?;
+    keys.sort_unstable();
     Ok(Part {
         file,
-        names,
+        keys,
         sentences,
     })
 }
 
 /// Which part holds each line (or sentence): an error when two parts hold one, or (unless
 /// `allow_gaps`) a line below the last is in none.
-fn owners(args: &MergeArgs, parts: &[Part]) -> Result<BTreeMap<String, usize>> {
-    let mut owner: BTreeMap<String, usize> = BTreeMap::new();
+fn owners(args: &MergeArgs, parts: &[Part]) -> Result<BTreeMap<Key, usize>> {
+    let mut owner: BTreeMap<Key, usize> = BTreeMap::new();
     for (p, part) in parts.iter().enumerate() {
-        for name in &part.names {
-            if let Some(other) = owner.insert(name.clone(), p) {
-                let what = if args.use_sentence_keys {
-                    format!("sentence {name:?}")
-                } else {
-                    format!("line {name}")
-                };
+        for key in &part.keys {
+            if let Some(other) = owner.insert(key.clone(), p) {
                 bail!(
-                    "{what} is in both {} and {} (parts must not overlap)",
+                    "{key} is in both {} and {} (parts must not overlap)",
                     args.parts[other].display(),
                     args.parts[p].display()
                 );
@@ -140,9 +164,11 @@ fn owners(args: &MergeArgs, parts: &[Part]) -> Result<BTreeMap<String, usize>> {
         }
     }
     if !args.use_sentence_keys && !args.allow_gaps {
-        let lines: BTreeSet<usize> = owner.keys().filter_map(|name| name.parse().ok()).collect();
-        let last = lines.last().copied().unwrap_or(0);
-        if let Some(missing) = (0..last).find(|line| !lines.contains(line)) {
+        let last = match owner.last_key_value() {
+            Some((Key::Line(last), _)) => *last,
+            _ => 0,
+        };
+        if let Some(missing) = (0..last).find(|line| !owner.contains_key(&Key::Line(*line))) {
             bail!(
                 "line {missing} is in no part (a part is missing?); pass --allow-gaps to merge \
                  anyway"
@@ -199,6 +225,11 @@ pub fn run(args: &MergeArgs) -> Result<()> {
             if part.sentences.is_some() && name == "sentence_to_index" {
                 continue;
             }
+            // A line number in its canonical spelling, as the keys read it.
+            let name = match Key::of(&name, args.use_sentence_keys) {
+                Some(Key::Line(line)) => line.to_string(),
+                _ => name,
+            };
             let shape: Vec<usize> = dataset
                 .shape()
                 .with_context(|| format!("{}: dataset {name:?}", path.display()))?
@@ -213,8 +244,8 @@ pub fn run(args: &MergeArgs) -> Result<()> {
         for (text, index) in part.sentences.iter().flatten() {
             let index = index
                 .as_str()
-                .filter(|i| owner.get(*i) == Some(&p))
                 .and_then(|i| i.parse::<usize>().ok())
+                .filter(|i| owner.get(&Key::Line(*i)) == Some(&p))
                 .with_context(|| {
                     format!(
                         "{}: sentence_to_index names {index} for {text:?}, not one of its lines",

@@ -704,6 +704,22 @@ fn shards_merge_to_the_output_of_one_run() {
         path(&parts[2]),
     ]);
     assert!(gap.contains("line 16 is in no part"), "{gap}");
+    // A line number spelt with a leading zero is the same line.
+    let padded = dir.path().join("padded.hdf5");
+    let file = hdf5_pure::File::create(&padded).expect("create");
+    file.root()
+        .create_dataset("07", |b| {
+            b.with_f32_data(&[0.0]).with_shape(&[1]);
+        })
+        .expect("dataset");
+    file.close().expect("close");
+    let overlap = fails(&[
+        "merge",
+        path(&dir.path().join("m4.hdf5")),
+        path(&parts[0]),
+        path(&padded),
+    ]);
+    assert!(overlap.contains("line 7 is in both"), "{overlap}");
     assert!(!dir.path().join("m2.hdf5").exists() && !dir.path().join("m3.hdf5").exists());
     for bad in ["--shard=3/3", "--shard=1/0", "--lines=5:2", "--lines=x:3"] {
         let stderr = fails(&["embed", path(&input), path(&dir.path().join("b.hdf5")), bad]);
