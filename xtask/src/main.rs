@@ -3,7 +3,7 @@
 //! - `cargo xtask ci`: the module-cycle check, `bash -n` on every shell script of `xtask/device/`
 //!   and `.ci/`, `cargo fmt --check`, `cargo clippy -D warnings`,
 //!   `cargo doc` without warnings, `cargo test --workspace` (the framework-native example `examples/elmo-tagger` runs as one
-//!   of its tests, on flex), then ~1,300 fuzz cases.
+//!   of its tests, on flex), then ~1,440 fuzz cases.
 //! - `cargo xtask spirv`: `cargo test --workspace` again with the `elmo` binary's opt-in `vulkan`
 //!   and `cuda` features ([`GPU_FEATURES`]), so that every wgpu test (f32 and mixed precision)
 //!   runs through burn's SPIR-V compiler, and the `cuda` build's code is compiled and tested
@@ -91,7 +91,7 @@ fn ci() -> Result<(), String> {
     let mut test = cargo();
     test.args(["test", "--workspace"]);
     run(test)?;
-    // ~1,300 fuzz cases over every reader (`cargo xtask fuzz -- --cases N` for long runs).
+    // ~1,440 fuzz cases over every reader (`cargo xtask fuzz -- --cases N` for long runs).
     fuzz(&["--cases".into(), "120".into()])
 }
 

@@ -5,8 +5,11 @@
 //! file loaded against its options), `config` (a run's config.json), `vocab` (vocab.txt),
 //! `trainer` (a checkpoint's trainer.json), `run` (a whole run directory opened as `elmo embed
 //! --model` does, one of its files mutated), `conll` and `tsv` (task files), `input` (the
-//! text of `elmo embed`, through the binary), `keys` (the same with `--use-sentence-keys`) and
-//! `merge` (an `elmo embed` output read as a part by `elmo merge`, through the binary).
+//! text of `elmo embed`, through the binary), `keys` (the same with `--use-sentence-keys`),
+//! `merge` (an `elmo embed` output read as a part by `elmo merge`, through the binary) and
+//! `resume` (the partial output of a killed `elmo embed`, one of its three files mutated,
+//! continued by the binary: an output of every line, or a clean error that keeps the partial
+//! files for `--restart`).
 //!
 //! Each case mutates a valid file (bit flips, random byte runs, truncation, repeated chunks,
 //! extreme numbers in JSON, dropped lines), reads it, and counts the outcome: read, clean error,
@@ -27,9 +30,9 @@ use rand::seq::IndexedRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-const READERS: [&str; 11] = [
+const READERS: [&str; 12] = [
     "options", "weights", "config", "vocab", "trainer", "run", "conll", "tsv", "input", "keys",
-    "merge",
+    "merge", "resume",
 ];
 /// A case slower than this is a hang.
 const HANG: Duration = Duration::from_secs(30);
@@ -180,6 +183,75 @@ struct Seeds {
     trainer: Vec<u8>,
     /// `elmo embed`'s output of [`INPUT`]: the part that `merge` cases mutate.
     part: Vec<u8>,
+    /// The input of the killed run whose partial output `resume` cases mutate.
+    resume_input: Vec<u8>,
+    /// That partial output's files (name, bytes).
+    partial: Vec<(String, Vec<u8>)>,
+}
+
+/// The files of a partial `elmo embed` output named `out.hdf5`.
+const PARTIAL_FILES: [&str; 3] = [
+    ".out.hdf5.partial",
+    ".out.hdf5.partial.json",
+    ".out.hdf5.partial.index",
+];
+
+/// The arguments of `elmo embed` in the `input`, `keys` and `resume` cases.
+const EMBED_ARGS: [&str; 3] = ["--quiet", "--max-tokens", "100000"];
+
+/// The partial output of `elmo embed` of `input` (200 lines) into `dir`, killed half-way: by
+/// the kernel's SIGXFSZ at the write that crosses a file-size limit (a signal no destructor
+/// sees, as SIGKILL), so the same files each time.
+fn killed_embed(dir: &Path) -> (Vec<u8>, Vec<(String, Vec<u8>)>) {
+    let input: String = INPUT.repeat(50);
+    std::fs::create_dir_all(dir).expect("resume seed dir");
+    std::fs::write(dir.join("input"), &input).expect("resume input");
+    let whole = dir.join("whole.hdf5");
+    if !whole.exists() {
+        let status = Command::new(elmo_binary())
+            .arg("embed")
+            .args(EMBED_ARGS)
+            .arg(dir.join("input"))
+            .arg(&whole)
+            .status()
+            .expect("run elmo embed");
+        assert!(status.success(), "the resume seed's whole run: {status:?}");
+    }
+    // Made once (the fuzz children read the parent's).
+    if !PARTIAL_FILES.iter().all(|name| dir.join(name).exists()) {
+        let size = std::fs::metadata(&whole).expect("whole output").len();
+        for name in PARTIAL_FILES {
+            let _ = std::fs::remove_file(dir.join(name));
+        }
+        kill_embed_half_way(dir, size);
+    }
+    let partial = PARTIAL_FILES
+        .iter()
+        .map(|name| {
+            let bytes = std::fs::read(dir.join(name))
+                .unwrap_or_else(|e| panic!("the killed run left no {name}: {e}"));
+            (name.to_string(), bytes)
+        })
+        .collect();
+    (input.into_bytes(), partial)
+}
+
+/// Runs `elmo embed` of `dir/input` into `dir/out.hdf5` under a file-size limit of half the
+/// whole output's `size`, and removes the lock the killed run leaves.
+fn kill_embed_half_way(dir: &Path, size: u64) {
+    // POSIX `ulimit -f` counts 512-byte blocks.
+    let killed = Command::new("sh")
+        .current_dir(dir)
+        .arg("-c")
+        .arg(format!("ulimit -f {}; exec \"$0\" \"$@\"", size / 2 / 512))
+        .arg(elmo_binary())
+        .arg("embed")
+        .args(EMBED_ARGS)
+        .args(["--commit-mib", "0", "input", "out.hdf5"])
+        .status()
+        .expect("run elmo embed under a file-size limit");
+    assert!(!killed.success(), "the resume seed's run was not killed");
+    std::fs::remove_file(dir.join("out.hdf5.lock")).expect("the killed run's lock");
 }
 
 /// The files of `dir` and below (sorted).
@@ -263,6 +335,7 @@ impl Seeds {
             .into_iter()
             .find(|p| p.ends_with("trainer.json"))
             .expect("trainer.json");
+        let (resume_input, partial) = killed_embed(&dir.join("resume-seed"));
         Self {
             dir: dir.to_path_buf(),
             config: read(&run.join("config.json")),
@@ -270,6 +343,8 @@ impl Seeds {
             trainer: read(&trainer),
             run,
             part: read(&part),
+            resume_input,
+            partial,
         }
     }
 }
@@ -378,11 +453,26 @@ fn run_case(reader: &str, case: u64, seeds: &Seeds, keep: Option<&Path>) -> Outc
                         _ => &[],
                     };
                     through_binary(&work, "embed", |command| {
-                        command
-                            .args(["--quiet", "--max-tokens", "100000"])
-                            .args(keys)
-                            .arg(&file);
+                        command.args(EMBED_ARGS).args(keys).arg(&file);
                     })
+                }
+                "resume" => {
+                    write(&seeds.resume_input);
+                    // The index most often: the file a continuing run trusts most.
+                    let target = if rng.random_bool(0.6) {
+                        2
+                    } else {
+                        rng.random_range(0..2)
+                    };
+                    for (k, (name, bytes)) in seeds.partial.iter().enumerate() {
+                        let bytes = if k == target {
+                            mutate(bytes, &mut rng)
+                        } else {
+                            bytes.clone()
+                        };
+                        std::fs::write(work.join(name), bytes).expect("partial file");
+                    }
+                    continued(&work, &file, &seeds.resume_input)
                 }
                 "merge" => {
                     write(&mutate(&seeds.part, &mut rng));
@@ -442,6 +532,56 @@ fn through_binary(
             "elmo {command}: {:?}, left {leftovers:?}: {}",
             result.status,
             String::from_utf8_lossy(&result.stderr)
+        ),
+    }
+}
+
+/// Runs `elmo embed` of `input` into `work/out.hdf5`, continuing the partial output there: an
+/// output of every line of `text` and nothing else left, or a clean error (exit status 1) with
+/// no output that leaves only the partial files (for `--restart`); anything else panics.
+fn continued(work: &Path, input: &Path, text: &[u8]) -> Result<(), String> {
+    let output = work.join("out.hdf5");
+    let result = Command::new(elmo_binary())
+        .arg("embed")
+        .args(EMBED_ARGS)
+        .arg(input)
+        .arg(&output)
+        .output()
+        .expect("run elmo");
+    let stderr = String::from_utf8_lossy(&result.stderr).into_owned();
+    let leftovers: Vec<_> = std::fs::read_dir(work)
+        .expect("list")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n != "input" && n != "out.hdf5")
+        .collect();
+    match result.status.code() {
+        Some(0) if leftovers.is_empty() => {
+            let lines = text.iter().filter(|&&b| b == b'\n').count();
+            let mut expected: Vec<String> = (0..lines).map(|i| i.to_string()).collect();
+            expected.push("sentence_to_index".into());
+            expected.sort();
+            let mut names = hdf5_pure::File::open(&output)
+                .and_then(|file| file.root().datasets())
+                .unwrap_or_else(|e| panic!("elmo embed continued to an unreadable output: {e}"));
+            names.sort();
+            assert!(
+                names == expected,
+                "elmo embed continued to an output of other datasets: {names:?}"
+            );
+            Ok(())
+        }
+        Some(1)
+            if !output.exists()
+                && leftovers
+                    .iter()
+                    .all(|n| PARTIAL_FILES.contains(&n.as_str())) =>
+        {
+            Err(stderr)
+        }
+        _ => panic!(
+            "elmo embed (continuing): {:?}, left {leftovers:?}: {stderr}",
+            result.status
         ),
     }
 }

@@ -110,8 +110,9 @@ pub struct EmbedArgs {
     /// (e.g. `--shard $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT`); joined by `elmo merge`.
     #[arg(long, value_name = "K/N", value_parser = parse_shard)]
     pub shard: Option<Shard>,
-    /// Output held in memory before it is written to disk, in MiB: what a killed run loses at
-    /// most (0: write every line at once).
+    /// Output written between commits, in MiB: at a commit the values are synced to disk and
+    /// their lines recorded as done, so this is what a killed run loses at most (0: commit
+    /// every line).
     #[arg(long, value_name = "MIB", default_value_t = 32)]
     pub commit_mib: usize,
     /// Discard the partial output of an interrupted run instead of continuing it. (A run
@@ -321,6 +322,15 @@ pub fn run(args: &EmbedArgs) -> Result<()> {
     };
     let commit_bytes = args.commit_mib.saturating_mul(1 << 20);
     let sentence_to_index = !(args.use_sentence_keys || args.forget_sentences);
+    // The names of this run's datasets: a partial output naming another is damaged.
+    let is_line = |name: &str| match &keys {
+        Some(keys) => keys
+            .line_of(name)
+            .is_some_and(|line| range.contains(line as u64)),
+        None => name.parse::<usize>().is_ok_and(|line| {
+            line.to_string() == name && (line as u64) < input.lines && range.contains(line as u64)
+        }),
+    };
     let open = |restart| {
         Hdf5EmbeddingWriter::open(
             &args.output,
@@ -328,6 +338,7 @@ pub fn run(args: &EmbedArgs) -> Result<()> {
             restart,
             commit_bytes,
             sentence_to_index,
+            &is_line,
         )
     };
     let mut opened = open(args.restart)?;
@@ -347,6 +358,7 @@ pub fn run(args: &EmbedArgs) -> Result<()> {
         mut writer,
         written,
     } = opened;
+    // Every name is one of this run's lines (`is_line`).
     let done: BTreeSet<usize> = written
         .iter()
         .filter_map(|name| match &keys {

@@ -2,21 +2,28 @@
 //! 0-based index (or by its sentence, `--use-sentence-keys`), plus `sentence_to_index` (a JSON
 //! object from sentence text to index string) unless the caller leaves it out.
 //!
-//! Datasets are added to the file in place (hdf5-pure's editor) and committed whenever the staged
-//! data passes a size limit, so memory stays bounded whatever the input length. Everything is
-//! written to a partial file beside the output (`.NAME.partial`, with `.NAME.partial.json`
-//! saying which input and model it belongs to) and renamed when complete: an interrupted run
-//! leaves nothing under the output name. A run that is killed leaves the partial file, and the
-//! next run with the same input and model continues from its committed datasets
-//! ([`Hdf5EmbeddingWriter::open`]); a run that fails with an error removes it.
+//! Each line's values are appended to a partial file beside the output (`.NAME.partial`) as they
+//! come; whenever the values written since the last commit pass a size limit they are synced to
+//! disk and their datasets appended to an index (`.NAME.partial.index`, one JSON line each:
+//! name, address, shape), and `.NAME.partial.json` says which input and model the partial output
+//! belongs to. At the end the HDF5 structures that name every dataset are written after the
+//! values, in the format h5py writes by default ([`crate::hdf5_layout`]), and the file is renamed
+//! to the output: an interrupted run leaves nothing under the output name. A run that is killed
+//! leaves the partial files, and the next run with the same input and model continues from the
+//! committed datasets ([`Hdf5EmbeddingWriter::open`]); a run that fails with an error removes
+//! them.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::fs::{File, OpenOptions};
+use std::io::{BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
-/// Staged bytes after which the pending datasets are committed to disk, by default.
+use crate::hdf5_layout::{self, SUPERBLOCK_SIZE, StoredValues, StringValue};
+
+/// Values written after which they are committed (synced, and indexed), by default.
 pub const COMMIT_BYTES: usize = 32 << 20;
 
 /// What a partial output belongs to: a run continues it only when every field is equal.
@@ -32,14 +39,36 @@ pub struct OutputFingerprint {
 
 /// Streaming HDF5 embedding writer.
 pub struct Hdf5EmbeddingWriter {
-    file: Option<hdf5_pure::File>,
+    /// The partial file, standing at its end; `None` once finished.
+    file: Option<BufWriter<File>>,
+    /// The index of committed datasets, standing at its end.
+    index: Option<File>,
     final_path: PathBuf,
     temp_path: PathBuf,
     manifest_path: PathBuf,
+    index_path: PathBuf,
+    /// The partial file's length: where the next values go.
+    end: u64,
+    /// Every dataset written, in order; the first `committed` are in the index.
+    datasets: Vec<Written>,
+    committed: usize,
     staged_bytes: usize,
     commit_bytes: usize,
+    /// Reused for a line's values as little-endian bytes.
+    bytes: Vec<u8>,
     /// `None`: the output has no `sentence_to_index`.
     sentence_to_index: Option<HashMap<String, usize>>,
+    /// The partial files are this run's to remove if it fails (not those of another run that
+    /// it refused to continue).
+    owns_files: bool,
+}
+
+/// A dataset whose values are in the partial file: a line of its index.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Written {
+    name: String,
+    address: u64,
+    shape: Vec<u64>,
 }
 
 /// The hidden file beside `path` whose name ends in `suffix`.
@@ -64,36 +93,45 @@ pub struct Opened {
 impl Hdf5EmbeddingWriter {
     /// Starts the output at `path`, or continues the partial output an interrupted run left for
     /// the same `fingerprint` (unless `restart`). A partial output of another input, model or
-    /// settings is an error naming it, unless `restart` discards it. Staged datasets are
-    /// committed to disk whenever they pass `commit_bytes` (what a killed run loses at most).
-    /// Without `sentence_to_index` the output has no such dataset and [`Self::note`] keeps
-    /// nothing.
+    /// settings is an error naming it, unless `restart` discards it. Values are committed
+    /// (synced to disk and indexed) whenever those written since the last commit pass
+    /// `commit_bytes`: what a killed run loses at most. Without `sentence_to_index` the output
+    /// has no such dataset and [`Self::note`] keeps nothing. A partial output holding a
+    /// dataset whose name `is_line` refuses is an error (its files are kept).
     pub fn open(
         path: &Path,
         fingerprint: &OutputFingerprint,
         restart: bool,
         commit_bytes: usize,
         sentence_to_index: bool,
+        is_line: &dyn Fn(&str) -> bool,
     ) -> Result<Opened> {
-        let temp_path = beside(path, ".partial")?;
-        let manifest_path = beside(path, ".partial.json")?;
         let mut writer = Self {
             file: None,
+            index: None,
             final_path: path.to_path_buf(),
-            temp_path,
-            manifest_path,
+            temp_path: beside(path, ".partial")?,
+            manifest_path: beside(path, ".partial.json")?,
+            index_path: beside(path, ".partial.index")?,
+            end: SUPERBLOCK_SIZE,
+            datasets: Vec::new(),
+            committed: 0,
             staged_bytes: 0,
             commit_bytes,
+            bytes: Vec::new(),
             sentence_to_index: sentence_to_index.then(HashMap::new),
+            owns_files: false,
         };
-        let partial = writer.temp_path.exists() || writer.manifest_path.exists();
+        let partial = [&writer.temp_path, &writer.manifest_path, &writer.index_path]
+            .iter()
+            .any(|p| p.exists());
         if partial
             && !restart
-            && let Some(written) = writer.continue_partial(fingerprint)?
+            && let Some(written) = writer.continue_partial(fingerprint, is_line)?
         {
             return Ok(Opened { writer, written });
         }
-        for stale in [&writer.temp_path, &writer.manifest_path] {
+        for stale in [&writer.temp_path, &writer.manifest_path, &writer.index_path] {
             match std::fs::remove_file(stale) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                     return Err(e).with_context(|| format!("{}: removing", stale.display()));
@@ -101,12 +139,22 @@ impl Hdf5EmbeddingWriter {
                 _ => {}
             }
         }
+        // The manifest first: a partial file without one is never continued.
+        writer.owns_files = true;
         let manifest = serde_json::to_vec_pretty(fingerprint)?;
         elmo_model::write_atomic(&writer.manifest_path, &manifest)
             .with_context(|| format!("{}: writing", writer.manifest_path.display()))?;
-        writer.file = Some(hdf5_pure::File::create(&writer.temp_path).with_context(|| {
+        let mut file = File::create(&writer.temp_path).with_context(|| {
             format!("{}: cannot create HDF5 output", writer.temp_path.display())
-        })?);
+        })?;
+        // The superblock's place, written at the end.
+        file.write_all(&[0; SUPERBLOCK_SIZE as usize])
+            .with_context(|| format!("{}: writing", writer.temp_path.display()))?;
+        writer.file = Some(BufWriter::with_capacity(1 << 20, file));
+        writer.index = Some(
+            File::create(&writer.index_path)
+                .with_context(|| format!("{}: cannot create", writer.index_path.display()))?,
+        );
         Ok(Opened {
             writer,
             written: Vec::new(),
@@ -114,8 +162,13 @@ impl Hdf5EmbeddingWriter {
     }
 
     /// Opens the partial output for `fingerprint`: the names of the datasets it holds; an error
-    /// when it belongs to another input, model or settings.
-    fn continue_partial(&mut self, fingerprint: &OutputFingerprint) -> Result<Option<Vec<String>>> {
+    /// when it belongs to another input, model or settings, or when its index is damaged.
+    /// `None` when there is nothing to continue (the run was killed before it wrote).
+    fn continue_partial(
+        &mut self,
+        fingerprint: &OutputFingerprint,
+        is_line: &dyn Fn(&str) -> bool,
+    ) -> Result<Option<Vec<String>>> {
         let found: Option<OutputFingerprint> = std::fs::read(&self.manifest_path)
             .ok()
             .and_then(|bytes| serde_json::from_slice(&bytes).ok());
@@ -147,25 +200,67 @@ impl Hdf5EmbeddingWriter {
                 what.join(" and ")
             );
         }
-        if !self.temp_path.exists() {
+        if !self.temp_path.exists() || !self.index_path.exists() {
             return Ok(None);
         }
-        let file = hdf5_pure::File::open_rw(&self.temp_path).with_context(|| {
+        let index = std::fs::read(&self.index_path)
+            .with_context(|| format!("{}: reading", self.index_path.display()))?;
+        let (datasets, indexed_bytes) = read_index(&index, &self.index_path)?;
+        if let Some(stray) = datasets.iter().find(|d| !is_line(&d.name)) {
+            bail!(
+                "{}: names a dataset {:?}, which is no line of this run; pass --restart to \
+                 discard the partial output",
+                self.index_path.display(),
+                stray.name
+            );
+        }
+        let end = datasets
+            .last()
+            .map_or(SUPERBLOCK_SIZE, |d| d.address + value_bytes(&d.shape));
+        let discard = || {
             format!(
-                "{}: cannot continue this partial output; pass --restart to discard it",
+                "pass --restart to discard the partial output {}",
                 self.temp_path.display()
             )
-        })?;
-        let names = file
-            .root()
-            .datasets()
-            .with_context(|| format!("{}: listing datasets", self.temp_path.display()))?;
+        };
+        let file = OpenOptions::new()
+            .write(true)
+            .open(&self.temp_path)
+            .with_context(|| format!("{}: cannot open; {}", self.temp_path.display(), discard()))?;
+        let length = file
+            .metadata()
+            .with_context(|| format!("{}: reading", self.temp_path.display()))?
+            .len();
+        if length < end {
+            bail!(
+                "{}: {length} bytes, shorter than the {end} its index {} names; {}",
+                self.temp_path.display(),
+                self.index_path.display(),
+                discard()
+            );
+        }
+        // Values past the last commit, and an index line cut short by the kill, are dropped.
+        file.set_len(end)
+            .with_context(|| format!("{}: truncating", self.temp_path.display()))?;
+        let mut file = BufWriter::with_capacity(1 << 20, file);
+        file.seek(SeekFrom::End(0))
+            .with_context(|| format!("{}: seeking", self.temp_path.display()))?;
+        let mut index = OpenOptions::new()
+            .write(true)
+            .open(&self.index_path)
+            .with_context(|| format!("{}: cannot open", self.index_path.display()))?;
+        index
+            .set_len(indexed_bytes)
+            .and_then(|()| index.seek(SeekFrom::End(0)).map(drop))
+            .with_context(|| format!("{}: truncating", self.index_path.display()))?;
+        let names = datasets.iter().map(|d| d.name.clone()).collect();
         self.file = Some(file);
+        self.index = Some(index);
+        self.end = end;
+        self.committed = datasets.len();
+        self.datasets = datasets;
+        self.owns_files = true;
         Ok(Some(names))
-    }
-
-    fn file(&self) -> &hdf5_pure::File {
-        self.file.as_ref().expect("writer used after finish")
     }
 
     /// Records that line `index` holds `sentence`, whether or not its dataset is in the file
@@ -184,52 +279,99 @@ impl Hdf5EmbeddingWriter {
 
     /// Adds a line's embedding as the dataset `name`: its 0-based line number, or its sentence
     /// (name the line's sentence with [`Self::note`]).
+    ///
+    /// # Shapes
+    /// `values` holds `Π shape` values in C order.
     pub fn add(&mut self, name: &str, values: &[f32], shape: &[usize]) -> Result<()> {
-        let shape_u64: Vec<u64> = shape.iter().map(|&d| d as u64).collect();
-        self.file()
-            .root()
-            .create_dataset(name, |b| {
-                b.with_f32_data(values).with_shape(&shape_u64);
-            })
-            .with_context(|| format!("{}: adding dataset {name:?}", self.final_path.display()))?;
-        self.staged_bytes += std::mem::size_of_val(values) + 64;
+        if let Some(problem) = hdf5_layout::unusable_name(name, "name") {
+            bail!("{}: dataset {name:?}: {problem}", self.final_path.display());
+        }
+        let shape: Vec<u64> = shape.iter().map(|&d| d as u64).collect();
+        if shape.is_empty() || value_bytes(&shape) != std::mem::size_of_val(values) as u64 {
+            bail!(
+                "{}: dataset {name:?}: {} values for the shape {shape:?}",
+                self.final_path.display(),
+                values.len()
+            );
+        }
+        self.bytes.clear();
+        self.bytes
+            .extend(values.iter().flat_map(|v| v.to_le_bytes()));
+        let file = self.file.as_mut().expect("writer used after finish");
+        file.write_all(&self.bytes)
+            .with_context(|| format!("{}: writing dataset {name:?}", self.temp_path.display()))?;
+        self.datasets.push(Written {
+            name: name.to_string(),
+            address: self.end,
+            shape,
+        });
+        self.end += self.bytes.len() as u64;
+        self.staged_bytes += self.bytes.len() + 64;
         if self.staged_bytes >= self.commit_bytes {
             self.commit()?;
         }
         Ok(())
     }
 
+    /// Syncs the values written to disk, then appends their datasets to the index: the index
+    /// never names values that are not on disk.
     fn commit(&mut self) -> Result<()> {
-        self.file()
-            .commit()
-            .with_context(|| format!("{}: writing HDF5", self.temp_path.display()))?;
+        let file = self.file.as_mut().expect("writer used after finish");
+        file.flush()
+            .and_then(|()| file.get_ref().sync_data())
+            .with_context(|| format!("{}: writing", self.temp_path.display()))?;
+        let mut lines = Vec::new();
+        for dataset in &self.datasets[self.committed..] {
+            serde_json::to_writer(&mut lines, dataset)?;
+            lines.push(b'\n');
+        }
+        let index = self.index.as_mut().expect("writer used after finish");
+        index
+            .write_all(&lines)
+            .and_then(|()| index.sync_data())
+            .with_context(|| format!("{}: writing", self.index_path.display()))?;
+        self.committed = self.datasets.len();
         self.staged_bytes = 0;
         Ok(())
     }
 
-    /// Writes `sentence_to_index` (where the output has it), closes the file and moves it to the
-    /// output path.
+    /// Writes `sentence_to_index` (where the output has it) and the HDF5 structures naming
+    /// every dataset, and moves the file to the output path.
     pub fn finish(mut self) -> Result<()> {
-        if let Some(sentence_to_index) = &self.sentence_to_index {
+        let json = self.sentence_to_index.as_ref().map(|sentence_to_index| {
             let mut entries: Vec<(&String, &usize)> = sentence_to_index.iter().collect();
             entries.sort_by_key(|(_, index)| **index);
             let map: serde_json::Map<String, serde_json::Value> = entries
                 .into_iter()
                 .map(|(text, index)| (text.clone(), serde_json::Value::String(index.to_string())))
                 .collect();
-            let json = serde_json::Value::Object(map).to_string();
-            self.file()
-                .root()
-                .create_dataset("sentence_to_index", |b| {
-                    b.with_vlen_strings(&[json.as_str()]).with_shape(&[1]);
-                })
-                .with_context(|| {
-                    format!("{}: adding sentence_to_index", self.final_path.display())
-                })?;
-        }
-        let file = self.file.take().expect("writer used after finish");
-        file.close()
-            .with_context(|| format!("{}: closing HDF5", self.temp_path.display()))?;
+            serde_json::Value::Object(map).to_string()
+        });
+        let stored: Vec<StoredValues<'_>> = self
+            .datasets
+            .iter()
+            .map(|d| StoredValues {
+                name: &d.name,
+                shape: &d.shape,
+                address: d.address,
+            })
+            .collect();
+        let string = json.as_deref().map(|value| StringValue {
+            name: "sentence_to_index",
+            value,
+        });
+        let mut file = self.file.take().expect("writer used after finish");
+        let written = hdf5_layout::write_structures(&mut file, self.end, &stored, string)
+            .with_context(|| format!("{}: writing HDF5", self.temp_path.display()))?;
+        let mut file = file
+            .into_inner()
+            .map_err(|e| e.into_error())
+            .with_context(|| format!("{}: writing HDF5", self.temp_path.display()))?;
+        file.seek(SeekFrom::Start(0))
+            .and_then(|_| file.write_all(&written.superblock))
+            .and_then(|()| file.sync_all())
+            .with_context(|| format!("{}: writing HDF5", self.temp_path.display()))?;
+        drop(file);
         std::fs::rename(&self.temp_path, &self.final_path).with_context(|| {
             format!(
                 "moving {} to {}",
@@ -237,18 +379,267 @@ impl Hdf5EmbeddingWriter {
                 self.final_path.display()
             )
         })?;
+        self.owns_files = false;
+        self.index = None;
+        let _ = std::fs::remove_file(&self.index_path);
         let _ = std::fs::remove_file(&self.manifest_path);
         Ok(())
     }
 }
 
+/// The bytes of a float32 dataset of `shape`; `u64::MAX` where that overflows.
+fn value_bytes(shape: &[u64]) -> u64 {
+    shape
+        .iter()
+        .try_fold(4u64, |bytes, &d| bytes.checked_mul(d))
+        .unwrap_or(u64::MAX)
+}
+
+/// The datasets an index names, checked (each one's values right after the last's, no name
+/// twice), and the bytes of its whole lines: a last line without its newline was cut short by
+/// the kill and is dropped.
+fn read_index(index: &[u8], path: &Path) -> Result<(Vec<Written>, u64)> {
+    let whole = index.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+    let mut datasets: Vec<Written> = Vec::new();
+    let mut names = HashSet::new();
+    let mut end = SUPERBLOCK_SIZE;
+    for (i, line) in index[..whole].split_inclusive(|&b| b == b'\n').enumerate() {
+        let at = || {
+            format!(
+                "{}:{}: a damaged index of a partial output; pass --restart to discard it",
+                path.display(),
+                i + 1
+            )
+        };
+        let dataset: Written = serde_json::from_slice(line).with_context(at)?;
+        let problem = if let Some(problem) = hdf5_layout::unusable_name(&dataset.name, "name") {
+            Some(problem)
+        } else if dataset.address != end {
+            Some(format!(
+                "dataset {:?} at {}, expected at {end}",
+                dataset.name, dataset.address
+            ))
+        } else if dataset.shape.is_empty() || value_bytes(&dataset.shape) == u64::MAX {
+            Some(format!(
+                "dataset {:?}: shape {:?}",
+                dataset.name, dataset.shape
+            ))
+        } else if !names.insert(dataset.name.clone()) {
+            Some(format!("dataset {:?} named twice", dataset.name))
+        } else {
+            None
+        };
+        if let Some(problem) = problem {
+            return Err(anyhow::anyhow!(problem)).with_context(at);
+        }
+        end = end
+            .checked_add(value_bytes(&dataset.shape))
+            .with_context(at)?;
+        datasets.push(dataset);
+    }
+    Ok((datasets, whole as u64))
+}
+
 impl Drop for Hdf5EmbeddingWriter {
     fn drop(&mut self) {
-        if self.file.take().is_some() {
+        if self.owns_files {
             // Not finished, by an error: leave nothing behind. (A killed process never gets
             // here, and its partial output is continued by the next run.)
+            self.file = None;
+            self.index = None;
             let _ = std::fs::remove_file(&self.temp_path);
+            let _ = std::fs::remove_file(&self.index_path);
             let _ = std::fs::remove_file(&self.manifest_path);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn is_line(name: &str) -> bool {
+        name.parse::<usize>().is_ok_and(|line| line < 100)
+    }
+
+    fn fingerprint() -> OutputFingerprint {
+        OutputFingerprint {
+            input: "input".into(),
+            model: "model".into(),
+            settings: "settings".into(),
+        }
+    }
+
+    /// Line `i`'s values: `(3, i % 5, 4)`, so that some lines have none.
+    fn line(i: usize) -> (Vec<f32>, Vec<usize>) {
+        let shape = vec![3, i % 5, 4];
+        let values = (0..shape.iter().product::<usize>())
+            .map(|v| (i * 1000 + v) as f32 * 0.5)
+            .collect();
+        (values, shape)
+    }
+
+    /// Notes the sentences of lines `range`, as `elmo embed` does for the lines a continued run
+    /// skips.
+    fn note_lines(writer: &mut Hdf5EmbeddingWriter, range: std::ops::Range<usize>) {
+        for i in range {
+            writer.note(i, &format!("sentence {}", i % 7));
+        }
+    }
+
+    /// Writes lines `range` through `writer` (with their sentences noted).
+    fn add_lines(writer: &mut Hdf5EmbeddingWriter, range: std::ops::Range<usize>) {
+        for i in range {
+            let (values, shape) = line(i);
+            writer.note(i, &format!("sentence {}", i % 7));
+            writer
+                .add(&i.to_string(), &values, &shape)
+                .expect("add a line");
+        }
+    }
+
+    fn open(path: &Path, commit_bytes: usize) -> Opened {
+        Hdf5EmbeddingWriter::open(path, &fingerprint(), false, commit_bytes, true, &is_line)
+            .expect("open")
+    }
+
+    /// An uninterrupted run's output of `n` lines.
+    fn whole(dir: &Path, n: usize) -> Vec<u8> {
+        let path = dir.join("whole.hdf5");
+        let mut writer = open(&path, 0).writer;
+        add_lines(&mut writer, 0..n);
+        writer.finish().expect("finish");
+        std::fs::read(&path).expect("read")
+    }
+
+    /// The run is killed after line `killed_after` (no destructor runs, as for SIGKILL).
+    fn killed(path: &Path, killed_after: usize, commit_bytes: usize) {
+        let mut writer = open(path, commit_bytes).writer;
+        add_lines(&mut writer, 0..killed_after);
+        std::mem::forget(writer);
+    }
+
+    #[test]
+    fn a_killed_run_continues_to_the_bytes_of_an_uninterrupted_one() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let expected = whole(dir.path(), 40);
+        // Commits after every line, and after every few lines (values past the last commit
+        // are lost and written again).
+        for commit_bytes in [0, 600] {
+            let path = dir.path().join(format!("out-{commit_bytes}.hdf5"));
+            killed(&path, 25, commit_bytes);
+            let Opened {
+                mut writer,
+                written,
+            } = open(&path, commit_bytes);
+            let kept: Vec<usize> = written.iter().map(|n| n.parse().expect("line")).collect();
+            assert!(!kept.is_empty() && kept.len() <= 25, "{kept:?}");
+            assert_eq!(kept, (0..kept.len()).collect::<Vec<_>>());
+            note_lines(&mut writer, 0..kept.len());
+            add_lines(&mut writer, kept.len()..40);
+            writer.finish().expect("finish");
+            assert!(
+                std::fs::read(&path).expect("read") == expected,
+                "{commit_bytes}"
+            );
+        }
+        let names: Vec<String> = std::fs::read_dir(dir.path())
+            .expect("list")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names.len(), 3, "no partial files left: {names:?}");
+    }
+
+    #[test]
+    fn an_index_line_cut_short_is_dropped() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let expected = whole(dir.path(), 12);
+        let path = dir.path().join("out.hdf5");
+        killed(&path, 8, 0);
+        let index_path = beside(&path, ".partial.index").expect("index path");
+        let mut index = std::fs::read(&index_path).expect("index");
+        let lines = index.iter().filter(|&&b| b == b'\n').count();
+        // The last line's write was cut short.
+        index.truncate(index.len() - 10);
+        std::fs::write(&index_path, &index).expect("write");
+        let Opened {
+            mut writer,
+            written,
+        } = open(&path, 0);
+        assert_eq!(written.len(), lines - 1);
+        note_lines(&mut writer, 0..written.len());
+        add_lines(&mut writer, written.len()..12);
+        writer.finish().expect("finish");
+        assert!(std::fs::read(&path).expect("read") == expected);
+    }
+
+    #[test]
+    fn a_damaged_partial_output_is_an_error_naming_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("out.hdf5");
+        let index_path = beside(&path, ".partial.index").expect("index path");
+        let temp_path = beside(&path, ".partial").expect("partial path");
+        /// Damages the partial output (its index, its values file).
+        type Damage = fn(&Path, &Path);
+        let damages: [(&str, Damage); 5] = [
+            ("names a dataset \"100\", which is no line", |index, _| {
+                let text = std::fs::read_to_string(index).expect("index");
+                std::fs::write(
+                    index,
+                    text.replacen("\"name\":\"5\"", "\"name\":\"100\"", 1),
+                )
+                .expect("write");
+            }),
+            ("out.hdf5.partial.index:2: a damaged index", |index, _| {
+                let text = std::fs::read_to_string(index).expect("index");
+                let mut lines: Vec<String> = text.lines().map(String::from).collect();
+                lines[1] = lines[1].replacen("\"address\":", "\"address\":1", 1);
+                std::fs::write(index, lines.join("\n") + "\n").expect("write");
+            }),
+            ("out.hdf5.partial.index:3: a damaged index", |index, _| {
+                let text = std::fs::read_to_string(index).expect("index");
+                let lines: Vec<&str> = text.lines().collect();
+                let damaged = format!("{}\n{}\n{}\n", lines[0], lines[1], lines[1]);
+                std::fs::write(index, damaged).expect("write");
+            }),
+            ("out.hdf5.partial.index:1: a damaged index", |index, _| {
+                std::fs::write(index, "{\"name\":\"0\"}\n").expect("write");
+            }),
+            ("shorter than the", |_, partial| {
+                let file = OpenOptions::new().write(true).open(partial).expect("open");
+                file.set_len(200).expect("truncate");
+            }),
+        ];
+        for (expected, damage) in damages {
+            killed(&path, 6, 0);
+            damage(&index_path, &temp_path);
+            let error =
+                match Hdf5EmbeddingWriter::open(&path, &fingerprint(), false, 0, true, &is_line) {
+                    Ok(_) => panic!("{expected}: opened"),
+                    Err(error) => format!("{error:#}"),
+                };
+            assert!(
+                error.contains(expected) && error.contains("--restart"),
+                "{expected}: {error}"
+            );
+            // --restart discards it.
+            let opened = Hdf5EmbeddingWriter::open(&path, &fingerprint(), true, 0, true, &is_line)
+                .expect("restart");
+            assert!(opened.written.is_empty());
+            drop(opened);
+        }
+    }
+
+    #[test]
+    fn an_unusable_name_or_a_wrong_count_of_values_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut writer = open(&dir.path().join("out.hdf5"), 0).writer;
+        let error = writer.add("a/b", &[1.0], &[1]).expect_err("a slash");
+        assert!(format!("{error:#}").contains("`/`"), "{error:#}");
+        let error = writer.add("a", &[1.0, 2.0], &[3]).expect_err("a count");
+        assert!(
+            format!("{error:#}").contains("2 values for the shape [3]"),
+            "{error:#}"
+        );
     }
 }

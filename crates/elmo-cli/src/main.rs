@@ -5,6 +5,7 @@ mod backend;
 mod embed;
 mod eval_cmd;
 mod export_cmd;
+mod hdf5_layout;
 mod hdf5_output;
 mod input;
 mod kernel_cache;

@@ -211,6 +211,8 @@ pub fn run(args: &MergeArgs) -> Result<()> {
         true,
         crate::hdf5_output::COMMIT_BYTES,
         with.is_some(),
+        // A merge starts over (restart above): nothing is continued.
+        &|_| true,
     )?
     .writer;
     for (p, (part, path)) in parts.iter().zip(&args.parts).enumerate() {

@@ -20,15 +20,11 @@ fn key_hash(sentence: &str) -> u128 {
 }
 
 /// Why `sentence` cannot name an HDF5 dataset, if it cannot.
-fn unusable(sentence: &str) -> Option<&'static str> {
+fn unusable(sentence: &str) -> Option<String> {
     if sentence.is_empty() {
-        Some("an empty line")
-    } else if sentence == "." {
-        Some("`.` (HDF5's name of the group itself)")
-    } else if sentence.contains('/') {
-        Some("a sentence with `/` (HDF5's path separator)")
+        Some("an empty line".into())
     } else {
-        None
+        crate::hdf5_layout::unusable_name(sentence, "sentence")
     }
 }
 
@@ -95,6 +91,7 @@ mod tests {
             ("a\n\nb\n", "in.txt:2: an empty line"),
             ("a\n.\n", "in.txt:2: `.`"),
             ("a\nx / y\n", "in.txt:2: a sentence with `/`"),
+            ("a\nx \0 y\n", "in.txt:2: a sentence with a NUL character"),
         ] {
             let error = format!("{:#}", scan(text).err().expect("an error"));
             assert!(error.contains(expected), "{text:?}: {error}");

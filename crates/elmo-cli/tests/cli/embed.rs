@@ -873,3 +873,108 @@ fn mixed_precision_runs_on_a_gpu_within_its_tolerance() {
         assert!(spirv <= 1e-5, "vulkan vs wgpu: {spirv}");
     }
 }
+
+/// Reads `output` through h5py (libhdf5, as AllenNLP's users read `elmo` outputs): its dataset
+/// names, and for each dataset, looked up by name, its shape, type, first value and sum; and
+/// `sentence_to_index`. `None` where h5py cannot be imported, unless `ELMO_REQUIRE_H5PY` is set
+/// (`.ci/run` sets it and installs h5py).
+fn read_with_h5py(output: &Path) -> Option<serde_json::Value> {
+    const SCRIPT: &str = r#"
+import json, sys
+import h5py
+with h5py.File(sys.argv[1], "r") as f:
+    names = list(f.keys())
+    datasets = {}
+    for name in reversed(sorted(names)):
+        if name == "sentence_to_index":
+            continue
+        d = f[name]
+        v = d[()]
+        datasets[name] = [list(d.shape), str(d.dtype), v.ravel()[:1].tolist(),
+                          float(v.astype("float64").sum())]
+    s = f["sentence_to_index"][0]
+    print(json.dumps({"names": names, "datasets": datasets,
+                      "sentence_to_index": s.decode() if isinstance(s, bytes) else s,
+                      "hdf5": h5py.version.hdf5_version}))
+"#;
+    let import = std::process::Command::new("python3")
+        .args(["-c", "import h5py"])
+        .output();
+    if !import.is_ok_and(|o| o.status.success()) {
+        assert!(
+            std::env::var("ELMO_REQUIRE_H5PY").is_err(),
+            "ELMO_REQUIRE_H5PY is set but python3 cannot import h5py"
+        );
+        eprintln!("h5py is not installed: the output was not read through libhdf5");
+        return None;
+    }
+    let result = std::process::Command::new("python3")
+        .args(["-c", SCRIPT, path(output)])
+        .output()
+        .expect("run python3");
+    assert!(
+        result.status.success(),
+        "h5py could not read {}: {}",
+        output.display(),
+        String::from_utf8_lossy(&result.stderr)
+    );
+    Some(serde_json::from_slice(&result.stdout).expect("the script's JSON"))
+}
+
+/// libhdf5 reads what `elmo embed` writes, every dataset found by name through the root group's
+/// B-tree (300 lines: two levels of it), with the values hdf5-pure reads.
+#[test]
+fn h5py_reads_every_dataset_by_name_and_sentence_to_index() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (output, result) = embed(dir.path(), &corpus(300), &[]);
+    assert!(
+        result.status.success(),
+        "{}",
+        String::from_utf8_lossy(&result.stderr)
+    );
+    let Some(read) = read_with_h5py(&output) else {
+        return;
+    };
+    let file = hdf5_pure::File::open(&output).expect("open output");
+    let mut names = file.root().datasets().expect("datasets");
+    let mut h5py_names: Vec<String> = read["names"]
+        .as_array()
+        .expect("names")
+        .iter()
+        .map(|n| n.as_str().expect("a name").to_string())
+        .collect();
+    names.sort();
+    h5py_names.sort();
+    assert_eq!(h5py_names, names);
+    assert_eq!(names.len(), 301);
+    for name in names.iter().filter(|n| *n != "sentence_to_index") {
+        let (shape, values) = dataset(&file, name);
+        let [h5py_shape, dtype, first, sum] = read["datasets"][name]
+            .as_array()
+            .expect("a dataset")
+            .as_slice()
+        else {
+            panic!("{name}: {}", read["datasets"][name]);
+        };
+        let h5py_shape: Vec<usize> = serde_json::from_value(h5py_shape.clone()).expect("shape");
+        assert_eq!(h5py_shape, shape, "{name}");
+        assert_eq!(dtype, "float32", "{name}");
+        let first: Vec<f32> = serde_json::from_value(first.clone()).expect("first");
+        assert_eq!(first, values[..values.len().min(1)], "{name}");
+        let ours: f64 = values.iter().map(|&v| f64::from(v)).sum();
+        let theirs = sum.as_f64().expect("sum");
+        assert!(
+            (ours - theirs).abs() <= 1e-6 * (1.0 + ours.abs()),
+            "{name}: {ours} vs {theirs}"
+        );
+    }
+    let ours = file
+        .dataset("sentence_to_index")
+        .and_then(|d| d.read_string())
+        .expect("sentence_to_index");
+    assert_eq!(
+        read["sentence_to_index"], ours[0],
+        "libhdf5 {}",
+        read["hdf5"]
+    );
+}
