@@ -51,9 +51,13 @@ for n in $lines; do
     rm -f new.hdf5 old.hdf5 merged.hdf5 peer.hdf5
     embed=$(timed 3600 "$elmo" embed -q --layers top in.txt new.hdf5)
     old_embed="-"
-    if [[ -n $old ]]; then
+    if [[ -n $old && -n ${old_over:-} ]]; then
+        old_embed="$old_over"
+    elif [[ -n $old ]]; then
         old_embed=$(timed "$old_limit" "$old" embed -q --layers top in.txt old.hdf5)
         rm -f old.hdf5 .old.hdf5.* old.hdf5.lock
+        # Past its limit here, past it at every larger N too.
+        [[ $old_embed == ">"* ]] && old_over="(> $old_limit s at fewer lines)"
     fi
     merge=$(timed 3600 "$elmo" merge -q merged.hdf5 new.hdf5)
     write=$(python3 "$peer" write new.hdf5 peer.hdf5 | python3 -c 'import json,sys; print(json.load(sys.stdin)["write_s"], "s")')

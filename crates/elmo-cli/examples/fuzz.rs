@@ -501,6 +501,16 @@ fn run_case(reader: &str, case: u64, seeds: &Seeds, keep: Option<&Path>) -> Outc
     outcome
 }
 
+/// The files a case's run left in `work` besides its input and output.
+fn leftovers(work: &Path) -> Vec<String> {
+    std::fs::read_dir(work)
+        .expect("list")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n != "input" && n != "out.hdf5")
+        .collect()
+}
+
 /// Runs `elmo COMMAND` (its arguments from `args`; for `embed` the output, `out.hdf5`, is
 /// added last) in the case directory `work`: a success that leaves nothing but the output, or a
 /// clean error (exit status 1) that leaves nothing at all; anything else panics.
@@ -517,12 +527,7 @@ fn through_binary(
         run.arg(&output);
     }
     let result = run.output().expect("run elmo");
-    let leftovers: Vec<_> = std::fs::read_dir(work)
-        .expect("list")
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n != "input" && n != "out.hdf5")
-        .collect();
+    let leftovers = leftovers(work);
     match result.status.code() {
         Some(0) if leftovers.is_empty() => Ok(()),
         Some(1) if leftovers.is_empty() && !output.exists() => {
@@ -549,12 +554,7 @@ fn continued(work: &Path, input: &Path, text: &[u8]) -> Result<(), String> {
         .output()
         .expect("run elmo");
     let stderr = String::from_utf8_lossy(&result.stderr).into_owned();
-    let leftovers: Vec<_> = std::fs::read_dir(work)
-        .expect("list")
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n != "input" && n != "out.hdf5")
-        .collect();
+    let leftovers = leftovers(work);
     match result.status.code() {
         Some(0) if leftovers.is_empty() => {
             let lines = text.iter().filter(|&&b| b == b'\n').count();
