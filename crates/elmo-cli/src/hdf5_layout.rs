@@ -98,9 +98,17 @@ pub fn write_structures(
     datasets: &[StoredValues<'_>],
     string: Option<StringValue<'_>>,
 ) -> Result<Structures> {
-    let mut names: Vec<&str> = datasets.iter().map(|d| d.name).collect();
-    names.extend(string.map(|s| s.name));
-    for name in &names {
+    // Every link with its dataset's index (`datasets.len()` for the string), sorted once by
+    // name as C's `strcmp` orders names (by their bytes), as symbol table nodes and the B-tree
+    // need them.
+    let mut order: Vec<(&str, usize)> = datasets
+        .iter()
+        .map(|d| d.name)
+        .chain(string.map(|s| s.name))
+        .enumerate()
+        .map(|(i, name)| (name, i))
+        .collect();
+    for (name, _) in &order {
         if let Some(problem) = unusable_name(name, "name") {
             bail!("dataset {name:?}: {problem}");
         }
@@ -126,11 +134,10 @@ pub fn write_structures(
         })?),
         None => None,
     };
-    names.sort_unstable();
-    if let Some(pair) = names.windows(2).find(|pair| pair[0] == pair[1]) {
-        bail!("two datasets named {:?}", pair[0]);
+    order.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+    if let Some(pair) = order.windows(2).find(|pair| pair[0].0 == pair[1].0) {
+        bail!("two datasets named {:?}", pair[0].0);
     }
-    drop(names);
 
     let mut out = Positioned {
         inner: out,
@@ -148,22 +155,21 @@ pub fn write_structures(
             bytes.extend(collection.to_le_bytes());
             bytes.extend(1u32.to_le_bytes());
             out.write_all(&bytes)?;
-            Some((s.name, element))
+            Some(element)
         }
         _ => None,
     };
-    // An object header per dataset, named by its address.
-    let mut links: Vec<(&str, u64)> = Vec::with_capacity(datasets.len() + 1);
+    // An object header per dataset, in the order of `datasets`.
+    let mut headers: Vec<u64> = Vec::with_capacity(order.len());
     for dataset in datasets {
-        links.push((dataset.name, out.position));
+        headers.push(out.position);
         out.write_all(&float_dataset_header(dataset))?;
     }
-    if let Some((name, element)) = string_element {
-        links.push((name, out.position));
+    if let Some(element) = string_element {
+        headers.push(out.position);
         out.write_all(&string_dataset_header(element))?;
     }
-    // Symbol table nodes and the B-tree order names as C's `strcmp` does: by their bytes.
-    links.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+    let links: Vec<(&str, u64)> = order.iter().map(|&(name, i)| (name, headers[i])).collect();
 
     let (heap, offsets) = write_local_heap(&mut out, &links)?;
     let leaves = write_symbol_nodes(&mut out, &links, &offsets)?;

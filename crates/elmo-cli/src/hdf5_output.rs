@@ -122,16 +122,14 @@ impl Hdf5EmbeddingWriter {
             sentence_to_index: sentence_to_index.then(HashMap::new),
             owns_files: false,
         };
-        let partial = [&writer.temp_path, &writer.manifest_path, &writer.index_path]
-            .iter()
-            .any(|p| p.exists());
+        let partial = writer.partial_files().iter().any(|p| p.exists());
         if partial
             && !restart
             && let Some(written) = writer.continue_partial(fingerprint, is_line)?
         {
             return Ok(Opened { writer, written });
         }
-        for stale in [&writer.temp_path, &writer.manifest_path, &writer.index_path] {
+        for stale in writer.partial_files() {
             match std::fs::remove_file(stale) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                     return Err(e).with_context(|| format!("{}: removing", stale.display()));
@@ -159,6 +157,11 @@ impl Hdf5EmbeddingWriter {
             writer,
             written: Vec::new(),
         })
+    }
+
+    /// The files of a partial output: its values, its manifest, its index.
+    fn partial_files(&self) -> [&PathBuf; 3] {
+        [&self.temp_path, &self.manifest_path, &self.index_path]
     }
 
     /// Opens the partial output for `fingerprint`: the names of the datasets it holds; an error
@@ -205,7 +208,11 @@ impl Hdf5EmbeddingWriter {
         }
         let index = std::fs::read(&self.index_path)
             .with_context(|| format!("{}: reading", self.index_path.display()))?;
-        let (datasets, indexed_bytes) = read_index(&index, &self.index_path)?;
+        let Index {
+            datasets,
+            end,
+            bytes: indexed_bytes,
+        } = read_index(&index, &self.index_path)?;
         if let Some(stray) = datasets.iter().find(|d| !is_line(&d.name)) {
             bail!(
                 "{}: names a dataset {:?}, which is no line of this run; pass --restart to \
@@ -214,9 +221,6 @@ impl Hdf5EmbeddingWriter {
                 stray.name
             );
         }
-        let end = datasets
-            .last()
-            .map_or(SUPERBLOCK_SIZE, |d| d.address + value_bytes(&d.shape));
         let discard = || {
             format!(
                 "pass --restart to discard the partial output {}",
@@ -395,10 +399,19 @@ fn value_bytes(shape: &[u64]) -> u64 {
         .unwrap_or(u64::MAX)
 }
 
-/// The datasets an index names, checked (each one's values right after the last's, no name
-/// twice), and the bytes of its whole lines: a last line without its newline was cut short by
-/// the kill and is dropped.
-fn read_index(index: &[u8], path: &Path) -> Result<(Vec<Written>, u64)> {
+/// What an index of committed datasets holds.
+struct Index {
+    /// The datasets, in the order written.
+    datasets: Vec<Written>,
+    /// Where the last one's values end.
+    end: u64,
+    /// The bytes of the index's whole lines.
+    bytes: u64,
+}
+
+/// Reads an index, checked (each dataset's values right after the last's, no name twice): a
+/// last line without its newline was cut short by the kill and is dropped.
+fn read_index(index: &[u8], path: &Path) -> Result<Index> {
     let whole = index.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
     let mut datasets: Vec<Written> = Vec::new();
     let mut names = HashSet::new();
@@ -437,7 +450,11 @@ fn read_index(index: &[u8], path: &Path) -> Result<(Vec<Written>, u64)> {
             .with_context(at)?;
         datasets.push(dataset);
     }
-    Ok((datasets, whole as u64))
+    Ok(Index {
+        datasets,
+        end,
+        bytes: whole as u64,
+    })
 }
 
 impl Drop for Hdf5EmbeddingWriter {
@@ -447,9 +464,9 @@ impl Drop for Hdf5EmbeddingWriter {
             // here, and its partial output is continued by the next run.)
             self.file = None;
             self.index = None;
-            let _ = std::fs::remove_file(&self.temp_path);
-            let _ = std::fs::remove_file(&self.index_path);
-            let _ = std::fs::remove_file(&self.manifest_path);
+            for path in self.partial_files() {
+                let _ = std::fs::remove_file(path);
+            }
         }
     }
 }
