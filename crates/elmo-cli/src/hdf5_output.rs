@@ -13,7 +13,8 @@
 //! committed datasets ([`Hdf5EmbeddingWriter::open`]); a run that fails with an error removes
 //! them.
 
-use std::collections::{HashMap, HashSet};
+use std::borrow::Cow;
+use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -22,6 +23,7 @@ use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
 use crate::hdf5_layout::{self, SUPERBLOCK_SIZE, StoredValues, StringValue};
+use crate::sentence_index::SentenceIndex;
 
 /// Values written after which they are committed (synced, and indexed), by default.
 pub const COMMIT_BYTES: usize = 32 << 20;
@@ -50,14 +52,14 @@ pub struct Hdf5EmbeddingWriter {
     /// The partial file's length: where the next values go.
     end: u64,
     /// Every dataset written, in order; the first `committed` are in the index.
-    datasets: Vec<Written>,
+    datasets: DatasetList,
     committed: usize,
     staged_bytes: usize,
     commit_bytes: usize,
     /// Reused for a line's values as little-endian bytes.
     bytes: Vec<u8>,
     /// `None`: the output has no `sentence_to_index`.
-    sentence_to_index: Option<HashMap<String, usize>>,
+    sentence_to_index: Option<SentenceIndex>,
     /// The partial files are this run's to remove if it fails (not those of another run that
     /// it refused to continue).
     owns_files: bool,
@@ -65,10 +67,57 @@ pub struct Hdf5EmbeddingWriter {
 
 /// A dataset whose values are in the partial file: a line of its index.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-struct Written {
-    name: String,
+struct Written<'a> {
+    #[serde(borrow)]
+    name: Cow<'a, str>,
     address: u64,
-    shape: Vec<u64>,
+    shape: Cow<'a, [u64]>,
+}
+
+/// Every dataset written, in order, kept flat: a dataset costs its name, its dimensions and
+/// 24 bytes until the end (not a string and a vector of its own).
+#[derive(Debug, Default)]
+struct DatasetList {
+    /// The names, one after another.
+    names: String,
+    /// The dimensions, one shape after another.
+    dims: Vec<u64>,
+    /// Per dataset: where its name and its dimensions end, and where its values start.
+    ends: Vec<(usize, usize, u64)>,
+}
+
+impl DatasetList {
+    fn push(&mut self, name: &str, shape: &[u64], address: u64) {
+        self.names.push_str(name);
+        self.dims.extend_from_slice(shape);
+        self.ends.push((self.names.len(), self.dims.len(), address));
+    }
+
+    fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// The datasets from the `from`-th on.
+    fn iter_from(&self, from: usize) -> impl Iterator<Item = StoredValues<'_>> {
+        (from..self.len()).map(|i| self.get(i))
+    }
+
+    fn iter(&self) -> impl Iterator<Item = StoredValues<'_>> {
+        self.iter_from(0)
+    }
+
+    /// The `i`-th dataset.
+    fn get(&self, i: usize) -> StoredValues<'_> {
+        let (name_start, dims_start) = i
+            .checked_sub(1)
+            .map_or((0, 0), |before| (self.ends[before].0, self.ends[before].1));
+        let (name_end, dims_end, address) = self.ends[i];
+        StoredValues {
+            name: &self.names[name_start..name_end],
+            shape: &self.dims[dims_start..dims_end],
+            address,
+        }
+    }
 }
 
 /// The hidden file beside `path` whose name ends in `suffix`.
@@ -114,12 +163,12 @@ impl Hdf5EmbeddingWriter {
             manifest_path: beside(path, ".partial.json")?,
             index_path: beside(path, ".partial.index")?,
             end: SUPERBLOCK_SIZE,
-            datasets: Vec::new(),
+            datasets: DatasetList::default(),
             committed: 0,
             staged_bytes: 0,
             commit_bytes,
             bytes: Vec::new(),
-            sentence_to_index: sentence_to_index.then(HashMap::new),
+            sentence_to_index: sentence_to_index.then(SentenceIndex::default),
             owns_files: false,
         };
         let partial = writer.partial_files().iter().any(|p| p.exists());
@@ -213,7 +262,7 @@ impl Hdf5EmbeddingWriter {
             end,
             bytes: indexed_bytes,
         } = read_index(&index, &self.index_path)?;
-        if let Some(stray) = datasets.iter().find(|d| !is_line(&d.name)) {
+        if let Some(stray) = datasets.iter().find(|d| !is_line(d.name)) {
             bail!(
                 "{}: names a dataset {:?}, which is no line of this run; pass --restart to \
                  discard the partial output",
@@ -257,7 +306,7 @@ impl Hdf5EmbeddingWriter {
             .set_len(indexed_bytes)
             .and_then(|()| index.seek(SeekFrom::End(0)).map(drop))
             .with_context(|| format!("{}: truncating", self.index_path.display()))?;
-        let names = datasets.iter().map(|d| d.name.clone()).collect();
+        let names = datasets.iter().map(|d| d.name.to_string()).collect();
         self.file = Some(file);
         self.index = Some(index);
         self.end = end;
@@ -270,15 +319,17 @@ impl Hdf5EmbeddingWriter {
     /// Records that line `index` holds `sentence`, whether or not its dataset is in the file
     /// already: `sentence_to_index` names every line (nothing is kept for an output without it).
     pub fn note(&mut self, index: usize, sentence: &str) {
-        let Some(sentence_to_index) = &mut self.sentence_to_index else {
-            return;
-        };
-        // AllenNLP keeps the last line of a repeated sentence; the order lines are written in
-        // does not matter.
-        let entry = sentence_to_index
-            .entry(sentence.to_string())
-            .or_insert(index);
-        *entry = (*entry).max(index);
+        if let Some(sentence_to_index) = &mut self.sentence_to_index {
+            sentence_to_index.note(index, sentence);
+        }
+    }
+
+    /// [`Self::note`] for a sentence that first appeared at `position`
+    /// ([`SentenceIndex::note_at`]): how `elmo merge` keeps its parts' order of sentences.
+    pub fn note_at(&mut self, position: usize, index: usize, sentence: &str) {
+        if let Some(sentence_to_index) = &mut self.sentence_to_index {
+            sentence_to_index.note_at(position, index, sentence);
+        }
     }
 
     /// Adds a line's embedding as the dataset `name`: its 0-based line number, or its sentence
@@ -304,11 +355,7 @@ impl Hdf5EmbeddingWriter {
         let file = self.file.as_mut().expect("writer used after finish");
         file.write_all(&self.bytes)
             .with_context(|| format!("{}: writing dataset {name:?}", self.temp_path.display()))?;
-        self.datasets.push(Written {
-            name: name.to_string(),
-            address: self.end,
-            shape,
-        });
+        self.datasets.push(name, &shape, self.end);
         self.end += self.bytes.len() as u64;
         self.staged_bytes += self.bytes.len() + 64;
         if self.staged_bytes >= self.commit_bytes {
@@ -325,8 +372,13 @@ impl Hdf5EmbeddingWriter {
             .and_then(|()| file.get_ref().sync_data())
             .with_context(|| format!("{}: writing", self.temp_path.display()))?;
         let mut lines = Vec::new();
-        for dataset in &self.datasets[self.committed..] {
-            serde_json::to_writer(&mut lines, dataset)?;
+        for dataset in self.datasets.iter_from(self.committed) {
+            let line = Written {
+                name: Cow::Borrowed(dataset.name),
+                address: dataset.address,
+                shape: Cow::Borrowed(dataset.shape),
+            };
+            serde_json::to_writer(&mut lines, &line)?;
             lines.push(b'\n');
         }
         let index = self.index.as_mut().expect("writer used after finish");
@@ -342,24 +394,8 @@ impl Hdf5EmbeddingWriter {
     /// Writes `sentence_to_index` (where the output has it) and the HDF5 structures naming
     /// every dataset, and moves the file to the output path.
     pub fn finish(mut self) -> Result<()> {
-        let json = self.sentence_to_index.as_ref().map(|sentence_to_index| {
-            let mut entries: Vec<(&String, &usize)> = sentence_to_index.iter().collect();
-            entries.sort_by_key(|(_, index)| **index);
-            let map: serde_json::Map<String, serde_json::Value> = entries
-                .into_iter()
-                .map(|(text, index)| (text.clone(), serde_json::Value::String(index.to_string())))
-                .collect();
-            serde_json::Value::Object(map).to_string()
-        });
-        let stored: Vec<StoredValues<'_>> = self
-            .datasets
-            .iter()
-            .map(|d| StoredValues {
-                name: &d.name,
-                shape: &d.shape,
-                address: d.address,
-            })
-            .collect();
+        let json = self.sentence_to_index.take().map(|index| index.to_json());
+        let stored: Vec<StoredValues<'_>> = self.datasets.iter().collect();
         let string = json.as_deref().map(|value| StringValue {
             name: "sentence_to_index",
             value,
@@ -402,7 +438,7 @@ fn value_bytes(shape: &[u64]) -> u64 {
 /// What an index of committed datasets holds.
 struct Index {
     /// The datasets, in the order written.
-    datasets: Vec<Written>,
+    datasets: DatasetList,
     /// Where the last one's values end.
     end: u64,
     /// The bytes of the index's whole lines.
@@ -413,7 +449,7 @@ struct Index {
 /// last line without its newline was cut short by the kill and is dropped.
 fn read_index(index: &[u8], path: &Path) -> Result<Index> {
     let whole = index.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
-    let mut datasets: Vec<Written> = Vec::new();
+    let mut datasets = DatasetList::default();
     let mut names = HashSet::new();
     let mut end = SUPERBLOCK_SIZE;
     for (i, line) in index[..whole].split_inclusive(|&b| b == b'\n').enumerate() {
@@ -437,7 +473,7 @@ fn read_index(index: &[u8], path: &Path) -> Result<Index> {
                 "dataset {:?}: shape {:?}",
                 dataset.name, dataset.shape
             ))
-        } else if !names.insert(dataset.name.clone()) {
+        } else if !names.insert(dataset.name.to_string()) {
             Some(format!("dataset {:?} named twice", dataset.name))
         } else {
             None
@@ -448,7 +484,7 @@ fn read_index(index: &[u8], path: &Path) -> Result<Index> {
         end = end
             .checked_add(value_bytes(&dataset.shape))
             .with_context(at)?;
-        datasets.push(dataset);
+        datasets.push(&dataset.name, &dataset.shape, dataset.address);
     }
     Ok(Index {
         datasets,

@@ -13,6 +13,7 @@ mod merge_cmd;
 mod model_source;
 mod plot_cmd;
 mod progress;
+mod sentence_index;
 mod sentence_keys;
 mod task_cmd;
 mod train_cmd;

@@ -65,13 +65,40 @@ impl std::fmt::Display for Key {
     }
 }
 
+/// A JSON object's members in the order they are written (a `serde_json::Map` sorts them by
+/// key): `sentence_to_index` lists sentences in the order they first appear.
+struct Members(Vec<(String, serde_json::Value)>);
+
+impl<'de> serde::Deserialize<'de> for Members {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct InOrder;
+        impl<'de> serde::de::Visitor<'de> for InOrder {
+            type Value = Members;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Members, A::Error> {
+                let mut members = Vec::new();
+                while let Some(member) = map.next_entry()? {
+                    members.push(member);
+                }
+                Ok(Members(members))
+            }
+        }
+        deserializer.deserialize_map(InOrder)
+    }
+}
+
 /// A part's datasets and its `sentence_to_index`.
 struct Part {
     file: hdf5_pure::File,
     /// The keys of its line datasets, sorted.
     keys: Vec<Key>,
-    /// `sentence_to_index`; `None` for a part written without it.
-    sentences: Option<serde_json::Map<String, serde_json::Value>>,
+    /// `sentence_to_index`, in its order; `None` for a part written without it.
+    sentences: Option<Vec<(String, serde_json::Value)>>,
 }
 
 /// The part's dataset `sentence_to_index`, read. With `--use-sentence-keys` one that holds no
@@ -80,7 +107,7 @@ fn sentence_index(
     file: &hdf5_pure::File,
     path: &Path,
     use_sentence_keys: bool,
-) -> Result<Option<serde_json::Map<String, serde_json::Value>>> {
+) -> Result<Option<Vec<(String, serde_json::Value)>>> {
     let texts = match file
         .dataset("sentence_to_index")
         .and_then(|d| d.read_string())
@@ -101,7 +128,7 @@ fn sentence_index(
     }
     match texts.as_slice() {
         [json] => serde_json::from_str(json)
-            .map(Some)
+            .map(|Members(members)| Some(members))
             .with_context(|| format!("{}: sentence_to_index is not a JSON object", path.display())),
         _ => bail!(
             "{}: sentence_to_index holds {} strings, expected 1",
@@ -178,6 +205,35 @@ fn owners(args: &MergeArgs, parts: &[Part]) -> Result<BTreeMap<Key, usize>> {
     Ok(owner)
 }
 
+/// Every part's `sentence_to_index` entries as (line, sentence), checked (each names a line of
+/// its part): part by part in the order of their lines, each part's in its own order (that of
+/// their first lines), which is the order a single run over every line gives them.
+fn sentences_in_order<'a>(
+    args: &MergeArgs,
+    parts: &'a [Part],
+    owner: &BTreeMap<Key, usize>,
+) -> Result<Vec<(usize, &'a str)>> {
+    let mut by_lines: Vec<usize> = (0..parts.len()).collect();
+    by_lines.sort_by_key(|&p| parts[p].keys.first().cloned());
+    let mut sentences = Vec::new();
+    for p in by_lines {
+        for (text, index) in parts[p].sentences.iter().flatten() {
+            let index = index
+                .as_str()
+                .and_then(|i| i.parse::<usize>().ok())
+                .filter(|i| owner.get(&Key::Line(*i)) == Some(&p))
+                .with_context(|| {
+                    format!(
+                        "{}: sentence_to_index names {index} for {text:?}, not one of its lines",
+                        args.parts[p].display()
+                    )
+                })?;
+            sentences.push((index, text.as_str()));
+        }
+    }
+    Ok(sentences)
+}
+
 /// Runs `elmo merge`.
 pub fn run(args: &MergeArgs) -> Result<()> {
     let _lock = RunLock::acquire(crate::embed::lock_path(&args.output), args.break_stale_lock)?;
@@ -199,6 +255,7 @@ pub fn run(args: &MergeArgs) -> Result<()> {
             args.parts[with].display()
         );
     }
+    let sentences = sentences_in_order(args, &parts, &owner)?;
     let names: Vec<String> = args.parts.iter().map(|p| p.display().to_string()).collect();
     let fingerprint = OutputFingerprint {
         input: format!("merge of {}", names.join(", ")),
@@ -215,7 +272,7 @@ pub fn run(args: &MergeArgs) -> Result<()> {
         &|_| true,
     )?
     .writer;
-    for (p, (part, path)) in parts.iter().zip(&args.parts).enumerate() {
+    for (part, path) in parts.iter().zip(&args.parts) {
         // One walk over the part's members (a lookup by name per line would scan the group's
         // links again for every line).
         let datasets = part
@@ -243,19 +300,9 @@ pub fn run(args: &MergeArgs) -> Result<()> {
                 .with_context(|| format!("{}: dataset {name:?}", path.display()))?;
             writer.add(&name, &values, &shape)?;
         }
-        for (text, index) in part.sentences.iter().flatten() {
-            let index = index
-                .as_str()
-                .and_then(|i| i.parse::<usize>().ok())
-                .filter(|i| owner.get(&Key::Line(*i)) == Some(&p))
-                .with_context(|| {
-                    format!(
-                        "{}: sentence_to_index names {index} for {text:?}, not one of its lines",
-                        path.display()
-                    )
-                })?;
-            writer.note(index, text);
-        }
+    }
+    for (position, (index, text)) in sentences.into_iter().enumerate() {
+        writer.note_at(position, index, text);
     }
     writer
         .finish()

@@ -651,13 +651,14 @@ fn a_gpu_index_is_checked_and_reaches_the_device() {
     }
 }
 
-/// `--shard K/N` parts merge to the output of one run over all lines; `--lines A:B` writes the
-/// lines it names with their global numbers; overlapping or missing parts are clear errors.
+/// `--shard K/N` parts merge to the output of one run over all lines, `sentence_to_index` byte
+/// for byte (sentences repeated within a part and across parts); `--lines A:B` writes the lines
+/// it names with their global numbers; overlapping or missing parts are clear errors.
 #[test]
 fn shards_merge_to_the_output_of_one_run() {
     let dir = tempfile::tempdir().expect("tempdir");
     let input = dir.path().join("input.txt");
-    std::fs::write(&input, corpus(50)).expect("write");
+    std::fs::write(&input, corpus(12).repeat(2) + &corpus(36)).expect("write");
     let run = |output: &Path, extra: &[&str]| {
         let mut args = vec!["embed", "--quiet", path(&input), path(output)];
         args.extend_from_slice(extra);
@@ -675,7 +676,7 @@ fn shards_merge_to_the_output_of_one_run() {
     let (first, _) = contents(&parts[0]);
     assert_eq!(
         first.keys().map(|k| k.parse::<usize>().unwrap()).max(),
-        Some(15)
+        Some(19)
     );
     let merged = dir.path().join("merged.hdf5");
     let mut args = vec!["merge", "--quiet", path(&merged)];
@@ -703,7 +704,7 @@ fn shards_merge_to_the_output_of_one_run() {
         path(&parts[0]),
         path(&parts[2]),
     ]);
-    assert!(gap.contains("line 16 is in no part"), "{gap}");
+    assert!(gap.contains("line 20 is in no part"), "{gap}");
     // A line number spelt with a leading zero is the same line.
     let padded = dir.path().join("padded.hdf5");
     let file = hdf5_pure::File::create(&padded).expect("create");
@@ -878,10 +879,17 @@ fn mixed_precision_runs_on_a_gpu_within_its_tolerance() {
 /// names, and for each dataset, looked up by name, its shape, type, first value and sum; and
 /// `sentence_to_index`. `None` where h5py cannot be imported, unless `ELMO_REQUIRE_H5PY` is set
 /// (`.ci/run` sets it and installs h5py).
-fn read_with_h5py(output: &Path) -> Option<serde_json::Value> {
+fn read_with_h5py(output: &Path, input: &Path) -> Option<serde_json::Value> {
+    // `allennlp`: the sentence_to_index string AllenNLP's `elmo` command writes for the input
+    // (allennlp/commands/elmo.py: `sentence_to_index[sentence] = key` line by line, then
+    // `json.dumps`).
     const SCRIPT: &str = r#"
 import json, sys
 import h5py
+allennlp = {}
+with open(sys.argv[2], encoding="utf-8") as input_file:
+    for i, line in enumerate(input_file):
+        allennlp[line.strip()] = str(i)
 with h5py.File(sys.argv[1], "r") as f:
     names = list(f.keys())
     datasets = {}
@@ -895,6 +903,7 @@ with h5py.File(sys.argv[1], "r") as f:
     s = f["sentence_to_index"][0]
     print(json.dumps({"names": names, "datasets": datasets,
                       "sentence_to_index": s.decode() if isinstance(s, bytes) else s,
+                      "allennlp": json.dumps(allennlp),
                       "hdf5": h5py.version.hdf5_version}))
 "#;
     let import = std::process::Command::new("python3")
@@ -909,7 +918,7 @@ with h5py.File(sys.argv[1], "r") as f:
         return None;
     }
     let result = std::process::Command::new("python3")
-        .args(["-c", SCRIPT, path(output)])
+        .args(["-c", SCRIPT, path(output), path(input)])
         .output()
         .expect("run python3");
     assert!(
@@ -922,17 +931,20 @@ with h5py.File(sys.argv[1], "r") as f:
 }
 
 /// libhdf5 reads what `elmo embed` writes, every dataset found by name through the root group's
-/// B-tree (300 lines: two levels of it), with the values hdf5-pure reads.
+/// B-tree (300 lines: two levels of it), with the values hdf5-pure reads; `sentence_to_index` is
+/// byte for byte AllenNLP's (key order, repeats, Python's escapes).
 #[test]
 fn h5py_reads_every_dataset_by_name_and_sentence_to_index() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (output, result) = embed(dir.path(), &corpus(300), &[]);
+    let text =
+        corpus(296) + "na\u{ef}ve caf\u{e9}\nsay \"hi\" \\ back\n  emoji \u{1f600}\ttab\nthe\n";
+    let (output, result) = embed(dir.path(), &text, &[]);
     assert!(
         result.status.success(),
         "{}",
         String::from_utf8_lossy(&result.stderr)
     );
-    let Some(read) = read_with_h5py(&output) else {
+    let Some(read) = read_with_h5py(&output, &dir.path().join("input.txt")) else {
         return;
     };
     let file = hdf5_pure::File::open(&output).expect("open output");
@@ -977,4 +989,5 @@ fn h5py_reads_every_dataset_by_name_and_sentence_to_index() {
         "libhdf5 {}",
         read["hdf5"]
     );
+    assert_eq!(read["allennlp"], ours[0]);
 }
