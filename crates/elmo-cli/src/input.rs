@@ -1,5 +1,9 @@
 //! Streaming reader of the embed input: UTF-8 text, one sentence per line, whitespace tokens,
-//! from a file or from standard input (`-`, as AllenNLP's `elmo` command takes it).
+//! from a file or from standard input (`-`, as AllenNLP's `elmo` command takes it). Lines and
+//! tokens are what AllenNLP's `elmo` command reads (`allennlp/commands/elmo.py`: a file opened
+//! in Python's text mode, `line.strip()`, `sentence.split()`): a line ends at `\n`, `\r\n` or a
+//! lone `\r` (Python's universal newlines), and whitespace is Python's (`str.isspace`: Unicode's
+//! `White_Space` and the separators U+001C-U+001F).
 
 use std::fs::File;
 use std::io::{BufRead, BufReader};
@@ -78,6 +82,11 @@ pub struct InputSummary {
     pub hash: u128,
 }
 
+/// Whitespace as Python's `str.isspace` has it, which `str.strip` and `str.split` use.
+fn is_python_space(c: char) -> bool {
+    c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c)
+}
+
 /// Reads sentences one line at a time (bounded memory).
 pub struct SentenceReader {
     reader: BufReader<File>,
@@ -85,6 +94,8 @@ pub struct SentenceReader {
     next_index: usize,
     max_tokens: usize,
     buffer: Vec<u8>,
+    /// The last line ended at a `\r`: a `\n` right after it belongs to that line end.
+    after_cr: bool,
 }
 
 impl SentenceReader {
@@ -98,6 +109,7 @@ impl SentenceReader {
             next_index: 0,
             max_tokens,
             buffer: Vec::new(),
+            after_cr: false,
         })
     }
 
@@ -109,8 +121,7 @@ impl SentenceReader {
             File::open(&input.path).with_context(|| format!("{label}: cannot open input"))?;
         let mut reader = BufReader::with_capacity(1 << 20, file);
         let mut hasher = xxhash_rust::xxh3::Xxh3::new();
-        let mut count = 0u64;
-        let mut last_was_newline = true;
+        let mut ends = LineEnds::default();
         loop {
             let buf = reader
                 .fill_buf()
@@ -118,29 +129,55 @@ impl SentenceReader {
             if buf.is_empty() {
                 break;
             }
-            count += buf.iter().filter(|&&b| b == b'\n').count() as u64;
-            last_was_newline = buf.last() == Some(&b'\n');
+            ends.count(buf);
             hasher.update(buf);
             let n = buf.len();
             reader.consume(n);
         }
-        if !last_was_newline {
-            count += 1;
-        }
+        let count = ends.lines();
         Ok(InputSummary {
             lines: count,
             hash: hasher.digest128(),
         })
     }
 
+    /// The bytes of the next line into `self.buffer`, without its line end; `false` at the
+    /// end of the file.
+    fn next_line(&mut self) -> std::io::Result<bool> {
+        self.buffer.clear();
+        let mut read = false;
+        loop {
+            let available = self.reader.fill_buf()?;
+            if available.is_empty() {
+                return Ok(read);
+            }
+            if std::mem::take(&mut self.after_cr) && available[0] == b'\n' {
+                self.reader.consume(1);
+                continue;
+            }
+            read = true;
+            match available.iter().position(|&b| b == b'\n' || b == b'\r') {
+                Some(end) => {
+                    self.after_cr = available[end] == b'\r';
+                    self.buffer.extend_from_slice(&available[..end]);
+                    self.reader.consume(end + 1);
+                    return Ok(true);
+                }
+                None => {
+                    let n = available.len();
+                    self.buffer.extend_from_slice(available);
+                    self.reader.consume(n);
+                }
+            }
+        }
+    }
+
     /// The next sentence, `None` at the end of the file.
     pub fn next_sentence(&mut self) -> Result<Option<Sentence>> {
-        self.buffer.clear();
-        let n = self
-            .reader
-            .read_until(b'\n', &mut self.buffer)
-            .with_context(|| format!("{}: read error", self.label))?;
-        if n == 0 {
+        if !self
+            .next_line()
+            .with_context(|| format!("{}: read error", self.label))?
+        {
             return Ok(None);
         }
         let index = self.next_index;
@@ -154,8 +191,12 @@ impl SentenceReader {
                 e.valid_up_to()
             ),
         };
-        let text = text.trim();
-        let tokens: Vec<String> = text.split_whitespace().map(str::to_string).collect();
+        let text = text.trim_matches(is_python_space);
+        let tokens: Vec<String> = text
+            .split(is_python_space)
+            .filter(|token| !token.is_empty())
+            .map(str::to_string)
+            .collect();
         if tokens.len() > self.max_tokens {
             bail!(
                 "{}:{line_number}: {} tokens, more than --max-tokens {} (split the line or raise the limit)",
@@ -169,5 +210,115 @@ impl SentenceReader {
             text: text.to_string(),
             tokens,
         }))
+    }
+}
+
+/// Counts lines as [`SentenceReader`] reads them, over a file's bytes given in pieces.
+#[derive(Debug, Default)]
+struct LineEnds {
+    /// Line ends so far (`\n`, `\r\n` and lone `\r` alike).
+    ends: u64,
+    /// The last piece ended with a `\r`, which is a lone one unless a `\n` follows.
+    after_cr: bool,
+    /// Bytes after the last line end: a last line without one.
+    open_line: bool,
+}
+
+impl LineEnds {
+    fn count(&mut self, piece: &[u8]) {
+        let Some(&last) = piece.last() else {
+            return;
+        };
+        // A `\r\n` counts at its `\n`; a `\r` counts where no `\n` follows it.
+        let newlines = piece.iter().filter(|&&b| b == b'\n').count();
+        // (Most text has no `\r`: one fast search of the piece for it first.)
+        let lone_crs = if piece.contains(&b'\r') {
+            piece
+                .windows(2)
+                .filter(|pair| pair[0] == b'\r' && pair[1] != b'\n')
+                .count()
+        } else {
+            0
+        };
+        let carried = usize::from(self.after_cr && piece[0] != b'\n');
+        self.ends += (newlines + lone_crs + carried) as u64;
+        self.after_cr = last == b'\r';
+        self.open_line = last != b'\n' && last != b'\r';
+    }
+
+    /// The lines of the bytes counted.
+    fn lines(&self) -> u64 {
+        self.ends + u64::from(self.after_cr) + u64::from(self.open_line)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The lines and tokens of `bytes` through [`SentenceReader`], and the count
+    /// [`SentenceReader::scan`] gives.
+    fn read(bytes: &[u8]) -> (Vec<(String, Vec<String>)>, u64) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("input.txt");
+        std::fs::write(&path, bytes).expect("write");
+        let input = InputText::open(&path, dir.path().join("spool")).expect("open");
+        let mut reader = SentenceReader::open(&input, 100).expect("reader");
+        // A small buffer, so that line ends fall across its refills.
+        reader.reader = BufReader::with_capacity(3, File::open(&path).expect("open"));
+        let mut lines = Vec::new();
+        while let Some(sentence) = reader.next_sentence().expect("sentence") {
+            assert_eq!(sentence.index, lines.len());
+            lines.push((sentence.text, sentence.tokens));
+        }
+        let count = SentenceReader::scan(&input).expect("scan").lines;
+        (lines, count)
+    }
+
+    fn owned(lines: &[(&str, &[&str])]) -> Vec<(String, Vec<String>)> {
+        lines
+            .iter()
+            .map(|(text, tokens)| {
+                (
+                    text.to_string(),
+                    tokens.iter().map(|t| t.to_string()).collect(),
+                )
+            })
+            .collect()
+    }
+
+    /// Golden values from Python 3.11: `[l.strip() for l in open(p, encoding="utf-8")]` and
+    /// `.split()` of each, as AllenNLP's `elmo` command reads its input.
+    #[test]
+    fn lines_and_tokens_are_what_python_reads() {
+        // printf 'a b\r\nc\rd\x1ce \x1f\n\xc2\xa0x\xe2\x80\x83y\r'
+        // (and the counts: `len(list(open(p, encoding="utf-8")))` of each file below)
+        let (lines, count) = read("a b\r\nc\rd\u{1c}e \u{1f}\n\u{a0}x\u{2003}y\r".as_bytes());
+        assert_eq!(
+            lines,
+            owned(&[
+                ("a b", &["a", "b"]),
+                ("c", &["c"]),
+                ("d\u{1c}e", &["d", "e"]),
+                ("x\u{2003}y", &["x", "y"]),
+            ])
+        );
+        assert_eq!(count, 4);
+        for (bytes, expected) in [
+            (&b""[..], 0),
+            (b"\n", 1),
+            (b"\r", 1),
+            (b"\r\n", 1),
+            (b"\n\r", 2),
+            (b"\r\r\n", 2),
+            (b"x", 1),
+            (b"x\ny", 2),
+            (b"x\r\ry\r\n\nz", 5),
+            (b"ab\r\r\r\n\r", 4),
+        ] {
+            let (lines, count) = read(bytes);
+            assert_eq!(count, expected, "{bytes:?}");
+            assert_eq!(lines.len() as u64, expected, "{bytes:?}");
+        }
     }
 }

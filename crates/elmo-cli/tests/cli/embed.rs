@@ -931,13 +931,14 @@ with h5py.File(sys.argv[1], "r") as f:
 }
 
 /// libhdf5 reads what `elmo embed` writes, every dataset found by name through the root group's
-/// B-tree (300 lines: two levels of it), with the values hdf5-pure reads; `sentence_to_index` is
-/// byte for byte AllenNLP's (key order, repeats, Python's escapes).
+/// B-tree (301 lines: two levels of it), with the values hdf5-pure reads; `sentence_to_index` is
+/// byte for byte AllenNLP's (key order, repeats, Python's escapes, its lines and whitespace).
 #[test]
 fn h5py_reads_every_dataset_by_name_and_sentence_to_index() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let text =
-        corpus(296) + "na\u{ef}ve caf\u{e9}\nsay \"hi\" \\ back\n  emoji \u{1f600}\ttab\nthe\n";
+    // Lines ending at a lone `\r` and tokens apart by U+001C, as Python reads them.
+    let text = corpus(296)
+        + "na\u{ef}ve caf\u{e9}\nsay \"hi\" \\ back\n  emoji \u{1f600}\ttab\nthe\ra\u{1c}b\r\n";
     let (output, result) = embed(dir.path(), &text, &[]);
     assert!(
         result.status.success(),
@@ -958,7 +959,7 @@ fn h5py_reads_every_dataset_by_name_and_sentence_to_index() {
     names.sort();
     h5py_names.sort();
     assert_eq!(h5py_names, names);
-    assert_eq!(names.len(), 301);
+    assert_eq!(names.len(), 302);
     for name in names.iter().filter(|n| *n != "sentence_to_index") {
         let (shape, values) = dataset(&file, name);
         let [h5py_shape, dtype, first, sum] = read["datasets"][name]
