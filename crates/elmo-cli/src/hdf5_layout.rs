@@ -18,7 +18,7 @@ use anyhow::{Context, Result, bail};
 /// The superblock's size: the first dataset's values start after it.
 pub const SUPERBLOCK_SIZE: u64 = 96;
 /// HDF5's undefined address.
-const UNDEFINED: u64 = u64::MAX;
+pub const UNDEFINED: u64 = u64::MAX;
 /// Half the entries of a symbol table node (libhdf5's default, `H5Pset_sym_k`).
 const LEAF_K: usize = 4;
 /// Half the children of a group B-tree node (libhdf5's default, `H5Pset_sym_k`).
@@ -51,6 +51,55 @@ pub struct StoredValues<'a> {
     pub shape: &'a [u64],
     /// Where its values start (not read when it has none).
     pub address: u64,
+}
+
+/// Datasets of this layout, in order, kept flat: a dataset costs its name, its dimensions and
+/// 24 bytes (not a string and a vector of its own).
+#[derive(Debug, Default)]
+pub struct DatasetList {
+    /// The names, one after another.
+    names: String,
+    /// The dimensions, one shape after another.
+    dims: Vec<u64>,
+    /// Per dataset: where its name and its dimensions end, and where its values start.
+    ends: Vec<(usize, usize, u64)>,
+}
+
+impl DatasetList {
+    /// Adds a dataset.
+    pub fn push(&mut self, name: &str, shape: &[u64], address: u64) {
+        self.names.push_str(name);
+        self.dims.extend_from_slice(shape);
+        self.ends.push((self.names.len(), self.dims.len(), address));
+    }
+
+    /// How many datasets.
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// The datasets from the `from`-th on.
+    pub fn iter_from(&self, from: usize) -> impl Iterator<Item = StoredValues<'_>> {
+        (from..self.len()).map(|i| self.get(i))
+    }
+
+    /// Every dataset.
+    pub fn iter(&self) -> impl Iterator<Item = StoredValues<'_>> {
+        self.iter_from(0)
+    }
+
+    /// The `i`-th dataset.
+    pub fn get(&self, i: usize) -> StoredValues<'_> {
+        let (name_start, dims_start) = i
+            .checked_sub(1)
+            .map_or((0, 0), |before| (self.ends[before].0, self.ends[before].1));
+        let (name_end, dims_end, address) = self.ends[i];
+        StoredValues {
+            name: &self.names[name_start..name_end],
+            shape: &self.dims[dims_start..dims_end],
+            address,
+        }
+    }
 }
 
 /// A one-element dataset holding a variable-length UTF-8 string.

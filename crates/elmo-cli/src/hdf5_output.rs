@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
-use crate::hdf5_layout::{self, SUPERBLOCK_SIZE, StoredValues, StringValue};
+use crate::hdf5_layout::{self, DatasetList, SUPERBLOCK_SIZE, StoredValues, StringValue};
 use crate::sentence_index::SentenceIndex;
 
 /// Values written after which they are committed (synced, and indexed), by default.
@@ -72,52 +72,6 @@ struct Written<'a> {
     name: Cow<'a, str>,
     address: u64,
     shape: Cow<'a, [u64]>,
-}
-
-/// Every dataset written, in order, kept flat: a dataset costs its name, its dimensions and
-/// 24 bytes until the end (not a string and a vector of its own).
-#[derive(Debug, Default)]
-struct DatasetList {
-    /// The names, one after another.
-    names: String,
-    /// The dimensions, one shape after another.
-    dims: Vec<u64>,
-    /// Per dataset: where its name and its dimensions end, and where its values start.
-    ends: Vec<(usize, usize, u64)>,
-}
-
-impl DatasetList {
-    fn push(&mut self, name: &str, shape: &[u64], address: u64) {
-        self.names.push_str(name);
-        self.dims.extend_from_slice(shape);
-        self.ends.push((self.names.len(), self.dims.len(), address));
-    }
-
-    fn len(&self) -> usize {
-        self.ends.len()
-    }
-
-    /// The datasets from the `from`-th on.
-    fn iter_from(&self, from: usize) -> impl Iterator<Item = StoredValues<'_>> {
-        (from..self.len()).map(|i| self.get(i))
-    }
-
-    fn iter(&self) -> impl Iterator<Item = StoredValues<'_>> {
-        self.iter_from(0)
-    }
-
-    /// The `i`-th dataset.
-    fn get(&self, i: usize) -> StoredValues<'_> {
-        let (name_start, dims_start) = i
-            .checked_sub(1)
-            .map_or((0, 0), |before| (self.ends[before].0, self.ends[before].1));
-        let (name_end, dims_end, address) = self.ends[i];
-        StoredValues {
-            name: &self.names[name_start..name_end],
-            shape: &self.dims[dims_start..dims_end],
-            address,
-        }
-    }
 }
 
 /// The hidden file beside `path` whose name ends in `suffix`.

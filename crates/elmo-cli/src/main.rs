@@ -7,6 +7,7 @@ mod eval_cmd;
 mod export_cmd;
 mod hdf5_layout;
 mod hdf5_output;
+mod hdf5_walk;
 mod input;
 mod kernel_cache;
 mod merge_cmd;

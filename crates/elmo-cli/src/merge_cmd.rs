@@ -9,6 +9,7 @@ use anyhow::{Context, Result, bail};
 use elmo_model::RunLock;
 
 use crate::hdf5_output::{Hdf5EmbeddingWriter, OutputFingerprint};
+use crate::hdf5_walk;
 
 /// Arguments of `elmo merge`.
 #[derive(Debug, clap::Args)]
@@ -97,8 +98,9 @@ struct Part {
     file: hdf5_pure::File,
     /// The keys of its line datasets, sorted.
     keys: Vec<Key>,
-    /// `sentence_to_index`, in its order; `None` for a part written without it.
-    sentences: Option<Vec<(String, serde_json::Value)>>,
+    /// `sentence_to_index` (sentence, line), in its order; `None` for a part written without
+    /// it. Moved to the output's as soon as that is open.
+    sentences: Option<Vec<(String, usize)>>,
 }
 
 /// The part's dataset `sentence_to_index`, read. With `--use-sentence-keys` one that holds no
@@ -107,7 +109,7 @@ fn sentence_index(
     file: &hdf5_pure::File,
     path: &Path,
     use_sentence_keys: bool,
-) -> Result<Option<Vec<(String, serde_json::Value)>>> {
+) -> Result<Option<Vec<(String, usize)>>> {
     let texts = match file
         .dataset("sentence_to_index")
         .and_then(|d| d.read_string())
@@ -126,16 +128,29 @@ fn sentence_index(
             path.display()
         );
     }
-    match texts.as_slice() {
-        [json] => serde_json::from_str(json)
-            .map(|Members(members)| Some(members))
-            .with_context(|| format!("{}: sentence_to_index is not a JSON object", path.display())),
+    let Members(members) = match texts.as_slice() {
+        [json] => serde_json::from_str(json).with_context(|| {
+            format!("{}: sentence_to_index is not a JSON object", path.display())
+        })?,
         _ => bail!(
             "{}: sentence_to_index holds {} strings, expected 1",
             path.display(),
             texts.len()
         ),
-    }
+    };
+    members
+        .into_iter()
+        .map(
+            |(text, index)| match index.as_str().and_then(|i| i.parse::<usize>().ok()) {
+                Some(line) => Ok((text, line)),
+                None => bail!(
+                    "{}: sentence_to_index names {index} for {text:?}, not a line number",
+                    path.display()
+                ),
+            },
+        )
+        .collect::<Result<_>>()
+        .map(Some)
 }
 
 fn read_part(path: &Path, use_sentence_keys: bool) -> Result<Part> {
@@ -205,40 +220,111 @@ fn owners(args: &MergeArgs, parts: &[Part]) -> Result<BTreeMap<Key, usize>> {
     Ok(owner)
 }
 
-/// Every part's `sentence_to_index` entries as (line, sentence), checked (each names a line of
-/// its part): part by part in the order of their lines, each part's in its own order (that of
-/// their first lines), which is the order a single run over every line gives them.
-fn sentences_in_order<'a>(
+/// The order in which the parts' `sentence_to_index` entries go to the output, each checked
+/// (it names a line of its part): part by part in the order of their lines, each part's in its
+/// own order (that of their first lines), which is the order a single run over every line
+/// gives them.
+fn sentence_order(
     args: &MergeArgs,
-    parts: &'a [Part],
+    parts: &[Part],
     owner: &BTreeMap<Key, usize>,
-) -> Result<Vec<(usize, &'a str)>> {
+) -> Result<Vec<usize>> {
     let mut by_lines: Vec<usize> = (0..parts.len()).collect();
     by_lines.sort_by_key(|&p| parts[p].keys.first().cloned());
-    let mut sentences = Vec::new();
-    for p in by_lines {
-        for (text, index) in parts[p].sentences.iter().flatten() {
-            let index = index
-                .as_str()
-                .and_then(|i| i.parse::<usize>().ok())
-                .filter(|i| owner.get(&Key::Line(*i)) == Some(&p))
-                .with_context(|| {
-                    format!(
-                        "{}: sentence_to_index names {index} for {text:?}, not one of its lines",
-                        args.parts[p].display()
-                    )
-                })?;
-            sentences.push((index, text.as_str()));
+    for &p in &by_lines {
+        for (text, line) in parts[p].sentences.iter().flatten() {
+            if owner.get(&Key::Line(*line)) != Some(&p) {
+                bail!(
+                    "{}: sentence_to_index names {line} for {text:?}, not one of its lines",
+                    args.parts[p].display()
+                );
+            }
         }
     }
-    Ok(sentences)
+    Ok(by_lines)
+}
+
+/// A dataset's name in the merged output: a line number in its canonical spelling, as the
+/// keys read it.
+fn merged_name(name: &str, use_sentence_keys: bool) -> String {
+    match Key::of(name, use_sentence_keys) {
+        Some(Key::Line(line)) => line.to_string(),
+        _ => name.to_string(),
+    }
+}
+
+/// Writes every dataset of `part` (but its `sentence_to_index`) to `writer`: read with
+/// [`hdf5_walk`] (names, shapes and addresses only, then each dataset's values) where the part
+/// is in its layout and holds exactly the datasets [`read_part`] listed, else with hdf5-pure.
+fn copy_part(
+    writer: &mut Hdf5EmbeddingWriter,
+    part: &Part,
+    path: &Path,
+    use_sentence_keys: bool,
+) -> Result<()> {
+    let skip = if part.sentences.is_some() {
+        "sentence_to_index"
+    } else {
+        ""
+    };
+    if let Some(mut root) = hdf5_walk::read_root(path, skip)? {
+        let datasets = &root.datasets;
+        let same = datasets.len() == part.keys.len()
+            && datasets
+                .iter()
+                .zip(datasets.iter().skip(1))
+                .all(|(a, b)| a.name.as_bytes() < b.name.as_bytes())
+            && datasets.iter().all(|d| {
+                Key::of(d.name, use_sentence_keys)
+                    .is_some_and(|k| part.keys.binary_search(&k).is_ok())
+            });
+        if same {
+            for i in 0..root.datasets.len() {
+                let values = root
+                    .values(i)
+                    .with_context(|| format!("{}: reading", path.display()))?;
+                let dataset = root.datasets.get(i);
+                let shape: Vec<usize> = dataset.shape.iter().map(|&d| d as usize).collect();
+                writer.add(
+                    &merged_name(dataset.name, use_sentence_keys),
+                    &values,
+                    &shape,
+                )?;
+            }
+            return Ok(());
+        }
+    }
+    // One walk over the part's members (a lookup by name per line would scan the group's
+    // links again for every line).
+    let datasets = part
+        .file
+        .root()
+        .iter_datasets()
+        .with_context(|| format!("{}: listing datasets", path.display()))?;
+    for (name, dataset) in datasets {
+        if part.sentences.is_some() && name == "sentence_to_index" {
+            continue;
+        }
+        let name = merged_name(&name, use_sentence_keys);
+        let shape: Vec<usize> = dataset
+            .shape()
+            .with_context(|| format!("{}: dataset {name:?}", path.display()))?
+            .into_iter()
+            .map(|d| d as usize)
+            .collect();
+        let values = dataset
+            .read_f32()
+            .with_context(|| format!("{}: dataset {name:?}", path.display()))?;
+        writer.add(&name, &values, &shape)?;
+    }
+    Ok(())
 }
 
 /// Runs `elmo merge`.
 pub fn run(args: &MergeArgs) -> Result<()> {
     let _lock = RunLock::acquire(crate::embed::lock_path(&args.output), args.break_stale_lock)?;
     // Every part is read and checked before anything is written.
-    let parts: Vec<Part> = args
+    let mut parts: Vec<Part> = args
         .parts
         .iter()
         .map(|path| read_part(path, args.use_sentence_keys))
@@ -255,7 +341,7 @@ pub fn run(args: &MergeArgs) -> Result<()> {
             args.parts[with].display()
         );
     }
-    let sentences = sentences_in_order(args, &parts, &owner)?;
+    let order = sentence_order(args, &parts, &owner)?;
     let names: Vec<String> = args.parts.iter().map(|p| p.display().to_string()).collect();
     let fingerprint = OutputFingerprint {
         input: format!("merge of {}", names.join(", ")),
@@ -273,36 +359,14 @@ pub fn run(args: &MergeArgs) -> Result<()> {
     )?
     .writer;
     for (part, path) in parts.iter().zip(&args.parts) {
-        // One walk over the part's members (a lookup by name per line would scan the group's
-        // links again for every line).
-        let datasets = part
-            .file
-            .root()
-            .iter_datasets()
-            .with_context(|| format!("{}: listing datasets", path.display()))?;
-        for (name, dataset) in datasets {
-            if part.sentences.is_some() && name == "sentence_to_index" {
-                continue;
-            }
-            // A line number in its canonical spelling, as the keys read it.
-            let name = match Key::of(&name, args.use_sentence_keys) {
-                Some(Key::Line(line)) => line.to_string(),
-                _ => name,
-            };
-            let shape: Vec<usize> = dataset
-                .shape()
-                .with_context(|| format!("{}: dataset {name:?}", path.display()))?
-                .into_iter()
-                .map(|d| d as usize)
-                .collect();
-            let values = dataset
-                .read_f32()
-                .with_context(|| format!("{}: dataset {name:?}", path.display()))?;
-            writer.add(&name, &values, &shape)?;
-        }
+        copy_part(&mut writer, part, path, args.use_sentence_keys)?;
     }
-    for (position, (index, text)) in sentences.into_iter().enumerate() {
-        writer.note_at(position, index, text);
+    let mut position = 0;
+    for p in order {
+        for (text, line) in parts[p].sentences.take().into_iter().flatten() {
+            writer.note_at(position, line, &text);
+            position += 1;
+        }
     }
     writer
         .finish()

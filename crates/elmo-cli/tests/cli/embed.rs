@@ -731,6 +731,49 @@ fn shards_merge_to_the_output_of_one_run() {
     }
 }
 
+/// A part whose `sentence_to_index` names a line it does not hold, or no line number, is refused
+/// with the part and the sentence named, and nothing is written.
+#[test]
+fn a_sentence_to_index_naming_another_line_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (k, (index, problem)) in [
+        (
+            r#"{"a": "0", "b": "5"}"#,
+            r#"names 5 for "b", not one of its lines"#,
+        ),
+        (
+            r#"{"a": "0", "b": 1}"#,
+            r#"names 1 for "b", not a line number"#,
+        ),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let part = dir.path().join(format!("part-{k}.hdf5"));
+        let file = hdf5_pure::File::create(&part).expect("create");
+        for name in ["0", "1"] {
+            file.root()
+                .create_dataset(name, |b| {
+                    b.with_f32_data(&[0.0]).with_shape(&[1]);
+                })
+                .expect("dataset");
+        }
+        file.root()
+            .create_dataset("sentence_to_index", |b| {
+                b.with_vlen_strings(&[index]);
+            })
+            .expect("string");
+        file.close().expect("close");
+        let merged = dir.path().join(format!("merged-{k}.hdf5"));
+        let stderr = fails(&["merge", path(&merged), path(&part)]);
+        assert!(
+            stderr.contains(problem) && stderr.contains(&format!("part-{k}.hdf5")),
+            "{stderr}"
+        );
+        assert!(!merged.exists());
+    }
+}
+
 /// Regression (issue 49): nothing stopped two processes writing one output. A live writer's
 /// lock refuses a second one, even with --break-stale-lock.
 #[test]
