@@ -23,6 +23,8 @@ use crate::hdf5_layout::{DatasetList, UNDEFINED};
 const MAX_LEVELS: u8 = 32;
 /// The largest object header read (h5py's dataset headers are a few hundred bytes).
 const MAX_HEADER: u64 = 1 << 16;
+/// The largest local heap of names read (a hundred million short names).
+const MAX_NAMES: u64 = 4 << 30;
 /// The most dimensions a dataspace has (`H5S_MAX_RANK`).
 const MAX_RANK: usize = 32;
 
@@ -166,7 +168,7 @@ impl Walk {
         let Some(header) = self.read(at, 32)? else {
             return Ok(None);
         };
-        if &header[..4] != b"HEAP" || header[4] != 0 {
+        if &header[..4] != b"HEAP" || header[4] != 0 || u64_at(&header, 8) > MAX_NAMES {
             return Ok(None);
         }
         self.read(u64_at(&header, 24), u64_at(&header, 8))
