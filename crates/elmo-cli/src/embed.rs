@@ -16,8 +16,9 @@ use indicatif::ProgressBar;
 
 use crate::backend::{Backend, PrecisionArg};
 use crate::hdf5_output::{Hdf5EmbeddingWriter, Opened, OutputFingerprint, beside};
-use crate::input::{InputText, Sentence, SentenceReader};
+use crate::input::{InputSummary, InputText, Sentence, SentenceReader};
 use crate::model_source::ModelArgs;
+use crate::sentence_index::{MAX_JSON_BYTES, check_json_bytes, json_bytes_of};
 use crate::sentence_keys::SentenceKeys;
 
 /// Which biLM layers to write per sentence.
@@ -254,6 +255,52 @@ pub fn lock_path(output: &std::path::Path) -> PathBuf {
     PathBuf::from(name)
 }
 
+/// Refuses an input whose `sentence_to_index` would take over `limit` bytes (one HDF5 string
+/// holds [`MAX_JSON_BYTES`]), before anything is embedded (writing it is the last step). A
+/// bound from the input's size first (each byte escaped as `\uXXXX`, each line a key of its
+/// own); past it, one pass over the lines in `range`.
+fn check_sentence_index_size(
+    text: &InputText,
+    input: &InputSummary,
+    range: LineRange,
+    max_tokens: usize,
+    limit: u64,
+) -> Result<()> {
+    let bound = input
+        .bytes
+        .saturating_mul(6)
+        .saturating_add(input.lines.saturating_mul(32))
+        .saturating_add(2);
+    if bound <= limit {
+        return Ok(());
+    }
+    let mut reader = SentenceReader::open(text, max_tokens)?;
+    let lines = std::iter::from_fn(|| {
+        loop {
+            match reader.next_sentence() {
+                Ok(Some(sentence)) if range.contains(sentence.index as u64) => {
+                    return Some(Ok((sentence.index, sentence.text)));
+                }
+                Ok(Some(sentence)) if range.end.is_some_and(|end| sentence.index as u64 >= end) => {
+                    return None;
+                }
+                Ok(Some(_)) => {}
+                Ok(None) => return None,
+                Err(error) => return Some(Err(error)),
+            }
+        }
+    });
+    let bytes = json_bytes_of(lines)?;
+    check_json_bytes(bytes, limit).with_context(|| {
+        format!(
+            "{}: too many sentences for one output with sentence_to_index; pass \
+             --forget-sentences (or --use-sentence-keys), or embed it in parts (--shard K/N) \
+             kept as separate outputs",
+            text.label()
+        )
+    })
+}
+
 /// Runs `elmo embed`.
 pub fn run(args: &EmbedArgs) -> Result<()> {
     let extension = args
@@ -322,6 +369,9 @@ pub fn run(args: &EmbedArgs) -> Result<()> {
     };
     let commit_bytes = args.commit_mib.saturating_mul(1 << 20);
     let sentence_to_index = !(args.use_sentence_keys || args.forget_sentences);
+    if sentence_to_index {
+        check_sentence_index_size(&text, &input, range, args.max_tokens, MAX_JSON_BYTES)?;
+    }
     // The names of this run's datasets: a partial output naming another is damaged.
     let is_line = |name: &str| match &keys {
         Some(keys) => keys
@@ -482,4 +532,33 @@ pub fn run(args: &EmbedArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The check passes an input whose object fits and refuses one that does not, counting only
+    /// the lines of the range, before anything is embedded.
+    #[test]
+    fn an_input_whose_sentence_to_index_would_not_fit_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("input.txt");
+        // Lines 1-3 of the range: {"b": "3", "c": "2"}, 20 bytes.
+        std::fs::write(&path, "a a a a a a\nb\nc\nb\nd d d d d d d d\n").expect("write");
+        let text = InputText::open(&path, dir.path().join("spool")).expect("open");
+        let input = SentenceReader::scan(&text).expect("scan");
+        let range = LineRange {
+            start: 1,
+            end: Some(4),
+        };
+        let check = |limit| check_sentence_index_size(&text, &input, range, 100, limit);
+        check(20).expect("fits");
+        let refused = check(19).expect_err("does not fit");
+        let message = format!("{refused:#}");
+        assert!(
+            message.contains("20 bytes") && message.contains("--forget-sentences"),
+            "{message}"
+        );
+    }
 }

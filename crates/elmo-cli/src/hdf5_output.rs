@@ -278,6 +278,13 @@ impl Hdf5EmbeddingWriter {
         }
     }
 
+    /// The length `sentence_to_index` has now (`None`: the output has none).
+    pub fn sentence_index_bytes(&self) -> Option<u64> {
+        self.sentence_to_index
+            .as_ref()
+            .map(SentenceIndex::json_bytes)
+    }
+
     /// [`Self::note`] for a sentence that first appeared at `position`
     /// ([`SentenceIndex::note_at`]): how `elmo merge` keeps its parts' order of sentences.
     pub fn note_at(&mut self, position: usize, index: usize, sentence: &str) {

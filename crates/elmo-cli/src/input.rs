@@ -80,6 +80,8 @@ pub struct InputSummary {
     pub lines: u64,
     /// xxh3-128 of the bytes.
     pub hash: u128,
+    /// Its size.
+    pub bytes: u64,
 }
 
 /// Whitespace as Python's `str.isspace` has it, which `str.strip` and `str.split` use.
@@ -122,6 +124,7 @@ impl SentenceReader {
         let mut reader = BufReader::with_capacity(1 << 20, file);
         let mut hasher = xxhash_rust::xxh3::Xxh3::new();
         let mut ends = LineEnds::default();
+        let mut bytes = 0u64;
         loop {
             let buf = reader
                 .fill_buf()
@@ -132,12 +135,14 @@ impl SentenceReader {
             ends.count(buf);
             hasher.update(buf);
             let n = buf.len();
+            bytes += n as u64;
             reader.consume(n);
         }
         let count = ends.lines();
         Ok(InputSummary {
             lines: count,
             hash: hasher.digest128(),
+            bytes,
         })
     }
 

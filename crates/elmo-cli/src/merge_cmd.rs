@@ -10,6 +10,7 @@ use elmo_model::RunLock;
 
 use crate::hdf5_output::{Hdf5EmbeddingWriter, OutputFingerprint};
 use crate::hdf5_walk;
+use crate::sentence_index::{MAX_JSON_BYTES, check_json_bytes};
 
 /// Arguments of `elmo merge`.
 #[derive(Debug, clap::Args)]
@@ -253,20 +254,18 @@ fn merged_name(name: &str, use_sentence_keys: bool) -> String {
     }
 }
 
-/// Writes every dataset of `part` (but its `sentence_to_index`) to `writer`: read with
+/// Writes every dataset of `part` (but its `sentence_to_index` where it `has_index`) to
+/// `writer`: read with
 /// [`hdf5_walk`] (names, shapes and addresses only, then each dataset's values) where the part
 /// is in its layout and holds exactly the datasets [`read_part`] listed, else with hdf5-pure.
 fn copy_part(
     writer: &mut Hdf5EmbeddingWriter,
     part: &Part,
     path: &Path,
+    has_index: bool,
     use_sentence_keys: bool,
 ) -> Result<()> {
-    let skip = if part.sentences.is_some() {
-        "sentence_to_index"
-    } else {
-        ""
-    };
+    let skip = if has_index { "sentence_to_index" } else { "" };
     if let Some(mut root) = hdf5_walk::read_root(path, skip)? {
         let datasets = &root.datasets;
         let same = datasets.len() == part.keys.len()
@@ -302,7 +301,7 @@ fn copy_part(
         .iter_datasets()
         .with_context(|| format!("{}: listing datasets", path.display()))?;
     for (name, dataset) in datasets {
-        if part.sentences.is_some() && name == "sentence_to_index" {
+        if has_index && name == "sentence_to_index" {
             continue;
         }
         let name = merged_name(&name, use_sentence_keys);
@@ -358,15 +357,28 @@ pub fn run(args: &MergeArgs) -> Result<()> {
         &|_| true,
     )?
     .writer;
-    for (part, path) in parts.iter().zip(&args.parts) {
-        copy_part(&mut writer, part, path, args.use_sentence_keys)?;
-    }
     let mut position = 0;
-    for p in order {
+    for &p in &order {
         for (text, line) in parts[p].sentences.take().into_iter().flatten() {
             writer.note_at(position, line, &text);
             position += 1;
         }
+    }
+    // Before any values are copied: writing the object is the last step.
+    if let Some(bytes) = writer.sentence_index_bytes() {
+        check_json_bytes(bytes, MAX_JSON_BYTES).context(
+            "the parts' sentences are too many for one output with sentence_to_index; keep \
+             them as separate outputs",
+        )?;
+    }
+    for (part, path) in parts.iter().zip(&args.parts) {
+        copy_part(
+            &mut writer,
+            part,
+            path,
+            with.is_some(),
+            args.use_sentence_keys,
+        )?;
     }
     writer
         .finish()

@@ -7,7 +7,14 @@
 //! The lines are kept flat until the end: a line costs its text and 24 bytes (no string, map
 //! entry or hash table of its own), and the repeats are found by one sort when the JSON is made.
 
+use std::collections::HashMap;
 use std::fmt::Write as _;
+
+use anyhow::{Result, bail};
+
+/// The most bytes of one variable-length string in HDF5 (an element stores its length in 32
+/// bits), so the most of `sentence_to_index`.
+pub const MAX_JSON_BYTES: u64 = u32::MAX as u64;
 
 /// Every line's sentence, in the order noted.
 #[derive(Debug, Default)]
@@ -41,8 +48,8 @@ impl SentenceIndex {
         &self.texts[start..self.lines[k].2]
     }
 
-    /// The JSON object, byte for byte as AllenNLP's `json.dumps(sentence_to_index)`.
-    pub fn to_json(&self) -> String {
+    /// The keys in their order: (where the key goes, its line, a noted line of its sentence).
+    fn keys(&self) -> Vec<(usize, usize, usize)> {
         // Equal sentences next to each other: each run gives a key, where it goes (its least
         // position) and its value (its last line).
         let mut order: Vec<usize> = (0..self.lines.len()).collect();
@@ -57,6 +64,17 @@ impl SentenceIndex {
             .collect();
         drop(order);
         keys.sort_unstable_by_key(|&(first, last, _)| (first, last));
+        keys
+    }
+
+    /// The length of [`Self::to_json`], without making it.
+    pub fn json_bytes(&self) -> u64 {
+        json_bytes(self.keys().iter().map(|&(_, last, k)| (self.text(k), last)))
+    }
+
+    /// The JSON object, byte for byte as AllenNLP's `json.dumps(sentence_to_index)`.
+    pub fn to_json(&self) -> String {
+        let keys = self.keys();
         let mut json = String::with_capacity(self.texts.len() + 16 * keys.len() + 2);
         json.push('{');
         for (i, &(_, last, k)) in keys.iter().enumerate() {
@@ -70,6 +88,62 @@ impl SentenceIndex {
         json.push('}');
         json
     }
+}
+
+/// The length of the JSON object of `keys` (sentence, line).
+fn json_bytes<'a>(keys: impl Iterator<Item = (&'a str, usize)>) -> u64 {
+    let mut bytes = 2;
+    for (i, (sentence, line)) in keys.enumerate() {
+        // `", "` before every key but the first; `"SENTENCE": "LINE"`.
+        bytes += if i > 0 { 2 } else { 0 } + python_json_len(sentence) + 4 + digits(line);
+    }
+    bytes
+}
+
+fn digits(line: usize) -> u64 {
+    u64::from(line.checked_ilog10().unwrap_or(0) + 1)
+}
+
+/// The bytes of `sentence_to_index` for `lines` (line, sentence) in one pass, keeping 48 bytes
+/// a distinct sentence (its hash, its escaped length, its last line) rather than the text:
+/// for checking, before an input is embedded, that the object fits [`MAX_JSON_BYTES`].
+pub fn json_bytes_of(lines: impl Iterator<Item = Result<(usize, String)>>) -> Result<u64> {
+    let mut keys: HashMap<u128, (u64, usize)> = HashMap::new();
+    for line in lines {
+        let (line, sentence) = line?;
+        let key = keys
+            .entry(xxhash_rust::xxh3::xxh3_128(sentence.as_bytes()))
+            .or_insert((python_json_len(&sentence), line));
+        key.1 = key.1.max(line);
+    }
+    let mut bytes = 2;
+    for (i, (escaped, line)) in keys.values().enumerate() {
+        bytes += if i > 0 { 2 } else { 0 } + escaped + 4 + digits(*line);
+    }
+    Ok(bytes)
+}
+
+/// An error when a `sentence_to_index` of `bytes` would not fit one HDF5 string.
+pub fn check_json_bytes(bytes: u64, limit: u64) -> Result<()> {
+    if bytes > limit {
+        bail!(
+            "its sentence_to_index would take {bytes} bytes, over HDF5's limit of {limit} bytes              for one string"
+        );
+    }
+    Ok(())
+}
+
+/// The length of `text` as [`push_python_json_string`] writes it.
+fn python_json_len(text: &str) -> u64 {
+    let inner: u64 = text
+        .chars()
+        .map(|c| match c {
+            '"' | '\\' | '\n' | '\r' | '\t' | '\u{8}' | '\u{c}' => 2,
+            ' '..='~' => 1,
+            _ => 6 * c.len_utf16() as u64,
+        })
+        .sum();
+    inner + 2
 }
 
 /// `text` as a JSON string the way Python's `json.dumps` writes it with its default
@@ -103,6 +177,16 @@ fn push_python_json_string(out: &mut String, text: &str) {
 mod tests {
     use super::*;
 
+    /// Lines with repeats (and an empty one).
+    const REPEATS: [(usize, &str); 6] = [
+        (0, "b a"),
+        (1, "a"),
+        (2, "b a"),
+        (3, "c"),
+        (4, "a"),
+        (5, ""),
+    ];
+
     fn json(lines: &[(usize, &str)]) -> String {
         let mut index = SentenceIndex::default();
         for &(line, sentence) in lines {
@@ -117,14 +201,7 @@ mod tests {
     fn writes_what_python_json_dumps_writes() {
         assert_eq!(json(&[]), "{}");
         // d = {}; for i, s in enumerate(["b a", "a", "b a", "c", "a", ""]): d[s] = str(i)
-        let lines = [
-            (0, "b a"),
-            (1, "a"),
-            (2, "b a"),
-            (3, "c"),
-            (4, "a"),
-            (5, ""),
-        ];
+        let lines = REPEATS;
         let expected = r#"{"b a": "2", "a": "4", "c": "3", "": "5"}"#;
         assert_eq!(json(&lines), expected);
         // The order lines are noted in does not matter.
@@ -162,6 +239,37 @@ mod tests {
             merged.note_at(position, *line, sentence);
         }
         assert_eq!(merged.to_json(), whole);
+    }
+
+    /// The length found without making the object, from the index or in one pass over the
+    /// lines, is the object's.
+    #[test]
+    fn json_bytes_are_the_length_of_the_object() {
+        let cases: [&[(usize, &str)]; 4] = [
+            &[],
+            &REPEATS,
+            &[
+                (0, "say \"hi\" \\ back"),
+                (9, "na\u{ef}ve caf\u{e9}"),
+                (10, "emoji \u{1f600}"),
+                (99, "\u{7f}\u{1f}\u{8}\u{c}\r\n\t"),
+                (100, "na\u{ef}ve caf\u{e9}"),
+            ],
+            &[(123_456, "x")],
+        ];
+        for lines in cases {
+            let mut index = SentenceIndex::default();
+            for &(line, sentence) in lines {
+                index.note(line, sentence);
+            }
+            let json = index.to_json();
+            assert_eq!(index.json_bytes(), json.len() as u64, "{json}");
+            let one_pass = json_bytes_of(lines.iter().map(|&(l, s)| Ok((l, s.to_string()))));
+            assert_eq!(one_pass.expect("bytes"), json.len() as u64, "{json}");
+            assert!(check_json_bytes(json.len() as u64, json.len() as u64).is_ok());
+            let over = check_json_bytes(json.len() as u64, json.len() as u64 - 1);
+            assert!(over.is_err_and(|e| e.to_string().contains("limit")));
+        }
     }
 
     #[test]
