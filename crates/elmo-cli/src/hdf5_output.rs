@@ -278,11 +278,11 @@ impl Hdf5EmbeddingWriter {
         }
     }
 
-    /// The length `sentence_to_index` has now (`None`: the output has none).
-    pub fn sentence_index_bytes(&self) -> Option<u64> {
+    /// An error when `sentence_to_index` as noted so far would take over `limit` bytes.
+    pub fn check_sentence_index(&self, limit: u64) -> Result<()> {
         self.sentence_to_index
             .as_ref()
-            .map(SentenceIndex::json_bytes)
+            .map_or(Ok(()), |index| index.check_fits(limit))
     }
 
     /// [`Self::note`] for a sentence that first appeared at `position`

@@ -10,7 +10,7 @@ use elmo_model::RunLock;
 
 use crate::hdf5_output::{Hdf5EmbeddingWriter, OutputFingerprint};
 use crate::hdf5_walk;
-use crate::sentence_index::{MAX_JSON_BYTES, check_json_bytes};
+use crate::sentence_index::MAX_JSON_BYTES;
 
 /// Arguments of `elmo merge`.
 #[derive(Debug, clap::Args)]
@@ -365,12 +365,10 @@ pub fn run(args: &MergeArgs) -> Result<()> {
         }
     }
     // Before any values are copied: writing the object is the last step.
-    if let Some(bytes) = writer.sentence_index_bytes() {
-        check_json_bytes(bytes, MAX_JSON_BYTES).context(
-            "the parts' sentences are too many for one output with sentence_to_index; keep \
-             them as separate outputs",
-        )?;
-    }
+    writer.check_sentence_index(MAX_JSON_BYTES).context(
+        "the parts' sentences are too many for one output with sentence_to_index; keep them as \
+         separate outputs",
+    )?;
     for (part, path) in parts.iter().zip(&args.parts) {
         copy_part(
             &mut writer,

@@ -72,6 +72,16 @@ impl SentenceIndex {
         json_bytes(self.keys().iter().map(|&(_, last, k)| (self.text(k), last)))
     }
 
+    /// An error when [`Self::to_json`] would take over `limit` bytes: a bound first (every
+    /// noted line a key of its own, no sort), then, past it, the length itself.
+    pub fn check_fits(&self, limit: u64) -> Result<()> {
+        let bound = json_bytes((0..self.lines.len()).map(|k| (self.text(k), self.lines[k].1)));
+        if bound <= limit {
+            return Ok(());
+        }
+        check_json_bytes(self.json_bytes(), limit)
+    }
+
     /// The JSON object, byte for byte as AllenNLP's `json.dumps(sentence_to_index)`.
     pub fn to_json(&self) -> String {
         let keys = self.keys();
@@ -264,6 +274,9 @@ mod tests {
             }
             let json = index.to_json();
             assert_eq!(index.json_bytes(), json.len() as u64, "{json}");
+            let length = json.len() as u64;
+            assert!(index.check_fits(length).is_ok());
+            assert!(index.check_fits(length - 1).is_err(), "{json}");
             let one_pass = json_bytes_of(lines.iter().map(|&(l, s)| Ok((l, s.to_string()))));
             assert_eq!(one_pass.expect("bytes"), json.len() as u64, "{json}");
             assert!(check_json_bytes(json.len() as u64, json.len() as u64).is_ok());
