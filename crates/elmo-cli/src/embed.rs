@@ -202,6 +202,20 @@ impl LineRange {
             .min(total)
             .saturating_sub(self.start)
     }
+
+    /// The next sentence of `reader` in the range; `None` past it or at the end of the input.
+    fn next_sentence(self, reader: &mut SentenceReader) -> Result<Option<Sentence>> {
+        while let Some(sentence) = reader.next_sentence()? {
+            let line = sentence.index as u64;
+            if self.contains(line) {
+                return Ok(Some(sentence));
+            }
+            if self.end.is_some_and(|end| line >= end) {
+                break;
+            }
+        }
+        Ok(None)
+    }
 }
 
 /// xxh3-128 of a biLM's architecture and every parameter value, in module order.
@@ -276,19 +290,10 @@ fn check_sentence_index_size(
     }
     let mut reader = SentenceReader::open(text, max_tokens)?;
     let lines = std::iter::from_fn(|| {
-        loop {
-            match reader.next_sentence() {
-                Ok(Some(sentence)) if range.contains(sentence.index as u64) => {
-                    return Some(Ok((sentence.index, sentence.text)));
-                }
-                Ok(Some(sentence)) if range.end.is_some_and(|end| sentence.index as u64 >= end) => {
-                    return None;
-                }
-                Ok(Some(_)) => {}
-                Ok(None) => return None,
-                Err(error) => return Some(Err(error)),
-            }
-        }
+        range
+            .next_sentence(&mut reader)
+            .map(|sentence| sentence.map(|s| (s.index, s.text)))
+            .transpose()
     });
     let bytes = json_bytes_of(lines)?;
     check_json_bytes(bytes, limit).with_context(|| {
@@ -464,18 +469,10 @@ pub fn run(args: &EmbedArgs) -> Result<()> {
         let mut skipped = 0;
         let mut ended = false;
         while chunk.len() < window {
-            let Some(sentence) = reader.next_sentence()? else {
+            let Some(sentence) = range.next_sentence(&mut reader)? else {
                 ended = true;
                 break;
             };
-            let line = sentence.index as u64;
-            if !range.contains(line) {
-                if range.end.is_some_and(|end| line >= end) {
-                    ended = true;
-                    break;
-                }
-                continue;
-            }
             writer.note(sentence.index, &sentence.text);
             if done.contains(&sentence.index) {
                 skipped += 1;
@@ -557,7 +554,8 @@ mod tests {
         let refused = check(19).expect_err("does not fit");
         let message = format!("{refused:#}");
         assert!(
-            message.contains("20 bytes") && message.contains("--forget-sentences"),
+            message.contains("would take 20 bytes, over HDF5's limit of 19 bytes for one string")
+                && message.contains("--forget-sentences"),
             "{message}"
         );
     }

@@ -17,6 +17,8 @@ use anyhow::{Context, Result, bail};
 
 /// The superblock's size: the first dataset's values start after it.
 pub const SUPERBLOCK_SIZE: u64 = 96;
+/// The format signature that opens the superblock.
+pub const SIGNATURE: &[u8; 8] = b"\x89HDF\r\n\x1a\n";
 /// HDF5's undefined address.
 pub const UNDEFINED: u64 = u64::MAX;
 /// Half the entries of a symbol table node (libhdf5's default, `H5Pset_sym_k`).
@@ -24,7 +26,7 @@ const LEAF_K: usize = 4;
 /// Half the children of a group B-tree node (libhdf5's default, `H5Pset_sym_k`).
 const INTERNAL_K: usize = 16;
 /// A symbol table entry: name offset, object header address, cache type, reserved, scratch pad.
-const SYMBOL_ENTRY_SIZE: usize = 40;
+pub const SYMBOL_ENTRY_SIZE: usize = 40;
 /// A symbol table node: signature, version, reserved, count, then `2 * LEAF_K` entries.
 const SYMBOL_NODE_SIZE: usize = 8 + 2 * LEAF_K * SYMBOL_ENTRY_SIZE;
 /// A group B-tree node: header, then `2 * INTERNAL_K` children and one key more (libhdf5 reads
@@ -37,7 +39,7 @@ const GLOBAL_OBJECT_HEADER: u64 = 16;
 /// The local heap's "no free block" (`H5HL_FREE_NULL`).
 const NO_FREE_BLOCK: u64 = 1;
 /// The most dimensions a dataspace has (`H5S_MAX_RANK`).
-const MAX_RANK: usize = 32;
+pub const MAX_RANK: usize = 32;
 
 /// A float32 dataset whose values are in the file already (C order, little-endian).
 ///
@@ -115,6 +117,14 @@ pub struct StringValue<'a> {
 pub struct Structures {
     /// The superblock, for offset 0 (its end-of-file address is where the structures end).
     pub superblock: [u8; SUPERBLOCK_SIZE as usize],
+}
+
+/// The bytes of a float32 dataset of `shape`; `u64::MAX` where that overflows.
+pub fn value_bytes(shape: &[u64]) -> u64 {
+    shape
+        .iter()
+        .try_fold(4u64, |bytes, &d| bytes.checked_mul(d))
+        .unwrap_or(u64::MAX)
 }
 
 /// Why `name` cannot name a dataset of the root group, if it cannot, said of it as a `noun`
@@ -229,11 +239,11 @@ pub fn write_structures(
     let mut message = Vec::with_capacity(16);
     message.extend(tree.to_le_bytes());
     message.extend(heap.to_le_bytes());
-    out.write_all(&object_header(&[(0x0011, 0, &message)]))?;
+    out.write_all(&object_header(&[(SYMBOL_TABLE, 0, &message)]))?;
     let end = out.position;
 
     let mut superblock = Vec::with_capacity(SUPERBLOCK_SIZE as usize);
-    superblock.extend(b"\x89HDF\r\n\x1a\n");
+    superblock.extend(SIGNATURE);
     // Versions of the superblock, free-space storage, root symbol table entry; reserved;
     // shared header messages; sizes of offsets and lengths; reserved.
     superblock.extend([0, 0, 0, 0, 0, 8, 8, 0]);
@@ -317,11 +327,12 @@ fn contiguous_layout(address: u64, size: u64) -> Vec<u8> {
     bytes
 }
 
-/// Message types and flags of a dataset's header.
-const DATASPACE: u16 = 0x0001;
-const DATATYPE: u16 = 0x0003;
-const FILL_VALUE: u16 = 0x0005;
-const LAYOUT: u16 = 0x0008;
+/// Message types of the headers written here (IV.A.2).
+pub const DATASPACE: u16 = 0x0001;
+pub const DATATYPE: u16 = 0x0003;
+pub const FILL_VALUE: u16 = 0x0005;
+pub const LAYOUT: u16 = 0x0008;
+pub const SYMBOL_TABLE: u16 = 0x0011;
 /// A message that never changes (`H5O_MSG_FLAG_CONSTANT`).
 const CONSTANT: u8 = 1;
 

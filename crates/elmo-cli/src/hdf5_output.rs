@@ -22,7 +22,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
-use crate::hdf5_layout::{self, DatasetList, SUPERBLOCK_SIZE, StoredValues, StringValue};
+use crate::hdf5_layout::{
+    self, DatasetList, SUPERBLOCK_SIZE, StoredValues, StringValue, value_bytes,
+};
 use crate::sentence_index::SentenceIndex;
 
 /// Values written after which they are committed (synced, and indexed), by default.
@@ -386,14 +388,6 @@ impl Hdf5EmbeddingWriter {
         let _ = std::fs::remove_file(&self.manifest_path);
         Ok(())
     }
-}
-
-/// The bytes of a float32 dataset of `shape`; `u64::MAX` where that overflows.
-fn value_bytes(shape: &[u64]) -> u64 {
-    shape
-        .iter()
-        .try_fold(4u64, |bytes, &d| bytes.checked_mul(d))
-        .unwrap_or(u64::MAX)
 }
 
 /// What an index of committed datasets holds.

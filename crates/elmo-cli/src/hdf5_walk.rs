@@ -17,7 +17,10 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 
-use crate::hdf5_layout::{DatasetList, UNDEFINED};
+use crate::hdf5_layout::{
+    DATASPACE, DATATYPE, DatasetList, FILL_VALUE, LAYOUT, MAX_RANK, SIGNATURE, SYMBOL_ENTRY_SIZE,
+    SYMBOL_TABLE, UNDEFINED, value_bytes,
+};
 
 /// The most levels of B-tree walked (libhdf5 writes 2 levels for a million names).
 const MAX_LEVELS: u8 = 32;
@@ -25,19 +28,12 @@ const MAX_LEVELS: u8 = 32;
 const MAX_HEADER: u64 = 1 << 16;
 /// The largest local heap of names read (a hundred million short names).
 const MAX_NAMES: u64 = 4 << 30;
-/// The most dimensions a dataspace has (`H5S_MAX_RANK`).
-const MAX_RANK: usize = 32;
-
-/// Message types of a dataset's object header (IV.A.2).
+/// Message types of a dataset's object header that [`crate::hdf5_layout`] does not write but
+/// other writers may, none of which changes where or what the values are (IV.A.2).
 const NIL: u16 = 0x0000;
-const DATASPACE: u16 = 0x0001;
-const DATATYPE: u16 = 0x0003;
 const FILL_VALUE_OLD: u16 = 0x0004;
-const FILL_VALUE: u16 = 0x0005;
-const LAYOUT: u16 = 0x0008;
 const ATTRIBUTE: u16 = 0x000C;
 const MODIFICATION_TIME_OLD: u16 = 0x000E;
-const SYMBOL_TABLE: u16 = 0x0011;
 const MODIFICATION_TIME: u16 = 0x0012;
 
 /// The float32 datasets of a file's root group, in the B-tree's order (by name), and the
@@ -135,7 +131,7 @@ impl Walk {
         let Some(superblock) = self.read(0, 96)? else {
             return Ok(None);
         };
-        if &superblock[..8] != b"\x89HDF\r\n\x1a\n"
+        if &superblock[..8] != SIGNATURE
             || superblock[8] != 0
             || superblock[13..15] != [8, 8]
             || u64_at(&superblock, 24) != 0
@@ -218,10 +214,11 @@ impl Walk {
         }
         self.nodes_left -= 1;
         let count = u64::from(u16_at(&header, 6));
-        let Some(entries) = self.read(at + 8, 40 * count)? else {
+        let entry_size = SYMBOL_ENTRY_SIZE as u64;
+        let Some(entries) = self.read(at + 8, entry_size * count)? else {
             return Ok(None);
         };
-        for entry in entries.chunks_exact(40) {
+        for entry in entries.chunks_exact(SYMBOL_ENTRY_SIZE) {
             // Name offset, object header address, cache type (0: a dataset caches nothing).
             let offset = u64_at(entry, 0);
             let name = usize::try_from(offset)
@@ -272,19 +269,13 @@ impl Walk {
         let (Some(shape), true, Some((address, size))) = (shape, float32, values) else {
             return Ok(None);
         };
-        let bytes = shape
-            .iter()
-            .try_fold(4u64, |bytes, &d| bytes.checked_mul(d));
-        let fits = match bytes {
-            Some(0) => true,
-            Some(bytes) => {
-                size == bytes
-                    && address
-                        .checked_add(bytes)
-                        .is_some_and(|end| end <= self.length)
-            }
-            None => false,
-        };
+        // `value_bytes` is `u64::MAX` for a shape that overflows, which no file holds.
+        let bytes = value_bytes(&shape);
+        let fits = bytes == 0
+            || (size == bytes
+                && address
+                    .checked_add(bytes)
+                    .is_some_and(|end| end <= self.length));
         if !fits {
             return Ok(None);
         }

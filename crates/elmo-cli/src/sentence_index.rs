@@ -69,13 +69,19 @@ impl SentenceIndex {
 
     /// The length of [`Self::to_json`], without making it.
     pub fn json_bytes(&self) -> u64 {
-        json_bytes(self.keys().iter().map(|&(_, last, k)| (self.text(k), last)))
+        json_bytes(
+            self.keys()
+                .iter()
+                .map(|&(_, last, k)| (python_json_len(self.text(k)), last)),
+        )
     }
 
     /// An error when [`Self::to_json`] would take over `limit` bytes: a bound first (every
     /// noted line a key of its own, no sort), then, past it, the length itself.
     pub fn check_fits(&self, limit: u64) -> Result<()> {
-        let bound = json_bytes((0..self.lines.len()).map(|k| (self.text(k), self.lines[k].1)));
+        let bound = json_bytes(
+            (0..self.lines.len()).map(|k| (python_json_len(self.text(k)), self.lines[k].1)),
+        );
         if bound <= limit {
             return Ok(());
         }
@@ -100,12 +106,12 @@ impl SentenceIndex {
     }
 }
 
-/// The length of the JSON object of `keys` (sentence, line).
-fn json_bytes<'a>(keys: impl Iterator<Item = (&'a str, usize)>) -> u64 {
+/// The length of the JSON object of `keys` (the length of the sentence as a JSON string, line).
+fn json_bytes(keys: impl Iterator<Item = (u64, usize)>) -> u64 {
     let mut bytes = 2;
     for (i, (sentence, line)) in keys.enumerate() {
         // `", "` before every key but the first; `"SENTENCE": "LINE"`.
-        bytes += if i > 0 { 2 } else { 0 } + python_json_len(sentence) + 4 + digits(line);
+        bytes += if i > 0 { 2 } else { 0 } + sentence + 4 + digits(line);
     }
     bytes
 }
@@ -126,61 +132,60 @@ pub fn json_bytes_of(lines: impl Iterator<Item = Result<(usize, String)>>) -> Re
             .or_insert((python_json_len(&sentence), line));
         key.1 = key.1.max(line);
     }
-    let mut bytes = 2;
-    for (i, (escaped, line)) in keys.values().enumerate() {
-        bytes += if i > 0 { 2 } else { 0 } + escaped + 4 + digits(*line);
-    }
-    Ok(bytes)
+    Ok(json_bytes(keys.into_values()))
 }
 
 /// An error when a `sentence_to_index` of `bytes` would not fit one HDF5 string.
 pub fn check_json_bytes(bytes: u64, limit: u64) -> Result<()> {
     if bytes > limit {
         bail!(
-            "its sentence_to_index would take {bytes} bytes, over HDF5's limit of {limit} bytes              for one string"
+            "its sentence_to_index would take {bytes} bytes, over HDF5's limit of {limit} bytes \
+             for one string"
         );
     }
     Ok(())
 }
 
-/// The length of `text` as [`push_python_json_string`] writes it.
+/// The length of `text` as [`push_python_json_string`] writes it, counted as it writes.
 fn python_json_len(text: &str) -> u64 {
-    let inner: u64 = text
-        .chars()
-        .map(|c| match c {
-            '"' | '\\' | '\n' | '\r' | '\t' | '\u{8}' | '\u{c}' => 2,
-            ' '..='~' => 1,
-            _ => 6 * c.len_utf16() as u64,
-        })
-        .sum();
-    inner + 2
+    struct Count(u64);
+    impl std::fmt::Write for Count {
+        fn write_str(&mut self, s: &str) -> std::fmt::Result {
+            self.0 += s.len() as u64;
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    push_python_json_string(&mut count, text);
+    count.0
 }
 
 /// `text` as a JSON string the way Python's `json.dumps` writes it with its default
 /// `ensure_ascii=True` (CPython's `ascii_escape_unicode`): printable ASCII as itself but `"` and
 /// `\`, the five short escapes, and every other character as `\u` and four lowercase hex digits
 /// of each of its UTF-16 units.
-fn push_python_json_string(out: &mut String, text: &str) {
-    out.push('"');
+fn push_python_json_string(out: &mut impl std::fmt::Write, text: &str) {
+    // Writing to a String or a count cannot fail.
+    let _ = out.write_char('"');
     for c in text.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            ' '..='~' => out.push(c),
+        let _ = match c {
+            '"' => out.write_str("\\\""),
+            '\\' => out.write_str("\\\\"),
+            '\n' => out.write_str("\\n"),
+            '\r' => out.write_str("\\r"),
+            '\t' => out.write_str("\\t"),
+            '\u{8}' => out.write_str("\\b"),
+            '\u{c}' => out.write_str("\\f"),
+            ' '..='~' => out.write_char(c),
             _ => {
                 let mut units = [0u16; 2];
-                for unit in c.encode_utf16(&mut units) {
-                    let _ = write!(out, "\\u{unit:04x}");
-                }
+                c.encode_utf16(&mut units)
+                    .iter()
+                    .try_for_each(|unit| write!(out, "\\u{unit:04x}"))
             }
-        }
+        };
     }
-    out.push('"');
+    let _ = out.write_char('"');
 }
 
 #[cfg(test)]
