@@ -1,15 +1,14 @@
 //! Streaming reader of the embed input: UTF-8 text, one sentence per line, whitespace tokens,
 //! from a file or from standard input (`-`, as AllenNLP's `elmo` command takes it). Lines and
 //! tokens are what AllenNLP's `elmo` command reads (`allennlp/commands/elmo.py`: a file opened
-//! in Python's text mode, `line.strip()`, `sentence.split()`): a line ends at `\n`, `\r\n` or a
-//! lone `\r` (Python's universal newlines), and whitespace is Python's (`str.isspace`: Unicode's
-//! `White_Space` and the separators U+001C-U+001F).
+//! in Python's text mode, `line.strip()`, `sentence.split()`), by [`elmo_model::python_text`].
 
 use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
+use elmo_model::python_text::{LineCounter, UniversalLines, python_split, python_strip};
 
 /// The text `elmo embed` reads: a file, or standard input copied to a hidden file beside the
 /// output first (the input is read more than once: its line count, its hash, its lines), which
@@ -84,20 +83,13 @@ pub struct InputSummary {
     pub bytes: u64,
 }
 
-/// Whitespace as Python's `str.isspace` has it, which `str.strip` and `str.split` use.
-fn is_python_space(c: char) -> bool {
-    c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c)
-}
-
 /// Reads sentences one line at a time (bounded memory).
 pub struct SentenceReader {
-    reader: BufReader<File>,
+    lines: UniversalLines<BufReader<File>>,
     label: String,
     next_index: usize,
     max_tokens: usize,
     buffer: Vec<u8>,
-    /// The last line ended at a `\r`: a `\n` right after it belongs to that line end.
-    after_cr: bool,
 }
 
 impl SentenceReader {
@@ -106,12 +98,11 @@ impl SentenceReader {
         let file = File::open(&input.path)
             .with_context(|| format!("{}: cannot open input", input.label))?;
         Ok(Self {
-            reader: BufReader::new(file),
+            lines: UniversalLines::new(BufReader::new(file)),
             label: input.label.clone(),
             next_index: 0,
             max_tokens,
             buffer: Vec::new(),
-            after_cr: false,
         })
     }
 
@@ -123,7 +114,7 @@ impl SentenceReader {
             File::open(&input.path).with_context(|| format!("{label}: cannot open input"))?;
         let mut reader = BufReader::with_capacity(1 << 20, file);
         let mut hasher = xxhash_rust::xxh3::Xxh3::new();
-        let mut ends = LineEnds::default();
+        let mut ends = LineCounter::default();
         let mut bytes = 0u64;
         loop {
             let buf = reader
@@ -146,41 +137,11 @@ impl SentenceReader {
         })
     }
 
-    /// The bytes of the next line into `self.buffer`, without its line end; `false` at the
-    /// end of the file.
-    fn next_line(&mut self) -> std::io::Result<bool> {
-        self.buffer.clear();
-        let mut read = false;
-        loop {
-            let available = self.reader.fill_buf()?;
-            if available.is_empty() {
-                return Ok(read);
-            }
-            if std::mem::take(&mut self.after_cr) && available[0] == b'\n' {
-                self.reader.consume(1);
-                continue;
-            }
-            read = true;
-            match available.iter().position(|&b| b == b'\n' || b == b'\r') {
-                Some(end) => {
-                    self.after_cr = available[end] == b'\r';
-                    self.buffer.extend_from_slice(&available[..end]);
-                    self.reader.consume(end + 1);
-                    return Ok(true);
-                }
-                None => {
-                    let n = available.len();
-                    self.buffer.extend_from_slice(available);
-                    self.reader.consume(n);
-                }
-            }
-        }
-    }
-
     /// The next sentence, `None` at the end of the file.
     pub fn next_sentence(&mut self) -> Result<Option<Sentence>> {
         if !self
-            .next_line()
+            .lines
+            .read_line(&mut self.buffer)
             .with_context(|| format!("{}: read error", self.label))?
         {
             return Ok(None);
@@ -196,12 +157,8 @@ impl SentenceReader {
                 e.valid_up_to()
             ),
         };
-        let text = text.trim_matches(is_python_space);
-        let tokens: Vec<String> = text
-            .split(is_python_space)
-            .filter(|token| !token.is_empty())
-            .map(str::to_string)
-            .collect();
+        let text = python_strip(text);
+        let tokens: Vec<String> = python_split(text).map(str::to_string).collect();
         if tokens.len() > self.max_tokens {
             bail!(
                 "{}:{line_number}: {} tokens, more than --max-tokens {} (split the line or raise the limit)",
@@ -218,45 +175,6 @@ impl SentenceReader {
     }
 }
 
-/// Counts lines as [`SentenceReader`] reads them, over a file's bytes given in pieces.
-#[derive(Debug, Default)]
-struct LineEnds {
-    /// Line ends so far (`\n`, `\r\n` and lone `\r` alike).
-    ends: u64,
-    /// The last piece ended with a `\r`, which is a lone one unless a `\n` follows.
-    after_cr: bool,
-    /// Bytes after the last line end: a last line without one.
-    open_line: bool,
-}
-
-impl LineEnds {
-    fn count(&mut self, piece: &[u8]) {
-        let Some(&last) = piece.last() else {
-            return;
-        };
-        // A `\r\n` counts at its `\n`; a `\r` counts where no `\n` follows it.
-        let newlines = piece.iter().filter(|&&b| b == b'\n').count();
-        // (Most text has no `\r`: one fast search of the piece for it first.)
-        let lone_crs = if piece.contains(&b'\r') {
-            piece
-                .windows(2)
-                .filter(|pair| pair[0] == b'\r' && pair[1] != b'\n')
-                .count()
-        } else {
-            0
-        };
-        let carried = usize::from(self.after_cr && piece[0] != b'\n');
-        self.ends += (newlines + lone_crs + carried) as u64;
-        self.after_cr = last == b'\r';
-        self.open_line = last != b'\n' && last != b'\r';
-    }
-
-    /// The lines of the bytes counted.
-    fn lines(&self) -> u64 {
-        self.ends + u64::from(self.after_cr) + u64::from(self.open_line)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -270,7 +188,10 @@ mod tests {
         let input = InputText::open(&path, dir.path().join("spool")).expect("open");
         let mut reader = SentenceReader::open(&input, 100).expect("reader");
         // A small buffer, so that line ends fall across its refills.
-        reader.reader = BufReader::with_capacity(3, File::open(&path).expect("open"));
+        reader.lines = UniversalLines::new(BufReader::with_capacity(
+            3,
+            File::open(&path).expect("open"),
+        ));
         let mut lines = Vec::new();
         while let Some(sentence) = reader.next_sentence().expect("sentence") {
             assert_eq!(sentence.index, lines.len());

@@ -40,6 +40,7 @@ pub mod lstm_projection;
 pub mod lstm_stack;
 mod lstm_state;
 pub mod options;
+pub mod python_text;
 mod run_lock;
 pub mod scalar_mix;
 pub mod seeded_init;

@@ -1,7 +1,7 @@
 //! A small rule-based English tokenizer for raw text (`--tokenize`), close to the Penn Treebank
 //! conventions of pre-tokenized LM corpora such as the 1B Word Benchmark.
 //!
-//! Rules, applied to each whitespace-separated chunk:
+//! Rules, applied to each chunk between whitespace (Python's, [`crate::python_text`]):
 //! - **Numbers** keep inner `.`, `,` and `:` between digits: `3.14`, `1,000`, `10:30`.
 //! - **Words** (letters, digits, marks) keep inner hyphens and apostrophes: `well-known`, `o'clock`.
 //! - **Clitics** split off as in the Treebank: `don't` → `do n't`, `it's` → `it 's`, also `'re`,
@@ -36,7 +36,7 @@ fn is_mark(c: char) -> bool {
 /// Splits a line of raw text into tokens.
 pub fn tokenize(line: &str) -> Vec<String> {
     let mut tokens = Vec::new();
-    for chunk in line.split_whitespace() {
+    for chunk in crate::python_text::python_split(line) {
         tokenize_chunk(chunk, &mut tokens);
     }
     tokens

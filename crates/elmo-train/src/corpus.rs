@@ -1,10 +1,15 @@
 //! Text corpora: files or glob patterns, one sentence per line, read shard (file) by shard.
 //!
-//! Lines are pre-tokenized (split on whitespace, 1B Word Benchmark style) or raw text split by
-//! [`elmo_model::tokenizer`]. Blank lines are skipped. Invalid UTF-8 is an error naming file and line.
+//! Lines and tokens are what bilm-tf's `LMDataset` reads (`bilm/data.py`: `open(shard).readlines()`,
+//! `sentence.split()`), by [`elmo_model::python_text`]: a line ends at `\n`, `\r\n` or a lone `\r`,
+//! and tokens are split at Python's whitespace (1B Word Benchmark style), or raw text is split by
+//! [`elmo_model::tokenizer`]. Blank lines are skipped (bilm-tf trains on them as `<S> </S>`).
+//! Invalid UTF-8 is an error naming file and line.
 
-use std::io::{BufRead, BufReader};
+use std::io::BufReader;
 use std::path::{Path, PathBuf};
+
+use elmo_model::python_text::{UniversalLines, python_split, python_strip};
 
 use crate::error::{Result, TrainError, io_error};
 
@@ -35,19 +40,15 @@ pub fn expand_patterns<S: AsRef<str>>(patterns: &[S]) -> Result<Vec<PathBuf>> {
     Ok(files)
 }
 
-/// Calls `f(line_number, line)` for every non-blank line of `path` (1-based numbers, `\r\n`
-/// accepted), streaming the file.
+/// Calls `f(line_number, line)` for every non-blank line of `path` (1-based numbers, the line
+/// without its end), streaming the file.
 pub fn read_lines(path: &Path, mut f: impl FnMut(usize, &str) -> Result<()>) -> Result<()> {
     let file = std::fs::File::open(path).map_err(io_error(path))?;
-    let mut reader = BufReader::with_capacity(1 << 20, file);
+    let mut reader = UniversalLines::new(BufReader::with_capacity(1 << 20, file));
     let mut buffer = Vec::new();
     let mut number = 0;
     loop {
-        buffer.clear();
-        let n = reader
-            .read_until(b'\n', &mut buffer)
-            .map_err(io_error(path))?;
-        if n == 0 {
+        if !reader.read_line(&mut buffer).map_err(io_error(path))? {
             return Ok(());
         }
         number += 1;
@@ -56,8 +57,7 @@ pub fn read_lines(path: &Path, mut f: impl FnMut(usize, &str) -> Result<()>) -> 
             line: number,
             source,
         })?;
-        let text = text.trim_end_matches(['\n', '\r']);
-        if !text.trim().is_empty() {
+        if !python_strip(text).is_empty() {
             f(number, text)?;
         }
     }
@@ -82,7 +82,7 @@ pub fn split_line(line: &str, tokenize: bool) -> Vec<String> {
     if tokenize {
         elmo_model::tokenizer::tokenize(line)
     } else {
-        line.split_whitespace().map(String::from).collect()
+        python_split(line).map(String::from).collect()
     }
 }
 
@@ -105,16 +105,24 @@ mod tests {
     fn shards_patterns_and_errors() {
         let dir = tempfile::tempdir().unwrap();
         let a = dir.path().join("a.txt");
-        std::fs::write(&a, "the cat sat\r\n\n   \nDon't go.\n").unwrap();
+        // Lines and tokens as bilm-tf's `open(shard).readlines()` and `.split()` give them
+        // (Python 3.11): a lone `\r` ends a line, U+001C-U+001F separate tokens, U+2028 only
+        // separates tokens.
+        let text = "the cat sat\r\n\n \u{1f} \nDon't go.\rx\u{1c}y\u{2028}z \r\n";
+        std::fs::write(&a, text).unwrap();
         let lines = read_shard(&a).unwrap();
-        assert_eq!(lines, vec!["the cat sat", "Don't go."]);
+        assert_eq!(
+            lines,
+            vec!["the cat sat", "Don't go.", "x\u{1c}y\u{2028}z "]
+        );
         assert_eq!(split_line(&lines[1], false), vec!["Don't", "go."]);
         assert_eq!(split_line(&lines[1], true), vec!["Do", "n't", "go", "."]);
+        assert_eq!(split_line(&lines[2], false), vec!["x", "y", "z"]);
 
         let b = dir.path().join("b.txt");
-        std::fs::write(&b, b"fine\nbad \xc3 byte\n").unwrap();
+        std::fs::write(&b, b"fine\r\rbad \xc3 byte\n").unwrap();
         let err = read_shard(&b).unwrap_err().to_string();
-        assert!(err.contains("b.txt:2:") && err.contains("UTF-8"), "{err}");
+        assert!(err.contains("b.txt:3:") && err.contains("UTF-8"), "{err}");
 
         let pattern = format!("{}/*.txt", dir.path().display());
         assert_eq!(expand_patterns(&[pattern]).unwrap(), vec![a.clone(), b]);

@@ -4,7 +4,9 @@
 //! Inputs are always characters; the vocabulary only indexes the softmax.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
+use std::io::BufReader;
+
+use elmo_model::python_text::{UniversalLines, is_python_space, python_strip};
 use std::path::Path;
 
 use crate::corpus::read_lines;
@@ -16,6 +18,8 @@ pub const BOS: &str = "<S>";
 pub const EOS: &str = "</S>";
 /// Unknown token.
 pub const UNK: &str = "<UNK>";
+/// The last line of the 1B Word Benchmark's vocabulary, not a token (bilm-tf skips it).
+const MAX_TERM_ID: &str = "!!!MAXTERMID";
 
 /// Options of [`Vocabulary::build`].
 #[derive(Debug, Clone, Copy)]
@@ -102,33 +106,42 @@ impl Vocabulary {
         Ok(Self::from_counts(counts, options))
     }
 
-    /// Reads a vocabulary file (one token per line). The special tokens are added in front when
-    /// the file lacks them (bilm-tf files list them); duplicates and empty lines are errors.
+    /// Reads a vocabulary file (one token per line) as bilm-tf's `Vocabulary` does: lines as
+    /// Python's universal newlines split them, each stripped of whitespace, `!!!MAXTERMID` (the
+    /// 1B Word Benchmark's last line) skipped. The special tokens are added in front when the
+    /// file lacks them (bilm-tf files list them). A count after a tab is dropped; empty lines,
+    /// tokens with whitespace inside and duplicates are errors.
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
         let file = std::fs::File::open(path).map_err(io_error(path))?;
+        let mut lines = UniversalLines::new(BufReader::new(file));
+        let mut line = Vec::new();
         let mut tokens = Vec::new();
         let mut seen = HashMap::new();
-        for (number, line) in BufReader::new(file).split(b'\n').enumerate() {
-            let line = line.map_err(io_error(path))?;
+        let mut number = 0;
+        while lines.read_line(&mut line).map_err(io_error(path))? {
+            number += 1;
             let text = std::str::from_utf8(&line).map_err(|source| TrainError::InvalidUtf8 {
                 path: path.to_path_buf(),
-                line: number + 1,
+                line: number,
                 source,
             })?;
-            // bilm-tf vocabularies may carry a count after the token: keep the first column.
-            let token = text.trim_end_matches('\r').split('\t').next().unwrap_or("");
+            // Vocabularies may carry a count after the token: keep the first column.
+            let token = python_strip(text.split('\t').next().unwrap_or(""));
+            if token == MAX_TERM_ID {
+                continue;
+            }
             let vocab_error = |message: String| TrainError::Vocabulary {
                 path: path.to_path_buf(),
-                line: number + 1,
+                line: number,
                 message,
             };
-            if token.is_empty() || token.chars().any(char::is_whitespace) {
+            if token.is_empty() || token.chars().any(is_python_space) {
                 return Err(vocab_error(
                     "empty token or token with whitespace (one token per line)".into(),
                 ));
             }
-            if let Some(first) = seen.insert(token.to_string(), number + 1) {
+            if let Some(first) = seen.insert(token.to_string(), number) {
                 return Err(vocab_error(format!(
                     "duplicate token `{token}` (first on line {first})"
                 )));
@@ -239,5 +252,15 @@ mod tests {
         // Without the special tokens they are added in front.
         std::fs::write(&path, "the\ncat\n").unwrap();
         assert_eq!(Vocabulary::from_file(&path).unwrap(), vocab);
+        // Lines as bilm-tf's `Vocabulary` reads them: universal newlines, `strip()`,
+        // `!!!MAXTERMID` skipped; a count after a tab dropped.
+        let text = "<S>\r</S>\r\n<UNK> \nthe\t5\n\u{1f}cat\u{3000}\n!!!MAXTERMID\n";
+        std::fs::write(&path, text).unwrap();
+        assert_eq!(Vocabulary::from_file(&path).unwrap(), vocab);
+        for (text, line) in [("the\ncat dog\n", ":2:"), ("the\rcat\u{1c}dog\n", ":2:")] {
+            std::fs::write(&path, text).unwrap();
+            let err = Vocabulary::from_file(&path).unwrap_err().to_string();
+            assert!(err.contains(line) && err.contains("whitespace"), "{err}");
+        }
     }
 }
