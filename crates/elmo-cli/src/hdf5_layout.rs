@@ -104,13 +104,16 @@ impl DatasetList {
     }
 }
 
-/// A one-element dataset holding a variable-length UTF-8 string.
-#[derive(Debug, Clone, Copy)]
+/// A one-element dataset holding a variable-length UTF-8 string, written into the file by
+/// `write` (the string need not be held whole in memory).
+#[derive(Clone, Copy)]
 pub struct StringValue<'a> {
     /// The dataset's name in the root group.
     pub name: &'a str,
-    /// The string.
-    pub value: &'a str,
+    /// The string's length in bytes.
+    pub length: u64,
+    /// Writes the string's bytes, `length` of them.
+    pub write: &'a dyn Fn(&mut dyn Write) -> io::Result<()>,
 }
 
 /// What [`write_structures`] wrote.
@@ -183,12 +186,11 @@ pub fn write_structures(
         );
     }
     let string_length = match string {
-        Some(s) => Some(u32::try_from(s.value.len()).with_context(|| {
+        Some(s) => Some(u32::try_from(s.length).with_context(|| {
             format!(
                 "dataset {:?}: a string of {} bytes, over HDF5's limit of 4 GiB for one \
                  variable-length string",
-                s.name,
-                s.value.len()
+                s.name, s.length
             )
         })?),
         None => None,
@@ -207,7 +209,7 @@ pub fn write_structures(
     let string_element = match (string, string_length) {
         (Some(s), Some(length)) => {
             let collection = out.position;
-            write_global_heap(&mut out, s.value)?;
+            write_global_heap(&mut out, s)?;
             let element = out.position;
             let mut bytes = Vec::with_capacity(16);
             bytes.extend(length.to_le_bytes());
@@ -268,13 +270,19 @@ struct Positioned<'a, W: Write> {
     position: u64,
 }
 
-impl<W: Write> Positioned<'_, W> {
-    fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
-        self.inner.write_all(bytes)?;
-        self.position += bytes.len() as u64;
-        Ok(())
+impl<W: Write> Write for Positioned<'_, W> {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        let n = self.inner.write(bytes)?;
+        self.position += n as u64;
+        Ok(n)
     }
 
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+impl<W: Write> Positioned<'_, W> {
     fn zeros(&mut self, n: u64) -> io::Result<()> {
         io::copy(&mut io::repeat(0).take(n), self.inner)?;
         self.position += n;
@@ -378,10 +386,14 @@ fn string_dataset_header(element: u64) -> Vec<u8> {
     ])
 }
 
-/// A global heap collection holding `value` as its object 1 (reference count 0, as h5py
+/// A global heap collection holding `string` as its object 1 (reference count 0, as h5py
 /// writes), then its free space as object 0.
-fn write_global_heap<W: Write>(out: &mut Positioned<'_, W>, value: &str) -> io::Result<()> {
-    let padded = (value.len() as u64).next_multiple_of(8);
+fn write_global_heap<W: Write>(
+    out: &mut Positioned<'_, W>,
+    string: StringValue<'_>,
+) -> io::Result<()> {
+    let length = string.length;
+    let padded = length.next_multiple_of(8);
     let used = 16 + GLOBAL_OBJECT_HEADER + padded;
     let mut size = used.max(GLOBAL_HEAP_MIN);
     if (1..GLOBAL_OBJECT_HEADER).contains(&(size - used)) {
@@ -395,10 +407,18 @@ fn write_global_heap<W: Write>(out: &mut Positioned<'_, W>, value: &str) -> io::
     bytes.extend(1u16.to_le_bytes()); // object index
     bytes.extend(0u16.to_le_bytes()); // reference count
     bytes.extend([0; 4]);
-    bytes.extend((value.len() as u64).to_le_bytes());
+    bytes.extend(length.to_le_bytes());
     out.write_all(&bytes)?;
-    out.write_all(value.as_bytes())?;
-    out.zeros(padded - value.len() as u64)?;
+    let start = out.position;
+    (string.write)(out)?;
+    let written = out.position - start;
+    if written != length {
+        return Err(io::Error::other(format!(
+            "dataset {:?}: {written} bytes written for a string of {length}",
+            string.name
+        )));
+    }
+    out.zeros(padded - length)?;
     let free = size - used;
     if free > 0 {
         let mut bytes = Vec::with_capacity(16);
@@ -666,7 +686,8 @@ mod tests {
                 &datasets,
                 Some(StringValue {
                     name: "sentence_to_index",
-                    value: &value,
+                    length: value.len() as u64,
+                    write: &|out| out.write_all(value.as_bytes()),
                 }),
             );
             let file = hdf5_pure::File::from_bytes(bytes.clone()).expect("open");
@@ -734,6 +755,24 @@ mod tests {
                 .to_string();
             assert!(error.contains(expected), "{names:?}: {error}");
             assert!(out.is_empty(), "{names:?}: nothing written");
+        }
+    }
+
+    /// A string that writes other than its length is an error, not a file that misplaces
+    /// every structure after it.
+    #[test]
+    fn a_string_written_short_or_long_is_an_error() {
+        for written in ["abc", "abcdefg"] {
+            let string = StringValue {
+                name: "s",
+                length: 5,
+                write: &|out| out.write_all(written.as_bytes()),
+            };
+            let error = write_structures(&mut Vec::new(), 96, &[], Some(string))
+                .err()
+                .expect("refused");
+            let expected = format!("{} bytes written for a string of 5", written.len());
+            assert!(format!("{error:#}").contains(&expected), "{error:#}");
         }
     }
 }

@@ -357,11 +357,14 @@ impl Hdf5EmbeddingWriter {
     /// Writes `sentence_to_index` (where the output has it) and the HDF5 structures naming
     /// every dataset, and moves the file to the output path.
     pub fn finish(mut self) -> Result<()> {
-        let json = self.sentence_to_index.take().map(|index| index.to_json());
+        let index = self.sentence_to_index.take();
+        let json = index.as_ref().map(SentenceIndex::json);
+        let write = |out: &mut dyn Write| json.as_ref().map_or(Ok(()), |json| json.write_to(out));
         let stored: Vec<StoredValues<'_>> = self.datasets.iter().collect();
-        let string = json.as_deref().map(|value| StringValue {
+        let string = json.as_ref().map(|json| StringValue {
             name: "sentence_to_index",
-            value,
+            length: json.bytes(),
+            write: &write,
         });
         let mut file = self.file.take().expect("writer used after finish");
         let written = hdf5_layout::write_structures(&mut file, self.end, &stored, string)

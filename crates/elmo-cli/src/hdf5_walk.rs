@@ -5,7 +5,9 @@
 //! version 1 object headers, IV.A.2 messages).
 //!
 //! `elmo merge` reads its parts with it: hdf5-pure keeps every dataset's parsed header while it
-//! walks a group, ~0.5 KiB a dataset, where this keeps the name, the shape and 24 bytes. It reads
+//! walks a group, ~0.5 KiB a dataset, where this keeps the name, the shape and 24 bytes, and
+//! finds where the bytes of `sentence_to_index` lie in its global heap collection (III.E) for
+//! them to be parsed from the file rather than read into memory whole. It reads
 //! only what that layout holds: a file with anything else (other versions, continued or
 //! filtered headers, chunked or compact values, other types) is `None`, for the caller to read
 //! with hdf5-pure, which reads every layout. Every size and address is checked against the file
@@ -42,9 +44,33 @@ pub struct RootDatasets {
     file: File,
     /// The datasets; an empty one's address is [`UNDEFINED`].
     pub datasets: DatasetList,
+    /// Where the bytes of the string skipped lie; `None` where the file has no such string (a
+    /// file that holds it otherwise than as one element in a global heap collection is not
+    /// read by the walk).
+    pub string: Option<StringAt>,
+}
+
+/// Where the bytes of a variable-length string lie in a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StringAt {
+    /// Its first byte.
+    pub address: u64,
+    /// Its length in bytes.
+    pub length: u64,
 }
 
 impl RootDatasets {
+    /// A reader of the skipped string's bytes ([`Self::string`]).
+    pub fn string_reader(&mut self) -> Result<Option<impl Read + '_>> {
+        let Some(string) = self.string else {
+            return Ok(None);
+        };
+        self.file
+            .seek(SeekFrom::Start(string.address))
+            .context("seeking to the string")?;
+        Ok(Some((&mut self.file).take(string.length)))
+    }
+
     /// The little-endian values of the `i`-th dataset.
     pub fn values(&mut self, i: usize) -> Result<Vec<f32>> {
         let dataset = self.datasets.get(i);
@@ -65,8 +91,9 @@ impl RootDatasets {
 }
 
 /// Reads the root group of the file at `path`: its float32 datasets, leaving out `skip` where
-/// that is a variable-length string. `None` when the file holds anything this reader does not
-/// read (read it with hdf5-pure); an error only when the file cannot be read.
+/// that is a variable-length string, whose place is found instead ([`RootDatasets::string`]).
+/// `None` when the file holds anything this reader does not read (read it with hdf5-pure); an
+/// error only when the file cannot be read.
 pub fn read_root(path: &Path, skip: &str) -> Result<Option<RootDatasets>> {
     let file = File::open(path).with_context(|| format!("{}: cannot open", path.display()))?;
     let length = file
@@ -77,6 +104,7 @@ pub fn read_root(path: &Path, skip: &str) -> Result<Option<RootDatasets>> {
         file,
         length,
         datasets: DatasetList::default(),
+        string: None,
         nodes_left: length / 24,
     };
     let found = walk
@@ -85,6 +113,7 @@ pub fn read_root(path: &Path, skip: &str) -> Result<Option<RootDatasets>> {
     Ok(found.map(|()| RootDatasets {
         file: walk.file,
         datasets: walk.datasets,
+        string: walk.string,
     }))
 }
 
@@ -93,6 +122,8 @@ struct Walk {
     file: File,
     length: u64,
     datasets: DatasetList,
+    /// Where the string skipped lies.
+    string: Option<StringAt>,
     /// B-tree and symbol table nodes that may still be read: no file holds more, so a cycle of
     /// nodes ends.
     nodes_left: u64,
@@ -264,7 +295,13 @@ impl Walk {
             }
         }
         if string && name == skip {
-            return Ok(Some(()));
+            // One element (shape `(1,)`, h5py's and ours), contiguous: 16 bytes. A string
+            // held otherwise is left to hdf5-pure with the rest of the file.
+            let (Some([1]), Some((address, 16))) = (shape.as_deref(), values) else {
+                return Ok(None);
+            };
+            self.string = self.global_object(address)?;
+            return Ok(self.string.map(|_| ()));
         }
         let (Some(shape), true, Some((address, size))) = (shape, float32, values) else {
             return Ok(None);
@@ -281,6 +318,57 @@ impl Walk {
         }
         self.datasets.push(name, &shape, address);
         Ok(Some(()))
+    }
+
+    /// Where the bytes of the variable-length string whose element is at `element` lie: the
+    /// element's length, collection and index, that object of the global heap collection.
+    fn global_object(&mut self, element: u64) -> Found<StringAt> {
+        let Some(element) = self.read(element, 16)? else {
+            return Ok(None);
+        };
+        let (length, collection, index) = (
+            u64::from(u32_at(&element, 0)),
+            u64_at(&element, 4),
+            u32_at(&element, 12),
+        );
+        let Some(header) = self.read(collection, 16)? else {
+            return Ok(None);
+        };
+        let end = collection.checked_add(u64_at(&header, 8));
+        let Some(end) = end.filter(|&end| end <= self.length) else {
+            return Ok(None);
+        };
+        if &header[..4] != b"GCOL" || header[4] != 1 {
+            return Ok(None);
+        }
+        // Objects one after another, each a 16-byte header (index, reference count, reserved,
+        // size) and its data padded to 8 bytes; index 0 is the free space that ends them.
+        let mut at = collection + 16;
+        while at.checked_add(16).is_some_and(|next| next <= end) {
+            let Some(object) = self.read(at, 16)? else {
+                return Ok(None);
+            };
+            let (object_index, size) = (u16_at(&object, 0), u64_at(&object, 8));
+            let data = at + 16;
+            if object_index == 0 {
+                break;
+            }
+            if u32::from(object_index) == index {
+                let fits = size == length && data.checked_add(size).is_some_and(|e| e <= end);
+                return Ok(fits.then_some(StringAt {
+                    address: data,
+                    length,
+                }));
+            }
+            match size
+                .checked_next_multiple_of(8)
+                .and_then(|padded| data.checked_add(padded))
+            {
+                Some(next) => at = next,
+                None => break,
+            }
+        }
+        Ok(None)
     }
 
     /// The messages (type, data) of the version 1 object header at `at`.
@@ -400,6 +488,17 @@ mod tests {
         )
     }
 
+    /// The string skipped, read from where the walk placed it.
+    fn string_of(path: &Path) -> Option<String> {
+        let mut root = read_root(path, "sentence_to_index").expect("readable")?;
+        let mut text = String::new();
+        root.string_reader()
+            .expect("seek")?
+            .read_to_string(&mut text)
+            .expect("read");
+        Some(text)
+    }
+
     /// What [`written`] wrote, in the order of the names' bytes.
     fn expected(n: usize) -> Vec<Contents> {
         let mut all: Vec<_> = (0..n)
@@ -426,6 +525,8 @@ mod tests {
             );
             // The string is read only as the one to skip.
             assert_eq!(read_all(&path, ""), None, "{n}");
+            let items: Vec<String> = (0..n).map(|i| format!("\"line {i}\": \"{i}\"")).collect();
+            assert_eq!(string_of(&path), Some(format!("{{{}}}", items.join(", "))));
         }
     }
 
@@ -443,6 +544,29 @@ mod tests {
         assert_eq!(read_all(&path, "sentence_to_index"), None);
         std::fs::write(&path, b"not HDF5").expect("write");
         assert_eq!(read_all(&path, "sentence_to_index"), None);
+    }
+
+    /// A string whose element names no object of its collection, or an object of another
+    /// length, leaves the whole file to hdf5-pure (not read as a file without the string).
+    #[test]
+    fn a_string_not_where_its_element_says_leaves_the_file_to_hdf5_pure() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = written(dir.path(), 9);
+        let bytes = std::fs::read(&path).expect("read");
+        let collection = bytes
+            .windows(4)
+            .position(|w| w == b"GCOL")
+            .expect("a collection");
+        for (at, value) in [(collection + 16, 2u8), (collection + 24, 1u8)] {
+            let mut copy = bytes.clone();
+            copy[at] = value;
+            std::fs::write(&path, &copy).expect("write");
+            assert!(
+                read_root(&path, "sentence_to_index")
+                    .expect("readable")
+                    .is_none()
+            );
+        }
     }
 
     /// A file damaged anywhere in its structures reads as the layout (and then only the
@@ -482,6 +606,12 @@ mod tests {
                 for i in 0..root.datasets.len() {
                     root.values(i).expect("values within the file");
                 }
+                let length = root.string.map(|string| string.length);
+                if let Some(mut string) = root.string_reader().expect("seek") {
+                    let mut bytes = Vec::new();
+                    string.read_to_end(&mut bytes).expect("read");
+                    assert_eq!(Some(bytes.len() as u64), length, "within the file");
+                }
             }
         }
     }
@@ -514,5 +644,6 @@ with h5py.File(sys.argv[1], "w") as f:
             return;
         }
         assert_eq!(read_all(&path, "sentence_to_index"), Some(expected(300)));
+        assert_eq!(string_of(&path).as_deref(), Some(r#"{"line": "0"}"#));
     }
 }

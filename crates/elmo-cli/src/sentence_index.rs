@@ -67,16 +67,21 @@ impl SentenceIndex {
         keys
     }
 
-    /// The length of [`Self::to_json`], without making it.
-    pub fn json_bytes(&self) -> u64 {
-        json_bytes(
-            self.keys()
-                .iter()
+    /// The object's keys in order and its length, to write it ([`SentenceJson::write_to`]).
+    pub fn json(&self) -> SentenceJson<'_> {
+        let keys = self.keys();
+        let length = json_bytes(
+            keys.iter()
                 .map(|&(_, last, k)| (python_json_len(self.text(k)), last)),
-        )
+        );
+        SentenceJson {
+            index: self,
+            keys,
+            length,
+        }
     }
 
-    /// An error when [`Self::to_json`] would take over `limit` bytes: a bound first (every
+    /// An error when the object ([`Self::json`]) would take over `limit` bytes: a bound first (every
     /// noted line a key of its own, no sort), then, past it, the length itself.
     pub fn check_fits(&self, limit: u64) -> Result<()> {
         let bound = json_bytes(
@@ -85,24 +90,40 @@ impl SentenceIndex {
         if bound <= limit {
             return Ok(());
         }
-        check_json_bytes(self.json_bytes(), limit)
+        check_json_bytes(self.json().bytes(), limit)
+    }
+}
+
+/// `sentence_to_index` ready to be written: its keys in order and its length in bytes.
+pub struct SentenceJson<'a> {
+    index: &'a SentenceIndex,
+    /// As [`SentenceIndex::keys`] gives them.
+    keys: Vec<(usize, usize, usize)>,
+    length: u64,
+}
+
+impl SentenceJson<'_> {
+    /// The length of the object in bytes.
+    pub fn bytes(&self) -> u64 {
+        self.length
     }
 
-    /// The JSON object, byte for byte as AllenNLP's `json.dumps(sentence_to_index)`.
-    pub fn to_json(&self) -> String {
-        let keys = self.keys();
-        let mut json = String::with_capacity(self.texts.len() + 16 * keys.len() + 2);
-        json.push('{');
-        for (i, &(_, last, k)) in keys.iter().enumerate() {
+    /// Writes the object, byte for byte as AllenNLP's `json.dumps(sentence_to_index)`, a key at
+    /// a time (it is not made whole in memory).
+    pub fn write_to(&self, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+        let mut item = String::new();
+        out.write_all(b"{")?;
+        for (i, &(_, last, k)) in self.keys.iter().enumerate() {
+            item.clear();
             if i > 0 {
-                json.push_str(", ");
+                item.push_str(", ");
             }
-            push_python_json_string(&mut json, self.text(k));
+            push_python_json_string(&mut item, self.index.text(k));
             // Writing to a String cannot fail.
-            let _ = write!(json, ": \"{last}\"");
+            let _ = write!(item, ": \"{last}\"");
+            out.write_all(item.as_bytes())?;
         }
-        json.push('}');
-        json
+        out.write_all(b"}")
     }
 }
 
@@ -192,6 +213,16 @@ fn push_python_json_string(out: &mut impl std::fmt::Write, text: &str) {
 mod tests {
     use super::*;
 
+    /// The JSON object, written to memory.
+    fn to_json(index: &SentenceIndex) -> String {
+        let mut bytes = Vec::new();
+        index
+            .json()
+            .write_to(&mut bytes)
+            .expect("writing to memory");
+        String::from_utf8(bytes).expect("UTF-8")
+    }
+
     /// Lines with repeats (and an empty one).
     const REPEATS: [(usize, &str); 6] = [
         (0, "b a"),
@@ -207,7 +238,7 @@ mod tests {
         for &(line, sentence) in lines {
             index.note(line, sentence);
         }
-        index.to_json()
+        to_json(&index)
     }
 
     /// Golden strings from Python 3.11: `json.dumps(d)` of the dict AllenNLP builds
@@ -253,7 +284,7 @@ mod tests {
         for (position, (sentence, line)) in parts.iter().flatten().enumerate() {
             merged.note_at(position, *line, sentence);
         }
-        assert_eq!(merged.to_json(), whole);
+        assert_eq!(to_json(&merged), whole);
     }
 
     /// The length found without making the object, from the index or in one pass over the
@@ -277,8 +308,8 @@ mod tests {
             for &(line, sentence) in lines {
                 index.note(line, sentence);
             }
-            let json = index.to_json();
-            assert_eq!(index.json_bytes(), json.len() as u64, "{json}");
+            let json = to_json(&index);
+            assert_eq!(index.json().bytes(), json.len() as u64, "{json}");
             let length = json.len() as u64;
             assert!(index.check_fits(length).is_ok());
             assert!(index.check_fits(length - 1).is_err(), "{json}");
