@@ -3,7 +3,8 @@
 # layout (xtask/peer/hdf5_output_h5py.py), on this machine in one run. The demo model (embedded
 # in the binary), `--layers top`, short lines: 5-15 words of a 5,000-word list (seed 0), the
 # first N lines for each N of $LINES. Per N: `elmo embed` (seconds, peak RSS), OLD_ELMO's embed
-# when given (cut at $OLD_LIMIT s), `elmo merge` of that output into a new file, h5py writing
+# when given (cut at $OLD_LIMIT s), `elmo merge` of that output into a new file (and OLD_ELMO's
+# merge of the same output, cut at $OLD_LIMIT s), h5py writing
 # the same datasets, and 2,000 lookups by name through h5py in `elmo`'s output and in h5py's.
 #
 #   bash xtask/peer/hdf5_output_bench.sh target/debug/elmo [OLD_ELMO]
@@ -44,8 +45,8 @@ timed() {
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) CPUs"
 echo "h5py: $(python3 -c 'import h5py; print(h5py.version.version, "/ HDF5", h5py.version.hdf5_version)')"
 echo
-echo "| lines | elmo embed | old elmo embed | elmo merge | h5py write (peer) | h5py 2,000 lookups: elmo's / h5py's file |"
-echo "| --- | --- | --- | --- | --- | --- |"
+echo "| lines | elmo embed | old elmo embed | elmo merge | old elmo merge | h5py write (peer) | h5py 2,000 lookups: elmo's / h5py's file |"
+echo "| --- | --- | --- | --- | --- | --- | --- |"
 for n in $lines; do
     head -n "$n" corpus.txt >in.txt
     rm -f new.hdf5 old.hdf5 merged.hdf5 peer.hdf5
@@ -60,8 +61,13 @@ for n in $lines; do
         [[ $old_embed == ">"* ]] && old_over="(> $old_limit s at fewer lines)"
     fi
     merge=$(timed 3600 "$elmo" merge -q merged.hdf5 new.hdf5)
+    old_merge="-"
+    if [[ -n $old ]]; then
+        old_merge=$(timed "$old_limit" "$old" merge -q old-merged.hdf5 new.hdf5)
+        rm -f old-merged.hdf5
+    fi
     write=$(python3 "$peer" write new.hdf5 peer.hdf5 | python3 -c 'import json,sys; print(json.load(sys.stdin)["write_s"], "s")')
     ours=$(python3 "$peer" lookup new.hdf5 2000 | python3 -c 'import json,sys; print(json.load(sys.stdin)["lookup_s"], "s")')
     theirs=$(python3 "$peer" lookup peer.hdf5 2000 | python3 -c 'import json,sys; print(json.load(sys.stdin)["lookup_s"], "s")')
-    echo "| $n | $embed | $old_embed | $merge | $write | $ours / $theirs |"
+    echo "| $n | $embed | $old_embed | $merge | $old_merge | $write | $ours / $theirs |"
 done
