@@ -506,7 +506,7 @@ unsafe fn dispatch(rows: &PackedRows, b: &PackedMatrix, panels: Range<usize>, ou
                 b,
                 panels,
                 out,
-                |a, panel, stride, c, ldc, accumulate| {
+                |a, panel, stride, c, ldc, accumulate, _| {
                     block_portable::<16, 4>(a, panel, stride, c, ldc, accumulate)
                 },
             )
@@ -517,10 +517,12 @@ unsafe fn dispatch(rows: &PackedRows, b: &PackedMatrix, panels: Range<usize>, ou
 /// For every group of panels of `panels` (as many as keep their columns of `c` for all rows
 /// in [`GROUP_BYTES`]), every slice of `K` (`kc_for` rows, which stay in L1 while the blocks
 /// pass), every panel of the group and every block of `rows`: `block(a_slice, panel_slice,
-/// panel_stride, tile, ldc, accumulate)` computes the `MR × NR` product of the slices into the
-/// tile of `c` at `tile` (row stride `ldc`), added to the tile's values where `accumulate` (the
-/// slices after the first). Tiles at the edge of `c` (fewer rows or columns) go through a copy
-/// of their values, with the same arithmetic. `panel_stride` is the distance to the same row of
+/// panel_stride, tile, ldc, accumulate, real)` computes the product of the slices (the first
+/// `real` of the block's `MR` rows at least) into the tile of `c` at `tile` (row stride `ldc`),
+/// added to the tile's values where `accumulate` (the slices after the first). Tiles at the
+/// edge of `c` (fewer rows or columns) go through a copy of their values, with the same
+/// arithmetic; a block of fewer than `MR` rows (a product of one row, a batch's last block)
+/// need not compute its padding rows. `panel_stride` is the distance to the same row of
 /// the next panel, for the prefetch.
 ///
 /// The slices of `K` outside the panels: the packed rows of `a` are read once per slice and
@@ -538,7 +540,7 @@ unsafe fn run<const NR: usize, const MR: usize>(
     b: &PackedMatrix,
     panels: Range<usize>,
     out: Output,
-    mut block: impl FnMut(&[f32], &[f32], usize, *mut f32, usize, bool),
+    mut block: impl FnMut(&[f32], &[f32], usize, *mut f32, usize, bool, usize),
 ) {
     assert_eq!(b.panel, NR, "b packed for this kernel");
     assert_eq!(rows.k, b.k, "rows of a packed against b");
@@ -575,6 +577,7 @@ unsafe fn run<const NR: usize, const MR: usize>(
                             unsafe { out.values.add(at) },
                             ldc,
                             accumulate,
+                            MR,
                         );
                         continue;
                     }
@@ -594,6 +597,7 @@ unsafe fn run<const NR: usize, const MR: usize>(
                         edge.as_mut_ptr().cast(),
                         NR,
                         accumulate,
+                        real,
                     );
                     for (i, values) in edge.iter().take(real).enumerate() {
                         c_row(i).copy_from_slice(&values[..columns]);
@@ -703,8 +707,9 @@ mod x86 {
     }
 
     macro_rules! micro_kernel {
-        ($matmul:ident, $name:ident, $features:literal, $mr:literal, $nr:literal, $half:literal,
-         $zero:ident, $load:ident, $set1:ident, $fmadd:ident, $store:ident) => {
+        ($matmul:ident, $name:ident, $features:literal, $mr:literal, [$($fewer:literal),*],
+         $nr:literal, $half:literal, $zero:ident, $load:ident, $set1:ident, $fmadd:ident,
+         $store:ident) => {
             /// # Safety
             #[doc = concat!("`", $features, "` present and `b` packed for it.")]
             #[target_feature(enable = $features)]
@@ -716,21 +721,33 @@ mod x86 {
             ) {
                 // SAFETY: `out` as the caller guarantees; the features are enabled here, and
                 // `run` hands the block a packed block of `a`, a panel of `K` rows and a tile.
+                // A block of fewer rows computes only those (one FMA per row and vector: a
+                // product of one row is bound by reading `b`, not by the padding's FMAs).
                 unsafe {
-                    run::<$nr, $mr>(rows, b, panels, out, |a, panel, stride, c, ldc, accumulate| {
-                        $name(a, panel, stride, c, ldc, accumulate)
-                    })
+                    run::<$nr, $mr>(
+                        rows,
+                        b,
+                        panels,
+                        out,
+                        |a, panel, stride, c, ldc, accumulate, real| match real {
+                            $($fewer => $name::<$fewer>(a, panel, stride, c, ldc, accumulate),)*
+                            _ => $name::<$mr>(a, panel, stride, c, ldc, accumulate),
+                        },
+                    )
                 }
             }
 
+            /// The first `R` rows (of the block's
+            #[doc = concat!($mr, ") of the tile.")]
+            ///
             /// # Safety
             #[doc = concat!("`", $features, "` present; `a` holds `K × ", $mr,
                                                     "` packed values and `panel` `K × ", $nr,
-                                                    "`; `c` holds ", $mr, " rows of ", $nr,
+                                                    "`; `c` holds `R` ≤ ", $mr, " rows of ", $nr,
                                                     " values with row stride `ldc`, which the \
                                                     caller may read and write.")]
             #[target_feature(enable = $features)]
-            pub unsafe fn $name(
+            pub unsafe fn $name<const R: usize>(
                 a: &[f32],
                 panel: &[f32],
                 panel_stride: usize,
@@ -744,7 +761,7 @@ mod x86 {
                 let mut low = [$zero(); $mr];
                 let mut high = [$zero(); $mr];
                 if accumulate {
-                    for i in 0..$mr {
+                    for i in 0..R {
                         // SAFETY: row `i` of the tile, by the function's contract.
                         unsafe {
                             low[i] = $load(c.add(i * ldc));
@@ -760,14 +777,14 @@ mod x86 {
                         _mm_prefetch::<_MM_HINT_T1>(next.wrapping_add($half) as *const i8);
                         let b0 = $load(b.add(p * $nr));
                         let b1 = $load(b.add(p * $nr + $half));
-                        for i in 0..$mr {
+                        for i in 0..R {
                             let x = $set1(*a.add(p * $mr + i));
                             low[i] = $fmadd(x, b0, low[i]);
                             high[i] = $fmadd(x, b1, high[i]);
                         }
                     }
                 }
-                for i in 0..$mr {
+                for i in 0..R {
                     // SAFETY: row `i` of the tile, by the function's contract.
                     unsafe {
                         $store(c.add(i * ldc), low[i]);
@@ -783,6 +800,7 @@ mod x86 {
         block_avx512,
         "avx512f,fma",
         8,
+        [1, 2, 3, 4, 5, 6, 7],
         32,
         16,
         _mm512_setzero_ps,
@@ -796,6 +814,7 @@ mod x86 {
         block_avx2,
         "avx2,fma",
         6,
+        [1, 2, 3, 4, 5],
         16,
         8,
         _mm256_setzero_ps,
@@ -848,6 +867,8 @@ mod tests {
             // Row counts across the block sizes, columns across the panel widths.
             for (m, k, n) in [
                 (1, 3, 1),
+                (2, 5, 40),
+                (6, 300, 33),
                 (7, 9, 17),
                 (9, 24, 33),
                 (13, 96, 48),
