@@ -34,8 +34,12 @@ const SYMBOL_NODE_SIZE: usize = 8 + 2 * LEAF_K * SYMBOL_ENTRY_SIZE;
 const TREE_NODE_SIZE: usize = 24 + 2 * INTERNAL_K * 8 + (2 * INTERNAL_K + 1) * 8;
 /// The smallest global heap collection libhdf5 reads (`H5HG_MINSIZE`).
 const GLOBAL_HEAP_MIN: u64 = 4096;
+/// The signature of a global heap collection.
+pub const GLOBAL_HEAP_SIGNATURE: &[u8; 4] = b"GCOL";
+/// A global heap collection's header: signature, version, reserved, size.
+pub const GLOBAL_HEAP_HEADER: u64 = 16;
 /// A global heap object's header: index, reference count, reserved, size.
-const GLOBAL_OBJECT_HEADER: u64 = 16;
+pub const GLOBAL_OBJECT_HEADER: u64 = 16;
 /// The local heap's "no free block" (`H5HL_FREE_NULL`).
 const NO_FREE_BLOCK: u64 = 1;
 /// The most dimensions a dataspace has (`H5S_MAX_RANK`).
@@ -394,14 +398,14 @@ fn write_global_heap<W: Write>(
 ) -> io::Result<()> {
     let length = string.length;
     let padded = length.next_multiple_of(8);
-    let used = 16 + GLOBAL_OBJECT_HEADER + padded;
+    let used = GLOBAL_HEAP_HEADER + GLOBAL_OBJECT_HEADER + padded;
     let mut size = used.max(GLOBAL_HEAP_MIN);
     if (1..GLOBAL_OBJECT_HEADER).contains(&(size - used)) {
         // Free space too small for an object's header: a whole free object more.
         size += GLOBAL_OBJECT_HEADER;
     }
     let mut bytes = Vec::with_capacity(32);
-    bytes.extend(b"GCOL");
+    bytes.extend(GLOBAL_HEAP_SIGNATURE);
     bytes.extend([1, 0, 0, 0]);
     bytes.extend(size.to_le_bytes());
     bytes.extend(1u16.to_le_bytes()); // object index

@@ -20,8 +20,9 @@ use std::path::Path;
 use anyhow::{Context, Result};
 
 use crate::hdf5_layout::{
-    DATASPACE, DATATYPE, DatasetList, FILL_VALUE, LAYOUT, MAX_RANK, SIGNATURE, SYMBOL_ENTRY_SIZE,
-    SYMBOL_TABLE, UNDEFINED, value_bytes,
+    DATASPACE, DATATYPE, DatasetList, FILL_VALUE, GLOBAL_HEAP_HEADER, GLOBAL_HEAP_SIGNATURE,
+    GLOBAL_OBJECT_HEADER, LAYOUT, MAX_RANK, SIGNATURE, SYMBOL_ENTRY_SIZE, SYMBOL_TABLE, UNDEFINED,
+    value_bytes,
 };
 
 /// The most levels of B-tree walked (libhdf5 writes 2 levels for a million names).
@@ -331,25 +332,28 @@ impl Walk {
             u64_at(&element, 4),
             u32_at(&element, 12),
         );
-        let Some(header) = self.read(collection, 16)? else {
+        let Some(header) = self.read(collection, GLOBAL_HEAP_HEADER)? else {
             return Ok(None);
         };
         let end = collection.checked_add(u64_at(&header, 8));
         let Some(end) = end.filter(|&end| end <= self.length) else {
             return Ok(None);
         };
-        if &header[..4] != b"GCOL" || header[4] != 1 {
+        if &header[..4] != GLOBAL_HEAP_SIGNATURE || header[4] != 1 {
             return Ok(None);
         }
         // Objects one after another, each a 16-byte header (index, reference count, reserved,
         // size) and its data padded to 8 bytes; index 0 is the free space that ends them.
-        let mut at = collection + 16;
-        while at.checked_add(16).is_some_and(|next| next <= end) {
-            let Some(object) = self.read(at, 16)? else {
+        let mut at = collection + GLOBAL_HEAP_HEADER;
+        while at
+            .checked_add(GLOBAL_OBJECT_HEADER)
+            .is_some_and(|next| next <= end)
+        {
+            let Some(object) = self.read(at, GLOBAL_OBJECT_HEADER)? else {
                 return Ok(None);
             };
             let (object_index, size) = (u16_at(&object, 0), u64_at(&object, 8));
-            let data = at + 16;
+            let data = at + GLOBAL_OBJECT_HEADER;
             if object_index == 0 {
                 break;
             }

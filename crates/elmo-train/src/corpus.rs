@@ -40,27 +40,31 @@ pub fn expand_patterns<S: AsRef<str>>(patterns: &[S]) -> Result<Vec<PathBuf>> {
     Ok(files)
 }
 
-/// Calls `f(line_number, line)` for every non-blank line of `path` (1-based numbers, the line
-/// without its end), streaming the file.
-pub fn read_lines(path: &Path, mut f: impl FnMut(usize, &str) -> Result<()>) -> Result<()> {
+/// Calls `f(line_number, line)` for every line of `path` (1-based numbers, the line without
+/// its end), streaming the file; invalid UTF-8 is an error naming the file and line.
+pub fn for_each_line(path: &Path, mut f: impl FnMut(usize, &str) -> Result<()>) -> Result<()> {
     let file = std::fs::File::open(path).map_err(io_error(path))?;
     let mut reader = UniversalLines::new(BufReader::with_capacity(1 << 20, file));
     let mut buffer = Vec::new();
     let mut number = 0;
-    loop {
-        if !reader.read_line(&mut buffer).map_err(io_error(path))? {
-            return Ok(());
-        }
+    while reader.read_line(&mut buffer).map_err(io_error(path))? {
         number += 1;
         let text = std::str::from_utf8(&buffer).map_err(|source| TrainError::InvalidUtf8 {
             path: path.to_path_buf(),
             line: number,
             source,
         })?;
-        if !python_strip(text).is_empty() {
-            f(number, text)?;
-        }
+        f(number, text)?;
     }
+    Ok(())
+}
+
+/// [`for_each_line`] for the non-blank lines of `path` only.
+pub fn read_lines(path: &Path, mut f: impl FnMut(usize, &str) -> Result<()>) -> Result<()> {
+    for_each_line(path, |number, text| match python_strip(text).is_empty() {
+        true => Ok(()),
+        false => f(number, text),
+    })
 }
 
 /// The paths of `files`, comma-separated (for messages about a corpus).

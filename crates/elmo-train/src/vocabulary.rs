@@ -4,12 +4,11 @@
 //! Inputs are always characters; the vocabulary only indexes the softmax.
 
 use std::collections::HashMap;
-use std::io::BufReader;
-
-use elmo_model::python_text::{UniversalLines, is_python_space, python_strip};
 use std::path::Path;
 
-use crate::corpus::read_lines;
+use elmo_model::python_text::{is_python_space, python_strip};
+
+use crate::corpus::{for_each_line, read_lines};
 use crate::error::{Result, TrainError, io_error};
 
 /// Beginning of sentence.
@@ -113,23 +112,13 @@ impl Vocabulary {
     /// tokens with whitespace inside and duplicates are errors.
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
-        let file = std::fs::File::open(path).map_err(io_error(path))?;
-        let mut lines = UniversalLines::new(BufReader::new(file));
-        let mut line = Vec::new();
         let mut tokens = Vec::new();
         let mut seen = HashMap::new();
-        let mut number = 0;
-        while lines.read_line(&mut line).map_err(io_error(path))? {
-            number += 1;
-            let text = std::str::from_utf8(&line).map_err(|source| TrainError::InvalidUtf8 {
-                path: path.to_path_buf(),
-                line: number,
-                source,
-            })?;
+        for_each_line(path, |number, text| {
             // Vocabularies may carry a count after the token: keep the first column.
             let token = python_strip(text.split('\t').next().unwrap_or(""));
             if token == MAX_TERM_ID {
-                continue;
+                return Ok(());
             }
             let vocab_error = |message: String| TrainError::Vocabulary {
                 path: path.to_path_buf(),
@@ -147,7 +136,8 @@ impl Vocabulary {
                 )));
             }
             tokens.push(token.to_string());
-        }
+            Ok(())
+        })?;
         if tokens.is_empty() {
             return Err(TrainError::Vocabulary {
                 path: path.to_path_buf(),
