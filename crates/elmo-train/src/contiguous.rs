@@ -102,11 +102,11 @@ impl Text {
             vocab_ids,
             forward: Direction {
                 inputs: forward,
-                end_id: Vocabulary::EOS_ID,
+                end_id: vocab.eos_id(),
             },
             backward: Direction {
                 inputs: backward,
-                end_id: Vocabulary::BOS_ID,
+                end_id: vocab.bos_id(),
             },
         })
     }
@@ -302,6 +302,31 @@ mod tests {
                 (row.clone(), targets.ids[cells].to_vec())
             })
             .collect()
+    }
+
+    #[test]
+    fn sentence_ends_are_the_vocabularys_boundary_ids() {
+        // The 1B Word Benchmark's order: `</S>` 0, `<S>` 1, `<UNK>` 2, then a 3 … e 7.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("vocab.txt");
+        std::fs::write(&path, "</S>\n<S>\n<UNK>\na\nb\nc\nd\ne\n").unwrap();
+        let vocab = Arc::new(Vocabulary::from_file(&path).unwrap());
+        let files = files(dir.path(), "a b\n\nc\nd e\n");
+        let mut batcher = ContiguousBatcher::new(files, false, vocab, 2, 3, None);
+        let Some(LmBatch::Packed {
+            forward,
+            backward,
+            forward_targets,
+            backward_targets,
+        }) = batcher.next_batch().unwrap()
+        else {
+            panic!("expected a packed batch")
+        };
+        let targets = |grid, targets| rows(grid, targets).into_iter().map(|(_, t)| t);
+        let forward: Vec<Vec<u32>> = targets(&forward, &forward_targets).collect();
+        assert_eq!(forward, [vec![3, 4, 0], vec![0, 6, 7]]);
+        let backward: Vec<Vec<u32>> = targets(&backward, &backward_targets).collect();
+        assert_eq!(backward, [vec![7, 6, 1], vec![1, 4, 3]]);
     }
 
     #[test]

@@ -1,5 +1,7 @@
-//! The output vocabulary of the language model (bilm-tf's `vocab.txt`): one token per line,
-//! `<S>`, `</S>`, `<UNK>` first, then the corpus tokens from most to least frequent.
+//! The output vocabulary of the language model (bilm-tf's `vocab.txt`, read as bilm-tf's
+//! `Vocabulary` in bilm/data.py): one token per line, the corpus tokens from most to least
+//! frequent, with `<S>`, `</S>`, `<UNK>` where the file lists them (`elmo vocab` writes them first;
+//! the 1B Word Benchmark's `vocab-2016-09-10.txt` starts `</S>`, `<S>`, `<UNK>`).
 //!
 //! Inputs are always characters; the vocabulary only indexes the softmax.
 
@@ -38,34 +40,43 @@ impl Default for VocabularyOptions {
     }
 }
 
-/// Token ↔ id mapping; ids 0, 1, 2 are `<S>`, `</S>`, `<UNK>`.
+/// Token ↔ id mapping (an id is a token's position); `<S>`, `</S>` and `<UNK>` are always in it,
+/// at ids 0, 1, 2 unless a file put them elsewhere ([`Self::from_file`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Vocabulary {
     tokens: Vec<String>,
     index: HashMap<String, u32>,
+    bos_id: u32,
+    eos_id: u32,
+    unk_id: u32,
 }
 
 impl Vocabulary {
-    /// Id of `<S>`.
-    pub const BOS_ID: u32 = 0;
-    /// Id of `</S>`.
-    pub const EOS_ID: u32 = 1;
-    /// Id of `<UNK>`.
-    pub const UNK_ID: u32 = 2;
-
     /// A vocabulary from tokens given most frequent first (special tokens are added in front).
     pub fn from_tokens<I: IntoIterator<Item = String>>(tokens: I) -> Self {
-        let mut vocab = Self {
-            tokens: Vec::new(),
-            index: HashMap::new(),
-        };
+        let mut unique = Vec::new();
+        let mut seen = std::collections::HashSet::new();
         for token in [BOS, EOS, UNK].map(String::from).into_iter().chain(tokens) {
-            if !vocab.index.contains_key(&token) {
-                vocab.index.insert(token.clone(), vocab.tokens.len() as u32);
-                vocab.tokens.push(token);
+            if seen.insert(token.clone()) {
+                unique.push(token);
             }
         }
-        vocab
+        Self::in_order(unique)
+    }
+
+    /// The vocabulary of distinct `tokens` in id order, `<S>`, `</S>` and `<UNK>` among them.
+    fn in_order(tokens: Vec<String>) -> Self {
+        let index: HashMap<String, u32> = (tokens.iter().enumerate())
+            .map(|(id, token)| (token.clone(), id as u32))
+            .collect();
+        let [bos_id, eos_id, unk_id] = [BOS, EOS, UNK].map(|special| index[special]);
+        Self {
+            tokens,
+            index,
+            bos_id,
+            eos_id,
+            unk_id,
+        }
     }
 
     /// Builds a vocabulary from token counts: frequency-sorted (ties by token), `min_count` and
@@ -107,9 +118,11 @@ impl Vocabulary {
 
     /// Reads a vocabulary file (one token per line) as bilm-tf's `Vocabulary` does: lines as
     /// Python's universal newlines split them, each stripped of whitespace, `!!!MAXTERMID` (the
-    /// 1B Word Benchmark's last line) skipped. The special tokens are added in front when the
-    /// file lacks them (bilm-tf files list them). A count after a tab is dropped; empty lines,
-    /// tokens with whitespace inside and duplicates are errors.
+    /// 1B Word Benchmark's last line) skipped, each token's id its position, `<S>`, `</S>` and
+    /// `<UNK>` wherever the file lists them. A file that lists none of the three gets them in
+    /// front (bilm-tf requires them); one that lists only some is an error naming the missing.
+    /// A count after a tab is dropped; empty lines, tokens with whitespace inside and duplicates
+    /// are errors.
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
         let mut tokens = Vec::new();
@@ -145,15 +158,23 @@ impl Vocabulary {
                 message: "the file is empty".into(),
             });
         }
-        let specials_first = tokens.len() >= 3 && tokens[..3] == [BOS, EOS, UNK];
-        if !specials_first && tokens.iter().any(|t| [BOS, EOS, UNK].contains(&t.as_str())) {
-            return Err(TrainError::Vocabulary {
+        let missing: Vec<&str> = [BOS, EOS, UNK]
+            .into_iter()
+            .filter(|special| !seen.contains_key(*special))
+            .collect();
+        match missing.len() {
+            0 => Ok(Self::in_order(tokens)),
+            3 => Ok(Self::from_tokens(tokens)),
+            _ => Err(TrainError::Vocabulary {
                 path: path.to_path_buf(),
                 line: 0,
-                message: format!("`{BOS}`, `{EOS}`, `{UNK}` must be the first three lines"),
-            });
+                message: format!(
+                    "it lists some of `{BOS}`, `{EOS}`, `{UNK}` but not {}: list all three \
+                     (bilm-tf's files do) or none (they are then added in front)",
+                    missing.iter().map(|m| format!("`{m}`")).collect::<Vec<_>>().join(", ")
+                ),
+            }),
         }
-        Ok(Self::from_tokens(tokens))
     }
 
     /// Writes one token per line (atomically: a temporary file renamed into place).
@@ -176,9 +197,24 @@ impl Vocabulary {
         self.tokens.len() <= 3
     }
 
-    /// Id of a token, `<UNK>` when absent.
+    /// Id of a token, `<UNK>`'s when absent.
     pub fn id(&self, token: &str) -> u32 {
-        self.index.get(token).copied().unwrap_or(Self::UNK_ID)
+        self.index.get(token).copied().unwrap_or(self.unk_id)
+    }
+
+    /// Id of `<S>` (the backward direction's last target).
+    pub fn bos_id(&self) -> u32 {
+        self.bos_id
+    }
+
+    /// Id of `</S>` (the forward direction's last target).
+    pub fn eos_id(&self) -> u32 {
+        self.eos_id
+    }
+
+    /// Id of `<UNK>`.
+    pub fn unk_id(&self) -> u32 {
+        self.unk_id
     }
 
     /// The token of an id.
@@ -210,7 +246,7 @@ mod tests {
             },
         );
         assert_eq!(vocab.tokens(), ["<S>", "</S>", "<UNK>", "c", "a", "b"]);
-        assert_eq!(vocab.id("rare"), Vocabulary::UNK_ID);
+        assert_eq!(vocab.id("rare"), vocab.unk_id());
         assert_eq!(vocab.id("a"), 4);
         let capped = Vocabulary::from_counts(
             counts,
@@ -247,6 +283,23 @@ mod tests {
         let text = "<S>\r</S>\r\n<UNK> \nthe\t5\n\u{1f}cat\u{3000}\n!!!MAXTERMID\n";
         std::fs::write(&path, text).unwrap();
         assert_eq!(Vocabulary::from_file(&path).unwrap(), vocab);
+        // bilm-tf's ids are positions, the special tokens wherever the file lists them (the 1B
+        // Word Benchmark's vocabulary starts `</S>`, `<S>`, `<UNK>`), written back in that order.
+        std::fs::write(&path, "</S>\n<S>\n<UNK>\nthe\ncat\n!!!MAXTERMID\n").unwrap();
+        let bilm_tf = Vocabulary::from_file(&path).unwrap();
+        assert_eq!(bilm_tf.tokens(), ["</S>", "<S>", "<UNK>", "the", "cat"]);
+        let ids = [bilm_tf.bos_id(), bilm_tf.eos_id(), bilm_tf.unk_id()];
+        assert_eq!((ids, bilm_tf.id("cat"), bilm_tf.id("dog")), ([1, 0, 2], 4, 2));
+        std::fs::write(&path, "the\n<UNK>\ncat\n</S>\n<S>\n").unwrap();
+        let scattered = Vocabulary::from_file(&path).unwrap();
+        let ids = [scattered.bos_id(), scattered.eos_id(), scattered.unk_id()];
+        assert_eq!((ids, scattered.id("dog")), ([4, 3, 1], 1));
+        scattered.to_file(&path).unwrap();
+        assert_eq!(Vocabulary::from_file(&path).unwrap(), scattered);
+        // Some of the special tokens but not all: an error naming those missing.
+        std::fs::write(&path, "<S>\n</S>\nthe\n").unwrap();
+        let err = Vocabulary::from_file(&path).unwrap_err().to_string();
+        assert!(err.contains("not `<UNK>`:"), "{err}");
         for (text, line) in [("the\ncat dog\n", ":2:"), ("the\rcat\u{1c}dog\n", ":2:")] {
             std::fs::write(&path, text).unwrap();
             let err = Vocabulary::from_file(&path).unwrap_err().to_string();
