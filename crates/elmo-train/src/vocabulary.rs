@@ -171,7 +171,11 @@ impl Vocabulary {
                 message: format!(
                     "it lists some of `{BOS}`, `{EOS}`, `{UNK}` but not {}: list all three \
                      (bilm-tf's files do) or none (they are then added in front)",
-                    missing.iter().map(|m| format!("`{m}`")).collect::<Vec<_>>().join(", ")
+                    missing
+                        .iter()
+                        .map(|m| format!("`{m}`"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 ),
             }),
         }
@@ -289,7 +293,10 @@ mod tests {
         let bilm_tf = Vocabulary::from_file(&path).unwrap();
         assert_eq!(bilm_tf.tokens(), ["</S>", "<S>", "<UNK>", "the", "cat"]);
         let ids = [bilm_tf.bos_id(), bilm_tf.eos_id(), bilm_tf.unk_id()];
-        assert_eq!((ids, bilm_tf.id("cat"), bilm_tf.id("dog")), ([1, 0, 2], 4, 2));
+        assert_eq!(
+            (ids, bilm_tf.id("cat"), bilm_tf.id("dog")),
+            ([1, 0, 2], 4, 2)
+        );
         std::fs::write(&path, "the\n<UNK>\ncat\n</S>\n<S>\n").unwrap();
         let scattered = Vocabulary::from_file(&path).unwrap();
         let ids = [scattered.bos_id(), scattered.eos_id(), scattered.unk_id()];
