@@ -398,6 +398,9 @@ fn copy_part(
     // would scan the group's links again for every line).
     let file = hdf5_pure::File::open_streaming(path)
         .with_context(|| format!("{}: not a readable HDF5 file", path.display()))?;
+    let file_bytes = std::fs::metadata(path)
+        .with_context(|| format!("{}: reading", path.display()))?
+        .len();
     let datasets = file
         .root()
         .iter_datasets()
@@ -407,12 +410,20 @@ fn copy_part(
             continue;
         }
         let name = merged_name(&name, use_sentence_keys);
-        let shape: Vec<usize> = dataset
+        let shape = dataset
             .shape()
-            .with_context(|| format!("{}: dataset {name:?}", path.display()))?
-            .into_iter()
-            .map(|d| d as usize)
-            .collect();
+            .with_context(|| format!("{}: dataset {name:?}", path.display()))?;
+        // Before the values are read (hdf5-pure allocates what the shape declares): a part's
+        // values are stored in it, so they fit in the file.
+        let bytes = (shape.iter()).try_fold(4u64, |bytes, &d| bytes.checked_mul(d));
+        if bytes.is_none_or(|bytes| bytes > file_bytes) {
+            bail!(
+                "{}: dataset {name:?}: its shape {shape:?} holds more values than the file's \
+                 {file_bytes} bytes",
+                path.display()
+            );
+        }
+        let shape: Vec<usize> = shape.into_iter().map(|d| d as usize).collect();
         let values = dataset
             .read_f32()
             .with_context(|| format!("{}: dataset {name:?}", path.display()))?;

@@ -774,6 +774,24 @@ fn a_sentence_to_index_naming_another_line_is_refused() {
     }
 }
 
+/// Regression (`cargo xtask fuzz` merge case 702431): a part outside our own layout, read by
+/// hdf5-pure, whose dataset declares 2^37 values a row aborted `elmo merge` allocating them
+/// (16 TiB); now a clean error naming the part and the dataset, and no output is left.
+#[test]
+fn a_part_declaring_more_values_than_its_file_holds_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let part = fixture("fuzz/merge-702431-huge-shape.hdf5");
+    let merged = dir.path().join("merged.hdf5");
+    let stderr = fails(&["merge", path(&merged), path(&part)]);
+    assert!(
+        stderr.contains("merge-702431-huge-shape.hdf5: dataset")
+            && stderr.contains("holds more values than the file's 11744 bytes"),
+        "{stderr}"
+    );
+    let left: Vec<_> = std::fs::read_dir(dir.path()).expect("list").collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
 /// Regression (issue 49): nothing stopped two processes writing one output. A live writer's
 /// lock refuses a second one, even with --break-stale-lock.
 #[test]
