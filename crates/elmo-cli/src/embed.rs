@@ -308,17 +308,7 @@ fn check_sentence_index_size(
 
 /// Runs `elmo embed`.
 pub fn run(args: &EmbedArgs) -> Result<()> {
-    let extension = args
-        .output
-        .extension()
-        .and_then(|e| e.to_str())
-        .map(str::to_ascii_lowercase);
-    if !matches!(extension.as_deref(), Some("hdf5" | "h5")) {
-        bail!(
-            "{}: unsupported output format (use a .hdf5 or .h5 file name)",
-            args.output.display()
-        );
-    }
+    crate::hdf5_output::check_output_name(&args.output)?;
     // One writer per output, held until this function returns.
     let _lock = RunLock::acquire(lock_path(&args.output), args.break_stale_lock)?;
     let text = InputText::open(&args.input, beside(&args.output, ".stdin")?)?;

@@ -1,6 +1,7 @@
 //! Writer of AllenNLP's `elmo` command HDF5 layout: one float32 dataset per input line, named by its
 //! 0-based index (or by its sentence, `--use-sentence-keys`), plus `sentence_to_index` (a JSON
-//! object from sentence text to index string) unless the caller leaves it out.
+//! object from sentence text to index string) unless the caller leaves it out; and `elmo
+//! tokens`'s one `embedding` dataset, written in pieces.
 //!
 //! Each line's values are appended to a partial file beside the output (`.NAME.partial`) as they
 //! come; whenever the values written since the last commit pass a size limit they are synced to
@@ -85,6 +86,18 @@ pub fn beside(path: &Path, suffix: &str) -> Result<PathBuf> {
     name.push(file_name);
     name.push(suffix);
     Ok(path.with_file_name(name))
+}
+
+/// An error unless `path` names an HDF5 file (`.hdf5` or `.h5`): the one output format.
+pub fn check_output_name(path: &Path) -> Result<()> {
+    let extension = (path.extension().and_then(|e| e.to_str())).map(str::to_ascii_lowercase);
+    if !matches!(extension.as_deref(), Some("hdf5" | "h5")) {
+        bail!(
+            "{}: unsupported output format (use a .hdf5 or .h5 file name)",
+            path.display()
+        );
+    }
+    Ok(())
 }
 
 /// What [`Hdf5EmbeddingWriter::open`] found.
@@ -301,30 +314,80 @@ impl Hdf5EmbeddingWriter {
     /// # Shapes
     /// `values` holds `Π shape` values in C order.
     pub fn add(&mut self, name: &str, values: &[f32], shape: &[usize]) -> Result<()> {
+        self.add_pieces(name, shape, [Ok(values)])
+    }
+
+    /// [`Self::add`] with the values in row-major pieces, written as they come (a dataset too
+    /// large to hold at once: `elmo tokens`'s whole vocabulary). Pieces that hold other than
+    /// `Π shape` values, or an error from a piece, leave the dataset out (and the file as it was).
+    pub fn add_pieces(
+        &mut self,
+        name: &str,
+        shape: &[usize],
+        pieces: impl IntoIterator<Item = Result<impl AsRef<[f32]>>>,
+    ) -> Result<()> {
         if let Some(problem) = hdf5_layout::unusable_name(name, "name") {
             bail!("{}: dataset {name:?}: {problem}", self.final_path.display());
         }
         let shape: Vec<u64> = shape.iter().map(|&d| d as u64).collect();
-        if shape.is_empty() || value_bytes(&shape) != std::mem::size_of_val(values) as u64 {
+        let expected = if shape.is_empty() {
+            None
+        } else {
+            (shape.iter()).try_fold(4u64, |bytes, &d| bytes.checked_mul(d))
+        };
+        let mut written = 0u64;
+        for piece in pieces {
+            let piece = match piece {
+                Ok(piece) => piece,
+                Err(error) => {
+                    self.rewind()?;
+                    return Err(error);
+                }
+            };
+            let values = piece.as_ref();
+            written += std::mem::size_of_val(values) as u64;
+            if expected.is_none_or(|expected| written > expected) {
+                break;
+            }
+            self.bytes.clear();
+            self.bytes
+                .extend(values.iter().flat_map(|v| v.to_le_bytes()));
+            let file = self.file.as_mut().expect("writer used after finish");
+            file.write_all(&self.bytes).with_context(|| {
+                format!("{}: writing dataset {name:?}", self.temp_path.display())
+            })?;
+        }
+        if expected != Some(written) {
+            // The file's end is where the next dataset starts: values written here are dropped.
+            self.rewind()?;
             bail!(
-                "{}: dataset {name:?}: {} values for the shape {shape:?}",
+                "{}: dataset {name:?}: {}{} values for the shape {shape:?}",
                 self.final_path.display(),
-                values.len()
+                if expected.is_some_and(|e| written > e) {
+                    "over "
+                } else {
+                    ""
+                },
+                written / 4
             );
         }
-        self.bytes.clear();
-        self.bytes
-            .extend(values.iter().flat_map(|v| v.to_le_bytes()));
-        let file = self.file.as_mut().expect("writer used after finish");
-        file.write_all(&self.bytes)
-            .with_context(|| format!("{}: writing dataset {name:?}", self.temp_path.display()))?;
         self.datasets.push(name, &shape, self.end);
-        self.end += self.bytes.len() as u64;
-        self.staged_bytes += self.bytes.len() + 64;
+        self.end += written;
+        self.staged_bytes += written as usize + 64;
         if self.staged_bytes >= self.commit_bytes {
             self.commit()?;
         }
         Ok(())
+    }
+
+    /// Puts the partial file back at [`Self::end`](Self::end), dropping values written past it.
+    fn rewind(&mut self) -> Result<()> {
+        let file = self.file.as_mut().expect("writer used after finish");
+        let end = self.end;
+        file.flush()
+            .and_then(|()| file.get_ref().set_len(end))
+            .and_then(|()| file.seek(SeekFrom::Start(end)).map(|_| ()))
+            .with_context(|| format!("{}: writing", self.temp_path.display()))
     }
 
     /// Syncs the values written to disk, then appends their datasets to the index: the index
@@ -639,6 +702,32 @@ mod tests {
             assert!(opened.written.is_empty());
             drop(opened);
         }
+    }
+
+    /// A dataset written in pieces is the dataset written at once; pieces of too few or too
+    /// many values, or a piece that fails, are refused and leave nothing in the file.
+    #[test]
+    fn a_dataset_in_pieces_is_the_dataset_at_once() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let expected = whole(dir.path(), 3);
+        let path = dir.path().join("pieces.hdf5");
+        let mut writer = open(&path, 0).writer;
+        add_lines(&mut writer, 0..1);
+        let (values, shape) = line(1);
+        let (a, b) = values.split_at(values.len() / 3);
+        let short = (writer.add_pieces("1", &shape, [Ok(a)])).expect_err("short");
+        let message = format!("{} values for the shape", a.len());
+        assert!(format!("{short:#}").contains(&message), "{short:#}");
+        let over = (writer.add_pieces("1", &shape, [Ok(a), Ok(b), Ok(b)])).expect_err("over");
+        assert!(format!("{over:#}").contains("over "), "{over:#}");
+        let failed = [Ok(a), Err(anyhow::anyhow!("a piece failed"))];
+        let failed = writer.add_pieces("1", &shape, failed).expect_err("failed");
+        assert_eq!(format!("{failed:#}"), "a piece failed");
+        writer.note(1, "sentence 1");
+        (writer.add_pieces("1", &shape, [Ok(a), Ok(b)])).expect("pieces");
+        add_lines(&mut writer, 2..3);
+        writer.finish().expect("finish");
+        assert!(std::fs::read(&path).expect("read") == expected);
     }
 
     #[test]

@@ -17,6 +17,7 @@ mod progress;
 mod sentence_index;
 mod sentence_keys;
 mod task_cmd;
+mod tokens_cmd;
 mod train_cmd;
 mod vocab_cmd;
 
@@ -31,6 +32,7 @@ use clap::{Parser, Subcommand};
     version,
     about,
     after_help = "Examples:\n  elmo embed --options options.json --weights weights.hdf5 input.txt output.hdf5\n  \
+                  elmo tokens --options options.json --weights weights.hdf5 vocab.txt tokens.hdf5\n  \
                   elmo vocab --out vocab.txt train.txt\n  \
                   elmo train --preset small --train train.txt --vocab vocab.txt --out runs/small\n  \
                   elmo eval --model runs/small --data test.txt\n  \
@@ -60,6 +62,9 @@ enum Command {
     Merge(merge_cmd::MergeArgs),
     /// Build the output vocabulary of a corpus (frequency-sorted, one token per line).
     Vocab(vocab_cmd::VocabArgs),
+    /// Write the context-free token embeddings of a vocabulary (bilm-tf's
+    /// `dump_token_embeddings`).
+    Tokens(tokens_cmd::TokensArgs),
     /// Train (or fine-tune, or resume) a biLM on text.
     Train(Box<train_cmd::TrainArgs>),
     /// Full-softmax perplexity of a trained run on a text file, per direction.
@@ -79,6 +84,7 @@ impl Command {
             Command::Embed(args) => Some(args.backend),
             Command::Train(args) => Some(args.backend),
             Command::Eval(args) => Some(args.backend),
+            Command::Tokens(args) => Some(args.backend),
             Command::Task(args) => Some(args.backend()),
             // Export reads the run on flex.
             Command::Export(_) => Some(backend::Backend::Flex),
@@ -117,6 +123,7 @@ fn main() -> std::process::ExitCode {
         Command::Embed(args) => embed::run(args),
         Command::Merge(args) => merge_cmd::run(args),
         Command::Vocab(args) => vocab_cmd::run(args),
+        Command::Tokens(args) => tokens_cmd::run(args),
         Command::Train(args) => train_cmd::run(args),
         Command::Eval(args) => eval_cmd::run(args),
         Command::Export(args) => export_cmd::run(args),
