@@ -305,75 +305,57 @@ mod tests {
     }
 
     #[test]
-    fn sentence_ends_are_the_vocabularys_boundary_ids() {
-        // The 1B Word Benchmark's order: `</S>` 0, `<S>` 1, `<UNK>` 2, then a 3 … e 7.
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("vocab.txt");
-        std::fs::write(&path, "</S>\n<S>\n<UNK>\na\nb\nc\nd\ne\n").unwrap();
-        let vocab = Arc::new(Vocabulary::from_file(&path).unwrap());
-        let files = files(dir.path(), "a b\n\nc\nd e\n");
-        let mut batcher = ContiguousBatcher::new(files, false, vocab, 2, 3, None);
-        let Some(LmBatch::Packed {
-            forward,
-            backward,
-            forward_targets,
-            backward_targets,
-        }) = batcher.next_batch().unwrap()
-        else {
-            panic!("expected a packed batch")
-        };
-        let targets = |grid, targets| rows(grid, targets).into_iter().map(|(_, t)| t);
-        let forward: Vec<Vec<u32>> = targets(&forward, &forward_targets).collect();
-        assert_eq!(forward, [vec![3, 4, 0], vec![0, 6, 7]]);
-        let backward: Vec<Vec<u32>> = targets(&backward, &backward_targets).collect();
-        assert_eq!(backward, [vec![7, 6, 1], vec![1, 4, 3]]);
-    }
-
-    #[test]
     fn one_pass_reads_each_row_as_a_contiguous_part_of_the_text() {
         let dir = tempfile::tempdir().unwrap();
-        // Forward inputs: <S> a b <S> c <S> d e (8), targets a b </S> c </S> d e </S>.
-        let files = files(dir.path(), "a b\n\nc\nd e\n");
-        let mut batcher = ContiguousBatcher::new(files, false, vocab(), 2, 3, None);
-        let Some(LmBatch::Packed {
-            forward,
-            backward,
-            forward_targets,
-            backward_targets,
-        }) = batcher.next_batch().unwrap()
-        else {
-            panic!("expected a packed batch")
-        };
-        let s = |tokens: &[&str]| tokens.iter().map(|t| t.to_string()).collect::<Vec<_>>();
-        // Rows of 4: [<S> a b <S>] and [c <S> d e]; ids: <S> 0, </S> 1, a 3 … e 7.
-        assert_eq!(
-            rows(&forward, &forward_targets),
-            vec![
-                (s(&["<S>", "a", "b"]), vec![3, 4, 1]),
-                (s(&["c", "<S>", "d"]), vec![1, 6, 7]),
-            ]
-        );
-        // Backward inputs: </S> e d </S> c </S> b a, targets e d <S> c <S> b a <S>.
-        assert_eq!(
-            rows(&backward, &backward_targets),
-            vec![
-                (s(&["</S>", "e", "d"]), vec![7, 6, 0]),
-                (s(&["c", "</S>", "b"]), vec![0, 4, 3]),
-            ]
-        );
-        let Some(LmBatch::Packed {
-            forward,
-            forward_targets,
-            ..
-        }) = batcher.next_batch().unwrap()
-        else {
-            panic!("expected a packed batch")
-        };
-        assert_eq!(
-            rows(&forward, &forward_targets),
-            vec![(s(&["<S>"]), vec![5]), (s(&["e"]), vec![1])]
-        );
-        assert!(batcher.next_batch().unwrap().is_none());
+        // The sentence ends take the vocabulary's ids: `<S>` 0, `</S>` 1 in `elmo vocab`'s
+        // order, `</S>` 0, `<S>` 1 in the 1B Word Benchmark's; a 3 … e 7 in both.
+        let bilm_tf = dir.path().join("vocab.txt");
+        std::fs::write(&bilm_tf, "</S>\n<S>\n<UNK>\na\nb\nc\nd\ne\n").unwrap();
+        for vocab in [vocab(), Arc::new(Vocabulary::from_file(&bilm_tf).unwrap())] {
+            let (bos, eos) = (vocab.bos_id(), vocab.eos_id());
+            // Forward inputs: <S> a b <S> c <S> d e (8), targets a b </S> c </S> d e </S>.
+            let files = files(dir.path(), "a b\n\nc\nd e\n");
+            let mut batcher = ContiguousBatcher::new(files, false, vocab, 2, 3, None);
+            let Some(LmBatch::Packed {
+                forward,
+                backward,
+                forward_targets,
+                backward_targets,
+            }) = batcher.next_batch().unwrap()
+            else {
+                panic!("expected a packed batch")
+            };
+            let s = |tokens: &[&str]| tokens.iter().map(|t| t.to_string()).collect::<Vec<_>>();
+            // Rows of 4: [<S> a b <S>] and [c <S> d e].
+            assert_eq!(
+                rows(&forward, &forward_targets),
+                vec![
+                    (s(&["<S>", "a", "b"]), vec![3, 4, eos]),
+                    (s(&["c", "<S>", "d"]), vec![eos, 6, 7]),
+                ]
+            );
+            // Backward inputs: </S> e d </S> c </S> b a, targets e d <S> c <S> b a <S>.
+            assert_eq!(
+                rows(&backward, &backward_targets),
+                vec![
+                    (s(&["</S>", "e", "d"]), vec![7, 6, bos]),
+                    (s(&["c", "</S>", "b"]), vec![bos, 4, 3]),
+                ]
+            );
+            let Some(LmBatch::Packed {
+                forward,
+                forward_targets,
+                ..
+            }) = batcher.next_batch().unwrap()
+            else {
+                panic!("expected a packed batch")
+            };
+            assert_eq!(
+                rows(&forward, &forward_targets),
+                vec![(s(&["<S>"]), vec![5]), (s(&["e"]), vec![eos])]
+            );
+            assert!(batcher.next_batch().unwrap().is_none());
+        }
     }
 
     #[test]
