@@ -9,6 +9,11 @@ does.
 Prints `RESULT shape=... threads=... batch=... device=... tokens_per_s=... peak_rss_mib=...
 first_pass_s=...` (and `peak_gpu_mib` on CUDA; on CUDA the timed batches run once untimed first,
 whose seconds `first_pass_s` says).
+
+    python3 xtask/peer/elmo_pytorch.py SHAPE THREADS tokens VOCAB [BATCH_SIZE] [DEVICE]
+
+The peer of `elmo tokens` (bilm-tf's `dump_token_embeddings`, batched): every line of VOCAB alone
+through the token encoder, AllenNLP's char ids, BATCH_SIZE (4096) tokens a call, read back.
 """
 import resource
 import sys
@@ -20,8 +25,9 @@ import torch.nn.functional as fn
 torch.set_grad_enabled(False)
 shape = sys.argv[1]
 threads = int(sys.argv[2])
-batches = int(sys.argv[3]) if len(sys.argv) > 3 else 3
-batch_size = int(sys.argv[4]) if len(sys.argv) > 4 else 64
+vocab_file = sys.argv.pop(4) if len(sys.argv) > 4 and sys.argv[3] == "tokens" else None
+batches = int(sys.argv[3]) if len(sys.argv) > 3 and not vocab_file else 3
+batch_size = int(sys.argv[4]) if len(sys.argv) > 4 else (4096 if vocab_file else 64)
 device = torch.device(sys.argv[5] if len(sys.argv) > 5 else "cpu")
 torch.set_num_threads(threads)
 C, P, N_HIGHWAY = {"small": (1024, 128, 1), "medium": (2048, 256, 1), "original": (4096, 512, 2)}[shape]
@@ -104,6 +110,32 @@ def batch(seed):
         ids[row, :n] = torch.randint(1, 262, (n, 50), generator=gen)
     return ids, lengths
 
+
+def char_ids(token):
+    """AllenNLP's `ELMoCharacterMapper.convert_word_to_char_ids`, then +1."""
+    if token in ("<S>", "</S>"):
+        ids = [258, 256 if token == "<S>" else 257, 259] + [260] * 47
+    else:
+        chars = list(token.encode("utf-8")[:48])
+        ids = [258] + chars + [259] + [260] * (48 - len(chars))
+    return [i + 1 for i in ids]
+
+
+if vocab_file:
+    with open(vocab_file, encoding="utf-8") as f:
+        words = [line.strip() for line in f if line.strip() != "!!!MAXTERMID"]
+    ids = torch.tensor([char_ids(w) for w in words]).view(len(words), 1, 50)
+    token_encoder(ids[:batch_size].to(device)).cpu()
+    start = time.perf_counter()
+    rows = [token_encoder(ids[i : i + batch_size].to(device)).cpu() for i in range(0, len(words), batch_size)]
+    seconds = time.perf_counter() - start
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(
+        f"RESULT shape={shape} threads={threads} batch={batch_size} device={device} "
+        f"tokens={len(words)} seconds={seconds:.3f} tokens_per_s={len(words) / seconds:.1f} "
+        f"peak_rss_mib={rss:.0f}"
+    )
+    sys.exit(0)
 
 data = [batch(s) for s in range(batches)]
 tokens = sum(sum(l) - 2 * len(l) for _, l in data)
