@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use elmo_model::{CharIdBatch, RunLock};
+use elmo_model::RunLock;
 use elmo_train::Vocabulary;
 
 use crate::backend::Backend;
@@ -82,9 +82,7 @@ pub fn run(args: &TokensArgs) -> Result<()> {
         .tokens()
         .chunks(args.batch_size as usize)
         .map(|chunk| {
-            let sentences: Vec<[&str; 1]> = chunk.iter().map(|token| [token.as_str()]).collect();
-            let batch = CharIdBatch::from_sentences(&sentences);
-            let encoded = model.bilm.encode_tokens(&batch, &device);
+            let encoded = model.bilm.token_embeddings(chunk, &device);
             let values = (encoded.try_into_data().map_err(|e| format!("{e:?}")))
                 .and_then(|data| data.try_into_vec::<f32>().map_err(|e| format!("{e:?}")))
                 .map_err(|e| anyhow::anyhow!("reading the token embeddings back: {e}"))?;

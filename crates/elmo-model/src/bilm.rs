@@ -265,6 +265,19 @@ impl BiLm {
         Ok(self.forward_embedded(token_embedding, &with_boundaries.lengths, state))
     }
 
+    /// The context-free embedding of each token alone (ELMo's layer 0, one copy: the char CNN,
+    /// its highways and projection), as bilm-tf's `dump_token_embeddings` gives a vocabulary's;
+    /// `<S>` and `</S>` are the sentence-boundary tokens.
+    ///
+    /// # Shapes
+    /// - output: `[tokens.len(), P]`
+    pub fn token_embeddings<S: AsRef<str>>(&self, tokens: &[S], device: &Device) -> Tensor<2> {
+        let alone: Vec<[&str; 1]> = tokens.iter().map(|token| [token.as_ref()]).collect();
+        let encoded = self.encode_tokens(&CharIdBatch::from_sentences(&alone), device);
+        let [n, _, d] = encoded.dims();
+        encoded.reshape([n, d])
+    }
+
     /// Token embeddings of a host batch, encoding each distinct token once (the encoder is
     /// context-free) and gathering the results; all padding positions share one row.
     ///

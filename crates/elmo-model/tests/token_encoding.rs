@@ -3,7 +3,8 @@
 //! gives position by position, also past one chunk of distinct tokens, and the same gradients;
 //! with a `TokenEmbeddingCache` (tokens of earlier batches not encoded again) the biLM's outputs
 //! are those without it, whether the cache holds every token or drops some; the training step's
-//! pass outside autodiff (`BiLm::convolve_tokens`) records every chunk.
+//! pass outside autodiff (`BiLm::convolve_tokens`) records every chunk; a token alone
+//! (`BiLm::token_embeddings`) is encoded as in a sentence.
 
 mod common;
 
@@ -247,4 +248,28 @@ fn cached_token_embeddings_leave_the_outputs_unchanged() {
         bilm.forward_batch_cached(&batches[0], &device, None, Some(&mut other))
             .is_err()
     );
+}
+
+/// `token_embeddings` (a vocabulary's rows, as bilm-tf's `dump_token_embeddings`) equal the
+/// token embeddings of the same tokens inside sentences, boundaries included, past one chunk.
+#[test]
+fn a_token_alone_is_encoded_as_in_a_sentence() {
+    let device = Device::flex();
+    let bilm = host_chunked_bilm(&device);
+    let n_distinct = ENCODER_CHUNK_TOKENS + 5;
+    let batch = batch_of(3, n_distinct);
+    let in_sentences = bilm.encode_tokens(&batch, &device);
+    let d = in_sentences.dims()[2];
+    // The last sentence lists every word once: `<S> w0 … w{n - 1} </S>`.
+    let words: Vec<String> = ["<S>".to_string(), "</S>".to_string()]
+        .into_iter()
+        .chain((0..n_distinct).map(|i| format!("w{i}")))
+        .collect();
+    let alone = bilm.token_embeddings(&words, &device);
+    assert_eq!(alone.dims(), [words.len(), d]);
+    let at = |t: usize| in_sentences.clone().slice([3..4, t..t + 1]).reshape([1, d]);
+    let positions = [0, n_distinct + 1].into_iter().chain(1..=n_distinct);
+    let expected = Tensor::cat(positions.map(at).collect(), 0);
+    let difference = max_abs_diff3(&alone.unsqueeze(), &expected.unsqueeze());
+    assert!(difference < 1e-5, "off by {difference}");
 }
