@@ -90,6 +90,12 @@ pub struct EmbedArgs {
     #[cfg(feature = "cuda")]
     #[arg(long)]
     pub no_cublas: bool,
+    /// Split each line with the built-in tokenizer, as `elmo train --tokenize` splits raw text
+    /// (punctuation apart, `n't` and `'s`-style clitics; rules in
+    /// crates/elmo-model/src/tokenizer.rs), instead of on whitespace (AllenNLP's `elmo`
+    /// command). Datasets and `sentence_to_index` stay one per line.
+    #[arg(long)]
+    pub tokenize: bool,
     /// Refuse lines with more tokens than this (a line's output is held in memory while written).
     #[arg(long, default_value_t = 10_000)]
     pub max_tokens: usize,
@@ -278,6 +284,7 @@ fn check_sentence_index_size(
     input: &InputSummary,
     range: LineRange,
     max_tokens: usize,
+    tokenize: bool,
     limit: u64,
 ) -> Result<()> {
     let bound = input
@@ -288,7 +295,7 @@ fn check_sentence_index_size(
     if bound <= limit {
         return Ok(());
     }
-    let mut reader = SentenceReader::open(text, max_tokens)?;
+    let mut reader = SentenceReader::open(text, max_tokens, tokenize)?;
     let lines = std::iter::from_fn(|| {
         range
             .next_sentence(&mut reader)
@@ -313,7 +320,7 @@ pub fn run(args: &EmbedArgs) -> Result<()> {
     let _lock = RunLock::acquire(lock_path(&args.output), args.break_stale_lock)?;
     let text = InputText::open(&args.input, beside(&args.output, ".stdin")?)?;
     let keys = if args.use_sentence_keys {
-        Some(SentenceKeys::scan(&text, args.max_tokens)?)
+        Some(SentenceKeys::scan(&text, args.max_tokens, args.tokenize)?)
     } else {
         None
     };
@@ -360,12 +367,19 @@ pub fn run(args: &EmbedArgs) -> Result<()> {
             " keys=sentences"
         } else {
             ""
-        },
+        } + if args.tokenize { " tokenize" } else { "" },
     };
     let commit_bytes = args.commit_mib.saturating_mul(1 << 20);
     let sentence_to_index = !(args.use_sentence_keys || args.forget_sentences);
     if sentence_to_index {
-        check_sentence_index_size(&text, &input, range, args.max_tokens, MAX_JSON_BYTES)?;
+        check_sentence_index_size(
+            &text,
+            &input,
+            range,
+            args.max_tokens,
+            args.tokenize,
+            MAX_JSON_BYTES,
+        )?;
     }
     // The names of this run's datasets: a partial output naming another is damaged.
     let is_line = |name: &str| match &keys {
@@ -418,7 +432,7 @@ pub fn run(args: &EmbedArgs) -> Result<()> {
         );
     }
     let total = range.len_of(input.lines);
-    let mut reader = SentenceReader::open(&text, args.max_tokens)?;
+    let mut reader = SentenceReader::open(&text, args.max_tokens, args.tokenize)?;
     if !args.quiet {
         eprintln!(
             "model: {} ({} LSTM layers of {} cells, vectors of width {}); backend: {:?}",
@@ -539,7 +553,7 @@ mod tests {
             start: 1,
             end: Some(4),
         };
-        let check = |limit| check_sentence_index_size(&text, &input, range, 100, limit);
+        let check = |limit| check_sentence_index_size(&text, &input, range, 100, false, limit);
         check(20).expect("fits");
         let refused = check(19).expect_err("does not fit");
         let message = format!("{refused:#}");

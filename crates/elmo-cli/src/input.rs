@@ -8,7 +8,7 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
-use elmo_model::python_text::{LineCounter, UniversalLines, python_split, python_strip};
+use elmo_model::python_text::{LineCounter, UniversalLines, python_strip};
 
 /// The text `elmo embed` reads: a file, or standard input copied to a hidden file beside the
 /// output first (the input is read more than once: its line count, its hash, its lines), which
@@ -68,7 +68,7 @@ pub struct Sentence {
     pub index: usize,
     /// The line with surrounding whitespace removed.
     pub text: String,
-    /// Whitespace-separated tokens.
+    /// Its tokens: whitespace-separated words, or the tokenizer's.
     pub tokens: Vec<String>,
 }
 
@@ -89,12 +89,15 @@ pub struct SentenceReader {
     label: String,
     next_index: usize,
     max_tokens: usize,
+    tokenize: bool,
     buffer: Vec<u8>,
 }
 
 impl SentenceReader {
-    /// Opens `input`; a line with more than `max_tokens` tokens is an error.
-    pub fn open(input: &InputText, max_tokens: usize) -> Result<Self> {
+    /// Opens `input`; a line with more than `max_tokens` tokens is an error. With `tokenize` a
+    /// line's tokens are the built-in tokenizer's (`elmo train --tokenize`'s), else its
+    /// whitespace-separated words.
+    pub fn open(input: &InputText, max_tokens: usize, tokenize: bool) -> Result<Self> {
         let file = File::open(&input.path)
             .with_context(|| format!("{}: cannot open input", input.label))?;
         Ok(Self {
@@ -102,6 +105,7 @@ impl SentenceReader {
             label: input.label.clone(),
             next_index: 0,
             max_tokens,
+            tokenize,
             buffer: Vec::new(),
         })
     }
@@ -158,7 +162,7 @@ impl SentenceReader {
             ),
         };
         let text = python_strip(text);
-        let tokens: Vec<String> = python_split(text).map(str::to_string).collect();
+        let tokens = elmo_train::corpus::split_line(text, self.tokenize);
         if tokens.len() > self.max_tokens {
             bail!(
                 "{}:{line_number}: {} tokens, more than --max-tokens {} (split the line or raise the limit)",
@@ -186,7 +190,7 @@ mod tests {
         let path = dir.path().join("input.txt");
         std::fs::write(&path, bytes).expect("write");
         let input = InputText::open(&path, dir.path().join("spool")).expect("open");
-        let mut reader = SentenceReader::open(&input, 100).expect("reader");
+        let mut reader = SentenceReader::open(&input, 100, false).expect("reader");
         // A small buffer, so that line ends fall across its refills.
         reader.lines = UniversalLines::new(BufReader::with_capacity(
             3,

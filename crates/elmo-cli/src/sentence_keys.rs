@@ -32,8 +32,8 @@ impl SentenceKeys {
     /// Reads every line of `input` (the same reader, and so the same errors, as the embedding
     /// pass): an error naming the line when its sentence cannot name a dataset or repeats an
     /// earlier line's.
-    pub fn scan(input: &InputText, max_tokens: usize) -> Result<Self> {
-        let mut reader = SentenceReader::open(input, max_tokens)?;
+    pub fn scan(input: &InputText, max_tokens: usize, tokenize: bool) -> Result<Self> {
+        let mut reader = SentenceReader::open(input, max_tokens, tokenize)?;
         let mut lines = HashMap::new();
         while let Some(sentence) = reader.next_sentence()? {
             let line_number = sentence.index + 1;
@@ -72,7 +72,7 @@ mod tests {
         let path = dir.path().join("in.txt");
         std::fs::write(&path, text).expect("write");
         let input = InputText::open(&path, dir.path().join("unused")).expect("input");
-        SentenceKeys::scan(&input, 100)
+        SentenceKeys::scan(&input, 100, false)
     }
 
     #[test]

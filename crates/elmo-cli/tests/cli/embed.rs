@@ -621,6 +621,33 @@ fn standard_input_embeds_as_a_file_does() {
     assert_eq!(left, ["out.hdf5", "stdin.hdf5"]);
 }
 
+/// `--tokenize` splits raw lines as `elmo train --tokenize` does: the vectors of the text
+/// pre-split by the tokenizer, one dataset per line all the same, `sentence_to_index` naming
+/// the raw lines.
+#[test]
+fn tokenize_embeds_the_tokenizers_tokens() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let raw = ["The cat's mat isn't red.", "Hello, world!", "(e.g. U.S.A.)"];
+    let split: Vec<String> = raw
+        .iter()
+        .map(|line| elmo_model::tokenizer::tokenize(line).join(" "))
+        .collect();
+    assert_eq!(split[0], "The cat 's mat is n't red .");
+    let (tokenized, result) = embed(dir.path(), &(raw.join("\n") + "\n"), &["--tokenize"]);
+    assert!(result.status.success(), "{result:?}");
+    let tokenized = contents(&tokenized);
+    std::fs::create_dir(dir.path().join("split")).expect("mkdir");
+    let (presplit, result) = embed(&dir.path().join("split"), &(split.join("\n") + "\n"), &[]);
+    assert!(result.status.success(), "{result:?}");
+    assert_eq!(tokenized.0, contents(&presplit).0);
+    assert_eq!(tokenized.0["0"].0, [3, 8, 32]);
+    assert!(
+        tokenized.1.contains("\"The cat's mat isn't red.\": \"0\""),
+        "{}",
+        tokenized.1
+    );
+}
+
 /// `--gpu N` picks the GPU of a GPU backend: refused for a CPU backend or a command without
 /// one, and a GPU the machine lacks is the device's start error, naming what was asked for.
 #[test]
