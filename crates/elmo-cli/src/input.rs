@@ -1,7 +1,8 @@
 //! Streaming reader of the embed input: UTF-8 text, one sentence per line, whitespace tokens,
 //! from a file or from standard input (`-`, as AllenNLP's `elmo` command takes it). Lines and
 //! tokens are what AllenNLP's `elmo` command reads (`allennlp/commands/elmo.py`: a file opened
-//! in Python's text mode, `line.strip()`, `sentence.split()`), by [`elmo_model::python_text`].
+//! in Python's text mode, `line.strip()`, `sentence.split()`), by [`elmo_model::python_text`];
+//! with `--tokenize` a line's tokens are the built-in tokenizer's instead.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader};
