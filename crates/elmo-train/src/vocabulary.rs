@@ -121,8 +121,9 @@ impl Vocabulary {
     /// 1B Word Benchmark's last line) skipped, each token's id its position, `<S>`, `</S>` and
     /// `<UNK>` wherever the file lists them. A file that lists none of the three gets them in
     /// front (bilm-tf requires them); one that lists only some is an error naming the missing.
-    /// A count after a tab is dropped; empty lines, tokens with whitespace inside and duplicates
-    /// are errors.
+    /// A count after a tab is dropped; empty lines, tokens with ASCII whitespace inside and
+    /// duplicates are errors (other Unicode whitespace inside a token is kept, as bilm-tf keeps
+    /// it).
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
         let mut tokens = Vec::new();
@@ -138,7 +139,10 @@ impl Vocabulary {
                 line: number,
                 message,
             };
-            if token.is_empty() || token.chars().any(is_python_space) {
+            // ASCII whitespace inside is a second field (a count after a space?); other Unicode
+            // whitespace stays part of the token, as bilm-tf keeps it (a corpus split at it
+            // never yields that token).
+            if token.is_empty() || token.chars().any(|c| c.is_ascii() && is_python_space(c)) {
                 return Err(vocab_error(
                     "empty token or token with whitespace (one token per line)".into(),
                 ));
@@ -307,6 +311,10 @@ mod tests {
         std::fs::write(&path, "<S>\n</S>\nthe\n").unwrap();
         let err = Vocabulary::from_file(&path).unwrap_err().to_string();
         assert!(err.contains("not `<UNK>`:"), "{err}");
+        // A no-break space inside a token is part of it (bilm-tf's `strip()` leaves it).
+        std::fs::write(&path, "the\n10\u{a0}000\n").unwrap();
+        let kept = Vocabulary::from_file(&path).unwrap();
+        assert_eq!(kept.tokens()[3..], ["the", "10\u{a0}000"]);
         for (text, line) in [("the\ncat dog\n", ":2:"), ("the\rcat\u{1c}dog\n", ":2:")] {
             std::fs::write(&path, text).unwrap();
             let err = Vocabulary::from_file(&path).unwrap_err().to_string();
