@@ -364,7 +364,7 @@ impl Hdf5EmbeddingWriter {
                 "{}: dataset {name:?}: {}{} values for the shape {shape:?}",
                 self.final_path.display(),
                 if expected.is_some_and(|e| written > e) {
-                    "over "
+                    "at least "
                 } else {
                     ""
                 },
@@ -719,7 +719,8 @@ mod tests {
         let message = format!("{} values for the shape", a.len());
         assert!(format!("{short:#}").contains(&message), "{short:#}");
         let over = (writer.add_pieces("1", &shape, [Ok(a), Ok(b), Ok(b)])).expect_err("over");
-        assert!(format!("{over:#}").contains("over "), "{over:#}");
+        let message = format!("at least {} values for the shape", 2 * b.len() + a.len());
+        assert!(format!("{over:#}").contains(&message), "{over:#}");
         let failed = [Ok(a), Err(anyhow::anyhow!("a piece failed"))];
         let failed = writer.add_pieces("1", &shape, failed).expect_err("failed");
         assert_eq!(format!("{failed:#}"), "a piece failed");
