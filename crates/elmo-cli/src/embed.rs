@@ -57,6 +57,15 @@ pub struct EmbedArgs {
     /// Layers written for each sentence.
     #[arg(long, value_enum, default_value_t = LayerArg::All)]
     pub layers: LayerArg,
+    /// `--layers all`, as AllenNLP's `elmo` command spells it.
+    #[arg(long, conflicts_with_all = ["layers", "top", "average"])]
+    pub all: bool,
+    /// `--layers top`, as AllenNLP's `elmo` command spells it.
+    #[arg(long, conflicts_with_all = ["layers", "average"])]
+    pub top: bool,
+    /// `--layers average`, as AllenNLP's `elmo` command spells it.
+    #[arg(long, conflicts_with = "layers")]
+    pub average: bool,
     /// Name each line's dataset by its sentence (the line without surrounding whitespace)
     /// instead of its line number, with no `sentence_to_index` (AllenNLP's
     /// `--use-sentence-keys`). No two lines may be equal, empty, `.` or hold a `/`: checked over
@@ -133,6 +142,18 @@ pub struct EmbedArgs {
     /// No progress bar.
     #[arg(long, short)]
     pub quiet: bool,
+}
+
+impl EmbedArgs {
+    /// `--layers`, or AllenNLP's spelling of it (`--all`, `--top`, `--average`).
+    fn layer_selection(&self) -> LayerArg {
+        match (self.all, self.top, self.average) {
+            (true, _, _) => LayerArg::All,
+            (_, true, _) => LayerArg::Top,
+            (_, _, true) => LayerArg::Average,
+            _ => self.layers,
+        }
+    }
 }
 
 /// `--lines A:B`: lines `start .. end` (0-based, end excluded; `None`: to the end).
@@ -353,7 +374,7 @@ pub fn run(args: &EmbedArgs) -> Result<()> {
         model: model_fingerprint(&model.bilm)?,
         settings: format!(
             "layers={:?} lines={}:{} stateful={} batch={} max_tokens={}",
-            args.layers,
+            args.layer_selection(),
             range.start,
             range.end.map_or(String::new(), |end| end.to_string()),
             args.stateful,
@@ -444,7 +465,7 @@ pub fn run(args: &EmbedArgs) -> Result<()> {
         );
     }
     let mut embedder = EmbedderConfig {
-        layers: args.layers.into(),
+        layers: args.layer_selection().into(),
         stateful: args.stateful,
         batch_size,
         max_batch_positions,

@@ -16,17 +16,20 @@ const DEMO_WEIGHTS: &[u8] = include_bytes!("../../../fixtures/allennlp/lm_weight
 /// Model selection flags shared by the commands that need a pretrained biLM.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ModelArgs {
-    /// bilm-tf / AllenNLP `options.json` (with --weights).
+    /// bilm-tf / AllenNLP `options.json` (with --weights; AllenNLP's `--options-file` too).
     #[arg(
         long,
+        alias = "options-file",
         value_name = "OPTIONS_JSON",
         requires = "weights",
         conflicts_with = "model"
     )]
     pub options: Option<PathBuf>,
-    /// HDF5 weights in the official bilm-tf layout (with --options).
+    /// HDF5 weights in the official bilm-tf layout (with --options; AllenNLP's `--weight-file`
+    /// too).
     #[arg(
         long,
+        alias = "weight-file",
         value_name = "WEIGHTS_HDF5",
         requires = "options",
         conflicts_with = "model"

@@ -141,22 +141,41 @@ fn top_and_average_layers() {
     ] {
         let sub = dir.path().join(mode);
         std::fs::create_dir(&sub).expect("mkdir");
-        let (path, result) = embed(&sub, TEXT, &["--layers", mode]);
+        let (output, result) = embed(&sub, TEXT, &["--layers", mode]);
         assert!(
             result.status.success(),
             "{}",
             String::from_utf8_lossy(&result.stderr)
         );
-        let (shape, values) = dataset(&hdf5_pure::File::open(&path).expect("open"), "2");
+        let (shape, values) = dataset(&hdf5_pure::File::open(&output).expect("open"), "2");
         assert_eq!(shape, vec![n, d], "{mode}");
         for (g, e) in values.iter().zip(&expected) {
             assert!((g - e).abs() <= 1e-6, "{mode}: {g} vs {e}");
         }
         assert_eq!(
-            dataset(&hdf5_pure::File::open(&path).expect("open"), "1").0,
+            dataset(&hdf5_pure::File::open(&output).expect("open"), "1").0,
             vec![0, d]
         );
+        // AllenNLP's `elmo` command's spelling of the same run: the same file.
+        let allennlp = dir.path().join(format!("{mode}-allennlp"));
+        std::fs::create_dir(&allennlp).expect("mkdir");
+        let (options, weights) = (
+            fixture("allennlp/options.json"),
+            fixture("allennlp/lm_weights.hdf5"),
+        );
+        let flag = format!("--{mode}");
+        let spelled = [
+            "--options-file",
+            path(&options),
+            "--weight-file",
+            path(&weights),
+        ];
+        let (same, result) = embed(&allennlp, TEXT, &[&spelled[..], &[flag.as_str()]].concat());
+        assert!(result.status.success(), "{result:?}");
+        assert_eq!(contents(&same), contents(&output), "{mode}");
     }
+    let stderr = fails(&["embed", "--top", "--layers", "all", "in.txt", "out.hdf5"]);
+    assert!(stderr.contains("cannot be used with"), "{stderr}");
 }
 
 #[test]
