@@ -89,6 +89,16 @@ pub struct EmbedArgs {
     /// Compute backend.
     #[arg(long, value_enum, default_value_t = Backend::Flex)]
     pub backend: Backend,
+    /// AllenNLP's `--cuda-device N`: -1 the CPU (`--backend flex`), N ≥ 0 GPU N (`--gpu N`)
+    /// through `--backend cuda` in a build with the `cuda` feature, else `--backend wgpu`.
+    #[arg(
+        long,
+        value_name = "N",
+        allow_negative_numbers = true,
+        conflicts_with = "backend",
+        value_parser = clap::value_parser!(i64).range(-1..)
+    )]
+    pub cuda_device: Option<i64>,
     /// Precision of the large products: `mixed` runs their operands in 16-bit floats (tensor
     /// cores with `--backend vulkan` or `cuda` where the GPU offers them), vectors within ~1e-2
     /// of `f32`'s (docs/benchmarks.md); GPU backends only.
@@ -139,12 +149,27 @@ pub struct EmbedArgs {
     /// running (another process writing OUTPUT is always refused).
     #[arg(long)]
     pub break_stale_lock: bool,
-    /// No progress bar.
-    #[arg(long, short)]
+    /// No progress bar (AllenNLP's `--file-friendly-logging` too).
+    #[arg(long, short, alias = "file-friendly-logging", overrides_with = "quiet")]
     pub quiet: bool,
 }
 
 impl EmbedArgs {
+    /// `--backend`, or the one AllenNLP's `--cuda-device` names.
+    pub fn backend(&self) -> Backend {
+        match self.cuda_device {
+            Some(-1) => Backend::Flex,
+            Some(_) if cfg!(feature = "cuda") => Backend::Cuda,
+            Some(_) => Backend::Wgpu,
+            None => self.backend,
+        }
+    }
+
+    /// The GPU AllenNLP's `--cuda-device N` names (N ≥ 0).
+    pub fn cuda_gpu(&self) -> Option<usize> {
+        self.cuda_device.and_then(|n| usize::try_from(n).ok())
+    }
+
     /// `--layers`, or AllenNLP's spelling of it (`--all`, `--top`, `--average`).
     fn layer_selection(&self) -> LayerArg {
         match (self.all, self.top, self.average) {
@@ -345,9 +370,10 @@ pub fn run(args: &EmbedArgs) -> Result<()> {
     } else {
         None
     };
-    let on_gpu = args.backend.is_gpu();
-    args.precision.check_backend(args.backend)?;
-    let device = args.backend.device()?;
+    let backend = args.backend();
+    let on_gpu = backend.is_gpu();
+    args.precision.check_backend(backend)?;
+    let device = backend.device()?;
     let model = args.model.load(&device)?;
     let input = SentenceReader::scan(&text)?;
     let range = match (args.lines, args.shard) {
@@ -461,7 +487,7 @@ pub fn run(args: &EmbedArgs) -> Result<()> {
             model.options.lstm.n_layers,
             model.options.lstm.dim,
             model.options.d_output(),
-            args.backend
+            backend
         );
     }
     let mut embedder = EmbedderConfig {

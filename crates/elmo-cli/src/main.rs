@@ -81,7 +81,7 @@ impl Command {
     /// The backend this command computes on (`--backend`), if it computes.
     fn backend(&self) -> Option<backend::Backend> {
         match self {
-            Command::Embed(args) => Some(args.backend),
+            Command::Embed(args) => Some(args.backend()),
             Command::Train(args) => Some(args.backend),
             Command::Eval(args) => Some(args.backend),
             Command::Tokens(args) => Some(args.backend),
@@ -100,7 +100,15 @@ fn main() -> std::process::ExitCode {
     if let Some(backend) = backend {
         backend.pin_as_default();
     }
-    if let Some(index) = cli.gpu {
+    let gpu = match (cli.gpu, &cli.command) {
+        (Some(_), Command::Embed(args)) if args.cuda_device.is_some() => {
+            eprintln!("error: --gpu and --cuda-device both name a device; give one");
+            return std::process::ExitCode::FAILURE;
+        }
+        (None, Command::Embed(args)) => args.cuda_gpu(),
+        (gpu, _) => gpu,
+    };
+    if let Some(index) = gpu {
         let pinned = match backend {
             Some(backend) => backend.pin_gpu(index),
             None => Err(anyhow::anyhow!(

@@ -640,6 +640,53 @@ fn standard_input_embeds_as_a_file_does() {
     assert_eq!(left, ["out.hdf5", "stdin.hdf5"]);
 }
 
+/// AllenNLP's `--cuda-device N`: -1 is the default CPU run, N ≥ 0 is `--gpu N` on the build's
+/// NVIDIA backend (`cuda` with that feature, else `wgpu`), with the same outcome (on a machine
+/// without such a GPU, the same error); it names the device alone.
+#[test]
+fn cuda_device_is_the_backend_and_gpu_it_names() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (default, result) = embed(dir.path(), TEXT, &[]);
+    assert!(result.status.success(), "{result:?}");
+    let default = contents(&default);
+    let run = |name: &str, extra: &[&str]| {
+        let sub = dir.path().join(name);
+        std::fs::create_dir(&sub).expect("mkdir");
+        let (output, result) = embed(&sub, TEXT, extra);
+        let written = output.exists().then(|| contents(&output));
+        (result.status.success(), written, result.stderr)
+    };
+    let (ok, cpu, _) = run("cpu", &["--cuda-device", "-1", "--file-friendly-logging"]);
+    assert!(ok && cpu.as_ref() == Some(&default));
+    let backend = if cfg!(feature = "cuda") {
+        "cuda"
+    } else {
+        "wgpu"
+    };
+    assert_eq!(
+        run("named", &["--cuda-device", "0"]),
+        run("spelled", &["--backend", backend, "--gpu", "0"])
+    );
+    for (extra, problem) in [
+        (
+            &["--cuda-device", "0", "--backend", "flex"][..],
+            "cannot be used with",
+        ),
+        (
+            &["--cuda-device", "0", "--gpu", "0"][..],
+            "--gpu and --cuda-device",
+        ),
+        (&["--cuda-device", "-2"][..], "-2"),
+    ] {
+        let (ok, written, stderr) = run(&extra.join(""), extra);
+        let stderr = String::from_utf8_lossy(&stderr);
+        assert!(
+            !ok && written.is_none() && stderr.contains(problem),
+            "{stderr}"
+        );
+    }
+}
+
 /// `--tokenize` splits raw lines as `elmo train --tokenize` does: the vectors of the text
 /// pre-split by the tokenizer, one dataset per line all the same, `sentence_to_index` naming
 /// the raw lines.
