@@ -330,11 +330,10 @@ impl Hdf5EmbeddingWriter {
             bail!("{}: dataset {name:?}: {problem}", self.final_path.display());
         }
         let shape: Vec<u64> = shape.iter().map(|&d| d as u64).collect();
-        let expected = if shape.is_empty() {
-            None
-        } else {
-            (shape.iter()).try_fold(4u64, |bytes, &d| bytes.checked_mul(d))
-        };
+        // `None`: no shape, or one whose bytes overflow.
+        let expected = (!shape.is_empty())
+            .then(|| value_bytes(&shape))
+            .filter(|&bytes| bytes != u64::MAX);
         let mut written = 0u64;
         for piece in pieces {
             let piece = match piece {

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use elmo_model::RunLock;
 
+use crate::hdf5_layout;
 use crate::hdf5_output::{Hdf5EmbeddingWriter, OutputFingerprint};
 use crate::hdf5_walk;
 use crate::sentence_index::MAX_JSON_BYTES;
@@ -415,8 +416,7 @@ fn copy_part(
             .with_context(|| format!("{}: dataset {name:?}", path.display()))?;
         // Before the values are read (hdf5-pure allocates what the shape declares): a part's
         // values are stored in it, so they fit in the file.
-        let bytes = (shape.iter()).try_fold(4u64, |bytes, &d| bytes.checked_mul(d));
-        if bytes.is_none_or(|bytes| bytes > file_bytes) {
+        if hdf5_layout::value_bytes(&shape) > file_bytes {
             bail!(
                 "{}: dataset {name:?}: its shape {shape:?} holds more values than the file's \
                  {file_bytes} bytes",
