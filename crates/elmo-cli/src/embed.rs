@@ -321,6 +321,20 @@ pub fn lock_path(output: &std::path::Path) -> PathBuf {
     PathBuf::from(name)
 }
 
+/// Reads every line of `range` once, as the embedding pass will, before the model runs: invalid
+/// UTF-8 or a line over `max_tokens` is an error here, not after the vectors of every line
+/// before it were computed (an error discards the partial output).
+fn check_lines(
+    text: &InputText,
+    range: LineRange,
+    max_tokens: usize,
+    tokenize: bool,
+) -> Result<()> {
+    let mut reader = SentenceReader::open(text, max_tokens, tokenize)?;
+    while range.next_sentence(&mut reader)?.is_some() {}
+    Ok(())
+}
+
 /// Refuses an input whose `sentence_to_index` would take over `limit` bytes (one HDF5 string
 /// holds [`MAX_JSON_BYTES`]), before anything is embedded (writing it is the last step). A
 /// bound from the input's size first (each byte escaped as `\uXXXX`, each line a key of its
@@ -370,11 +384,6 @@ pub fn run(args: &EmbedArgs) -> Result<()> {
     } else {
         None
     };
-    let backend = args.backend();
-    let on_gpu = backend.is_gpu();
-    args.precision.check_backend(backend)?;
-    let device = backend.device()?;
-    let model = args.model.load(&device)?;
     let input = SentenceReader::scan(&text)?;
     let range = match (args.lines, args.shard) {
         (Some(lines), _) => lines,
@@ -384,6 +393,15 @@ pub fn run(args: &EmbedArgs) -> Result<()> {
             end: None,
         },
     };
+    if keys.is_none() {
+        // (`SentenceKeys::scan` read every line already.)
+        check_lines(&text, range, args.max_tokens, args.tokenize)?;
+    }
+    let backend = args.backend();
+    let on_gpu = backend.is_gpu();
+    args.precision.check_backend(backend)?;
+    let device = backend.device()?;
+    let model = args.model.load(&device)?;
     let batch_size = args.batch_size.map_or(
         match (args.stateful, on_gpu) {
             (true, _) => 64,

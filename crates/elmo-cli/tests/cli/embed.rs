@@ -249,6 +249,33 @@ fn invalid_utf8_names_the_line_and_leaves_no_output() {
         "left behind: {:?}",
         leftovers(dir.path())
     );
+    // Regression: a bad line near the end of a corpus ended the run only when the embedding
+    // pass reached it, discarding the vectors of every line before it. The input is read
+    // through first, before the model is even opened (here it does not exist).
+    let mut text = "a good line\n".repeat(50);
+    text.push_str(&"word ".repeat(30));
+    std::fs::write(&input, text).expect("write");
+    let missing = dir.path().join("missing.json");
+    let stderr = fails(&[
+        "embed",
+        "--max-tokens",
+        "20",
+        "--options",
+        path(&missing),
+        "--weights",
+        path(&missing),
+        path(&input),
+        path(&output),
+    ]);
+    assert!(
+        stderr.contains("input.txt:51: 30 tokens, more than --max-tokens 20"),
+        "{stderr}"
+    );
+    assert!(
+        leftovers(dir.path()).is_empty(),
+        "{:?}",
+        leftovers(dir.path())
+    );
 }
 
 #[test]
