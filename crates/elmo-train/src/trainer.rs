@@ -22,6 +22,7 @@ use crate::checkpoint::{
     AVERAGE_FILE, Checkpoint, MODEL_FILE, OPTIMIZER_FILE, RunDirectory, TrainerState,
 };
 use crate::config::{Averaging, LrSchedule, TrainConfig};
+use crate::corpus::for_each_line;
 use crate::error::{Result, TrainError, io_error, record_error};
 use crate::evaluate::{Perplexity, evaluate, perplexity};
 use crate::init_from::{InitFrom, initial_model};
@@ -190,6 +191,7 @@ impl Trainer {
     ) -> Result<Self> {
         check_settings(config, &vocab, options)?;
         check_buffers(config, vocab.len(), device, options.kernels)?;
+        check_corpus(options)?;
         let run = RunDirectory::new(&options.run_dir);
         let info = RunInfo {
             train: options.train_files.clone(),
@@ -589,6 +591,16 @@ fn check_settings(config: &TrainConfig, vocab: &Vocabulary, options: &TrainOptio
         return Err(TrainError::InvalidConfig(
             "averaging from a flat validation perplexity needs a validation file".into(),
         ));
+    }
+    Ok(())
+}
+
+/// Reads every line of the training and validation files once, before anything is built or
+/// written: invalid UTF-8 is an error naming its file and line now, not when the batcher
+/// reaches that file hours into the run.
+fn check_corpus(options: &TrainOptions) -> Result<()> {
+    for path in options.train_files.iter().chain(&options.valid_file) {
+        for_each_line(path, |_, _| Ok(()))?;
     }
     Ok(())
 }

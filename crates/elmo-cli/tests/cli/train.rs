@@ -363,6 +363,31 @@ fn training_errors_name_the_problem() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("neither a preset"));
     let out = elmo(&["eval", "--model", path(d), "--data", path(&bad)]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a training run directory"));
+
+    // Regression: a bad byte in a later training file ended the run only when the batcher
+    // reached that file; every file is read through before anything is built or written.
+    let (corpus, vocab) = corpus_and_vocab(d);
+    let run = d.join("bad-run");
+    let out = elmo(&[
+        "train",
+        "--preset",
+        "tiny",
+        "--tokenize",
+        "--train",
+        path(&corpus),
+        path(&bad),
+        "--vocab",
+        path(&vocab),
+        "--out",
+        path(&run),
+        "--steps",
+        "2",
+        "--backend",
+        "ndarray",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("bad.txt:2"), "{err}");
+    assert!(!run.exists());
 }
 
 /// Regression (issue 49): a checkpoint write that fails (a file-size limit standing in for a
