@@ -323,45 +323,34 @@ pub fn lock_path(output: &std::path::Path) -> PathBuf {
 
 /// Reads every line of `range` once, as the embedding pass will, before the model runs: invalid
 /// UTF-8 or a line over `max_tokens` is an error here, not after the vectors of every line
-/// before it were computed (an error discards the partial output).
-fn check_lines(
-    text: &InputText,
-    range: LineRange,
-    max_tokens: usize,
-    tokenize: bool,
-) -> Result<()> {
-    let mut reader = SentenceReader::open(text, max_tokens, tokenize)?;
-    while range.next_sentence(&mut reader)?.is_some() {}
-    Ok(())
-}
-
-/// Refuses an input whose `sentence_to_index` would take over `limit` bytes (one HDF5 string
-/// holds [`MAX_JSON_BYTES`]), before anything is embedded (writing it is the last step). A
-/// bound from the input's size first (each byte escaped as `\uXXXX`, each line a key of its
-/// own); past it, one pass over the lines in `range`.
-fn check_sentence_index_size(
+/// before it were computed (an error discards the partial output). With `json_limit`, the same
+/// pass refuses an input whose `sentence_to_index` would take over that many bytes (one HDF5
+/// string holds [`MAX_JSON_BYTES`]; writing it is the last step): a bound from the input's size
+/// first (each byte escaped as `\uXXXX`, each line a key of its own), and the lines' exact count
+/// only past it.
+fn check_input(
     text: &InputText,
     input: &InputSummary,
     range: LineRange,
     max_tokens: usize,
     tokenize: bool,
-    limit: u64,
+    json_limit: Option<u64>,
 ) -> Result<()> {
-    let bound = input
-        .bytes
-        .saturating_mul(6)
-        .saturating_add(input.lines.saturating_mul(32))
-        .saturating_add(2);
-    if bound <= limit {
-        return Ok(());
-    }
     let mut reader = SentenceReader::open(text, max_tokens, tokenize)?;
-    let lines = std::iter::from_fn(|| {
+    let mut lines = std::iter::from_fn(|| {
         range
             .next_sentence(&mut reader)
             .map(|sentence| sentence.map(|s| (s.index, s.text)))
             .transpose()
     });
+    let bound = input
+        .bytes
+        .saturating_mul(6)
+        .saturating_add(input.lines.saturating_mul(32))
+        .saturating_add(2);
+    let Some(limit) = json_limit.filter(|&limit| bound > limit) else {
+        return lines.try_for_each(|line| line.map(drop));
+    };
     let bytes = json_bytes_of(lines)?;
     check_json_bytes(bytes, limit).with_context(|| {
         format!(
@@ -393,9 +382,19 @@ pub fn run(args: &EmbedArgs) -> Result<()> {
             end: None,
         },
     };
+    let sentence_to_index = !(args.use_sentence_keys || args.forget_sentences);
     if keys.is_none() {
-        // (`SentenceKeys::scan` read every line already.)
-        check_lines(&text, range, args.max_tokens, args.tokenize)?;
+        // (`SentenceKeys::scan` read every line already, and keyed outputs have no
+        // `sentence_to_index`.)
+        let json_limit = sentence_to_index.then_some(MAX_JSON_BYTES);
+        check_input(
+            &text,
+            &input,
+            range,
+            args.max_tokens,
+            args.tokenize,
+            json_limit,
+        )?;
     }
     let backend = args.backend();
     let on_gpu = backend.is_gpu();
@@ -435,17 +434,6 @@ pub fn run(args: &EmbedArgs) -> Result<()> {
         } + if args.tokenize { " tokenize" } else { "" },
     };
     let commit_bytes = args.commit_mib.saturating_mul(1 << 20);
-    let sentence_to_index = !(args.use_sentence_keys || args.forget_sentences);
-    if sentence_to_index {
-        check_sentence_index_size(
-            &text,
-            &input,
-            range,
-            args.max_tokens,
-            args.tokenize,
-            MAX_JSON_BYTES,
-        )?;
-    }
     // The names of this run's datasets: a partial output naming another is damaged.
     let is_line = |name: &str| match &keys {
         Some(keys) => keys
@@ -618,7 +606,7 @@ mod tests {
             start: 1,
             end: Some(4),
         };
-        let check = |limit| check_sentence_index_size(&text, &input, range, 100, false, limit);
+        let check = |limit| check_input(&text, &input, range, 100, false, Some(limit));
         check(20).expect("fits");
         let refused = check(19).expect_err("does not fit");
         let message = format!("{refused:#}");
