@@ -112,6 +112,16 @@ impl Backend {
         }
     }
 
+    /// The backend of AllenNLP's `--cuda-device N` (`cuda_device=N`): -1 and below the CPU
+    /// (`flex`), N ≥ 0 a GPU through `cuda` in a build with that feature, else `wgpu`.
+    pub fn of_cuda_device(n: i64) -> Backend {
+        match n {
+            ..0 => Backend::Flex,
+            _ if cfg!(feature = "cuda") => Backend::Cuda,
+            _ => Backend::Wgpu,
+        }
+    }
+
     /// Whether it runs on a GPU (or a software Vulkan driver): wgpu, vulkan or cuda.
     pub fn is_gpu(self) -> bool {
         matches!(self, Backend::Wgpu | Backend::Vulkan | Backend::Cuda)

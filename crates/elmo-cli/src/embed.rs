@@ -157,12 +157,8 @@ pub struct EmbedArgs {
 impl EmbedArgs {
     /// `--backend`, or the one AllenNLP's `--cuda-device` names.
     pub fn backend(&self) -> Backend {
-        match self.cuda_device {
-            Some(-1) => Backend::Flex,
-            Some(_) if cfg!(feature = "cuda") => Backend::Cuda,
-            Some(_) => Backend::Wgpu,
-            None => self.backend,
-        }
+        self.cuda_device
+            .map_or(self.backend, Backend::of_cuda_device)
     }
 
     /// The GPU AllenNLP's `--cuda-device N` names (N ≥ 0).

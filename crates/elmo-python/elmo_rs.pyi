@@ -1,0 +1,65 @@
+"""Type hints of the `elmo_rs` module (crates/elmo-python/src), packaged by maturin."""
+
+import os
+from typing import IO, Iterable, Iterator, List, Optional, Sequence, Union
+
+import numpy as np
+import numpy.typing as npt
+
+__version__: str
+
+class ElmoError(Exception):
+    """A model that cannot be loaded or run, or input it refuses; the message names the file,
+    field or sentence."""
+
+class SentenceEmbeddings(Iterator[npt.NDArray[np.float32]]):
+    """The vectors of each sentence of an iterable, in its order."""
+
+    def __iter__(self) -> "SentenceEmbeddings": ...
+    def __next__(self) -> npt.NDArray[np.float32]: ...
+
+class ElmoEmbedder:
+    """ELMo vectors of tokenised sentences, as AllenNLP's `ElmoEmbedder`."""
+
+    def __init__(
+        self,
+        options_file: Optional[Union[str, os.PathLike]] = None,
+        weight_file: Optional[Union[str, os.PathLike]] = None,
+        cuda_device: int = -1,
+        *,
+        model: Optional[Union[str, os.PathLike]] = None,
+        backend: Optional[str] = None,
+        precision: str = "f32",
+        batch_size: int = 64,
+        stateful: bool = False,
+        token_cache_mib: int = 64,
+        max_batch_positions: int = 8192,
+    ) -> None: ...
+    @property
+    def n_layers(self) -> int: ...
+    @property
+    def dim(self) -> int: ...
+    @property
+    def stateful(self) -> bool: ...
+    def embed_sentence(self, sentence: Sequence[str]) -> npt.NDArray[np.float32]:
+        """`(layers, n_tokens, dim)` float32, the token layer first."""
+    def embed_batch(self, batch: Sequence[Sequence[str]]) -> List[npt.NDArray[np.float32]]: ...
+    def embed_sentences(
+        self, sentences: Iterable[Sequence[str]], batch_size: Optional[int] = None
+    ) -> SentenceEmbeddings: ...
+    def embed_file(
+        self,
+        input_file: Union[str, os.PathLike, IO[str]],
+        output_file_path: Union[str, os.PathLike],
+        output_format: str = "all",
+        batch_size: Optional[int] = None,
+        forget_sentences: bool = False,
+        use_sentence_keys: bool = False,
+        quiet: bool = False,
+    ) -> None: ...
+    def token_embeddings(self, tokens: Sequence[str]) -> npt.NDArray[np.float32]:
+        """`(len(tokens), dim // 2)` float32: each token alone through the char CNN."""
+    def reset_state(self) -> None: ...
+
+def batch_to_ids(batch: Sequence[Sequence[str]]) -> npt.NDArray[np.int64]:
+    """`(len(batch), max_tokens, 50)` int64 character ids, zeros for padding."""

@@ -1,0 +1,387 @@
+//! `elmo_rs.ElmoEmbedder`: AllenNLP's `ElmoEmbedder` (allennlp/commands/elmo.py) on
+//! `elmo_model::Embedder`, its vectors as NumPy arrays; `embed_file` runs `elmo embed`.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use burn::tensor::Device;
+use clap::ValueEnum;
+use elmo_cli::{Backend, ModelArgs, PrecisionArg};
+use elmo_model::{Embedder, EmbedderConfig, KernelSettings, LayerSelection, SentenceVectors};
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyAny;
+
+use crate::ElmoError;
+use crate::arrays;
+use crate::sentences::{EmbedBatch, SentenceEmbeddings};
+
+/// ELMo vectors of tokenised sentences, as AllenNLP's `ElmoEmbedder`.
+///
+/// `ElmoEmbedder(options_file, weight_file)` loads bilm-tf / AllenNLP weights (an `options.json`
+/// and its HDF5 weights); `model=DIR` a directory that `elmo export` or `elmo train` wrote;
+/// neither, the small demo model built in (AllenNLP's test biLM; AllenNLP downloads the
+/// `original` model instead).
+///
+/// Unlike AllenNLP, every sentence starts from a zero LSTM state by default, so its vectors do
+/// not depend on the sentences embedded before it; `stateful=True` carries the state from batch
+/// to batch as AllenNLP does (its vectors equal AllenNLP's to 1e-5 then).
+///
+/// `cuda_device`: -1 (the default) computes on the CPU, 0 on the GPU (through `cuda` in a build
+/// with that feature, else `wgpu`; choose the GPU with `CUDA_VISIBLE_DEVICES`). `backend` names
+/// one instead: `flex` (CPU, the default), `ndarray`, `wgpu`, or `vulkan` / `cuda` in builds
+/// with those features. `precision="mixed"` runs a GPU's large products in 16-bit floats.
+#[pyclass(module = "elmo_rs")]
+pub struct ElmoEmbedder {
+    embedder: Embedder,
+    device: Device,
+    /// Where the model came from, for `embed_file`'s `elmo embed` and `repr`.
+    source: ModelArgs,
+    description: String,
+    backend: Backend,
+    precision: PrecisionArg,
+}
+
+#[pymethods]
+impl ElmoEmbedder {
+    #[new]
+    #[pyo3(signature = (
+        options_file = None, weight_file = None, cuda_device = -1, *, model = None,
+        backend = None, precision = "f32", batch_size = 64, stateful = false,
+        token_cache_mib = 64, max_batch_positions = 8192,
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        options_file: Option<PathBuf>,
+        weight_file: Option<PathBuf>,
+        cuda_device: i64,
+        model: Option<PathBuf>,
+        backend: Option<&str>,
+        precision: &str,
+        batch_size: usize,
+        stateful: bool,
+        token_cache_mib: usize,
+        max_batch_positions: usize,
+    ) -> PyResult<Self> {
+        let backend = match (backend, cuda_device) {
+            (None, -1 | 0) => Backend::of_cuda_device(cuda_device),
+            (None, n) if n > 0 => {
+                return Err(PyValueError::new_err(format!(
+                    "cuda_device={n}: this process computes on its first GPU (0); set \
+                     CUDA_VISIBLE_DEVICES before Python starts to choose which one that is"
+                )));
+            }
+            (None, n) => {
+                return Err(PyValueError::new_err(format!(
+                    "cuda_device={n}: -1 is the CPU, 0 the GPU"
+                )));
+            }
+            (Some(name), -1) => parse::<Backend>("backend", name)?,
+            (Some(_), _) => {
+                return Err(PyValueError::new_err(
+                    "give backend or cuda_device, not both",
+                ));
+            }
+        };
+        let precision = parse::<PrecisionArg>("precision", precision)?;
+        if batch_size == 0 {
+            return Err(PyValueError::new_err("batch_size must be positive"));
+        }
+        let source = match (options_file, weight_file, model) {
+            (Some(options), Some(weights), None) => ModelArgs {
+                options: Some(options),
+                weights: Some(weights),
+                model: None,
+            },
+            (None, None, model) => ModelArgs {
+                options: None,
+                weights: None,
+                model,
+            },
+            _ => {
+                return Err(PyValueError::new_err(
+                    "give options_file and weight_file together, or model, or neither (the \
+                     demo model)",
+                ));
+            }
+        };
+        precision.check_backend(backend).map_err(to_python)?;
+        let device = backend.device().map_err(to_python)?;
+        let loaded = source.load(&device).map_err(to_python)?;
+        let embedder = EmbedderConfig {
+            layers: LayerSelection::All,
+            stateful,
+            batch_size,
+            max_batch_positions,
+            token_cache_bytes: token_cache_mib.saturating_mul(1 << 20),
+        }
+        .init(
+            loaded.bilm.with_kernels(KernelSettings {
+                precision: precision.into(),
+                ..KernelSettings::default()
+            }),
+            &device,
+        )
+        .map_err(to_python)?;
+        Ok(Self {
+            embedder,
+            device,
+            source,
+            description: loaded.description,
+            backend,
+            precision,
+        })
+    }
+
+    /// The vectors of one sentence (a list of tokens): a float32 array `(layers, n_tokens,
+    /// dim)`, the token layer first (`(3, n, 1024)` for the `original` model).
+    fn embed_sentence<'py>(
+        &mut self,
+        py: Python<'py>,
+        sentence: Vec<String>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let mut vectors = self.embed_sentences_now(py, &[sentence])?;
+        Ok(vectors.remove(0))
+    }
+
+    /// The vectors of each sentence of `batch` (a list of lists of tokens), in its order: a list
+    /// of arrays as `embed_sentence` gives.
+    fn embed_batch<'py>(
+        &mut self,
+        py: Python<'py>,
+        batch: Vec<Vec<String>>,
+    ) -> PyResult<Vec<Bound<'py, PyAny>>> {
+        self.embed_sentences_now(py, &batch)
+    }
+
+    /// An iterator over the vectors of each sentence of `sentences` (any iterable of token
+    /// lists), read and embedded `batch_size` sentences at a time (default: the embedder's).
+    #[pyo3(signature = (sentences, batch_size = None))]
+    fn embed_sentences(
+        slf: Bound<'_, Self>,
+        sentences: &Bound<'_, PyAny>,
+        batch_size: Option<usize>,
+    ) -> PyResult<SentenceEmbeddings> {
+        let batch_size = batch_size.unwrap_or(slf.borrow().embedder.config().batch_size);
+        if batch_size == 0 {
+            return Err(PyValueError::new_err("batch_size must be positive"));
+        }
+        let embedder = slf.unbind();
+        let embed: EmbedBatch = Box::new(move |py, batch| {
+            // An error, not a panic, where another thread is using the embedder.
+            let arrays = embedder
+                .bind(py)
+                .try_borrow_mut()?
+                .embed_sentences_now(py, batch)?;
+            Ok(arrays.into_iter().map(Bound::unbind).collect())
+        });
+        SentenceEmbeddings::new(embed, sentences, batch_size)
+    }
+
+    /// Writes the vectors of every line of `input_file` (whitespace-separated tokens; a path,
+    /// or an open text file as AllenNLP takes, read from where it stands) to the HDF5 file
+    /// `output_file_path` exactly as `allennlp elmo` and `elmo embed` do (datasets `"0"`,
+    /// `"1"`, ... and `sentence_to_index`): `output_format` `"all"`, `"top"` or `"average"`. It
+    /// runs `elmo embed` in this process on the embedder's model, backend and state mode (it
+    /// loads the model's files again), with what that command offers: an atomic output,
+    /// checked input, progress on standard error unless `quiet`.
+    #[pyo3(signature = (
+        input_file, output_file_path, output_format = "all", batch_size = None,
+        forget_sentences = false, use_sentence_keys = false, quiet = false,
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn embed_file(
+        &self,
+        py: Python<'_>,
+        input_file: &Bound<'_, PyAny>,
+        output_file_path: PathBuf,
+        output_format: &str,
+        batch_size: Option<usize>,
+        forget_sentences: bool,
+        use_sentence_keys: bool,
+        quiet: bool,
+    ) -> PyResult<()> {
+        let input = InputFile::of(input_file)?;
+        let mut arguments: Vec<OsString> = vec![
+            input.path().into(),
+            output_file_path.into(),
+            "--layers".into(),
+            output_format.into(),
+            "--backend".into(),
+            self.backend.name().into(),
+            "--precision".into(),
+            (self.precision.to_possible_value())
+                .expect("every precision has a name")
+                .get_name()
+                .into(),
+            "--batch-size".into(),
+            batch_size
+                .unwrap_or(self.embedder.config().batch_size)
+                .to_string()
+                .into(),
+            "--token-cache-mib".into(),
+            (self.embedder.config().token_cache_bytes >> 20)
+                .to_string()
+                .into(),
+            "--max-batch-positions".into(),
+            self.embedder
+                .config()
+                .max_batch_positions
+                .to_string()
+                .into(),
+        ];
+        let paths = [
+            ("--options", &self.source.options),
+            ("--weights", &self.source.weights),
+            ("--model", &self.source.model),
+        ];
+        for (flag, path) in paths {
+            if let Some(path) = path {
+                arguments.push(flag.into());
+                arguments.push(path.into());
+            }
+        }
+        let flags = [
+            ("--stateful", self.embedder.config().stateful),
+            ("--forget-sentences", forget_sentences),
+            ("--use-sentence-keys", use_sentence_keys),
+            ("--quiet", quiet),
+        ];
+        arguments.extend((flags.iter()).filter(|(_, on)| *on).map(|(f, _)| f.into()));
+        py.detach(|| elmo_cli::embed_command(&arguments))
+            .map_err(ElmoError::new_err)
+    }
+
+    /// The context-free embedding of each token alone (ELMo's token layer, one copy): a float32
+    /// array `(len(tokens), dim / 2)`, as bilm-tf's `dump_token_embeddings` writes for a
+    /// vocabulary.
+    fn token_embeddings<'py>(
+        &self,
+        py: Python<'py>,
+        tokens: Vec<String>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let (values, shape) = py
+            .detach(|| {
+                let embeddings = self.embedder.bilm().token_embeddings(&tokens, &self.device);
+                let shape = embeddings.dims().to_vec();
+                let values = embeddings.into_data().try_into_vec::<f32>();
+                values.map(|values| (values, shape))
+            })
+            .map_err(|error| {
+                ElmoError::new_err(format!("reading the embeddings back: {error:?}"))
+            })?;
+        array(py, SentenceVectors { values, shape })
+    }
+
+    /// Forgets the carried LSTM state (`stateful=True`): the next batch starts from zero.
+    fn reset_state(&mut self) {
+        self.embedder.reset_state();
+    }
+
+    /// Layers per token (`L + 1`, the token layer first).
+    #[getter]
+    fn n_layers(&self) -> usize {
+        self.embedder.n_layers()
+    }
+
+    /// Width of a vector (`2P`: 1024 for the `original` model).
+    #[getter]
+    fn dim(&self) -> usize {
+        self.embedder.d_output()
+    }
+
+    /// Whether the LSTM state is carried from batch to batch.
+    #[getter]
+    fn stateful(&self) -> bool {
+        self.embedder.config().stateful
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "ElmoEmbedder({}; backend {}, {} layers of width {}{})",
+            self.description,
+            self.backend.name(),
+            self.n_layers(),
+            self.dim(),
+            if self.stateful() { ", stateful" } else { "" }
+        )
+    }
+}
+
+impl ElmoEmbedder {
+    /// Embeds `sentences` with the interpreter released, as arrays in input order.
+    pub(crate) fn embed_sentences_now<'py>(
+        &mut self,
+        py: Python<'py>,
+        sentences: &[Vec<String>],
+    ) -> PyResult<Vec<Bound<'py, PyAny>>> {
+        let embedder = &mut self.embedder;
+        let vectors = py.detach(|| embedder.embed(sentences)).map_err(to_python)?;
+        vectors.into_iter().map(|v| array(py, v)).collect()
+    }
+}
+
+/// `embed_file`'s input: a path as given, or an open text file's remaining text in a temporary
+/// file (deleted when this is dropped).
+enum InputFile {
+    Path(PathBuf),
+    Copy(tempfile::TempPath),
+}
+
+impl InputFile {
+    fn of(input: &Bound<'_, PyAny>) -> PyResult<Self> {
+        if let Ok(path) = input.extract::<PathBuf>() {
+            return Ok(Self::Path(path));
+        }
+        if !input.hasattr("read")? {
+            return Err(PyTypeError::new_err(
+                "input_file: a path or an open text file",
+            ));
+        }
+        let text: String = input.call_method0("read")?.extract().map_err(|_| {
+            PyTypeError::new_err("input_file: an open text file (its read() gave no str)")
+        })?;
+        let copy = tempfile::Builder::new()
+            .prefix("elmo-rs-input-")
+            .suffix(".txt")
+            .tempfile()
+            .and_then(|mut file| {
+                std::io::Write::write_all(&mut file, text.as_bytes())?;
+                Ok(file.into_temp_path())
+            })
+            .map_err(|error| {
+                ElmoError::new_err(format!("a temporary copy of input_file: {error}"))
+            })?;
+        Ok(Self::Copy(copy))
+    }
+
+    fn path(&self) -> &Path {
+        match self {
+            Self::Path(path) => path,
+            Self::Copy(copy) => copy,
+        }
+    }
+}
+
+/// `vectors` as a NumPy float32 array.
+fn array(py: Python<'_>, vectors: SentenceVectors) -> PyResult<Bound<'_, PyAny>> {
+    arrays::array(py, &vectors.values, &vectors.shape)
+}
+
+/// `value` as one of `T`'s names (case-insensitive), else a `ValueError` listing them.
+fn parse<T: ValueEnum>(what: &str, value: &str) -> PyResult<T> {
+    T::from_str(value, true).map_err(|_| {
+        let names: Vec<String> = (T::value_variants().iter())
+            .filter_map(|v| v.to_possible_value().map(|p| p.get_name().to_string()))
+            .collect();
+        PyValueError::new_err(format!(
+            "{what}={value:?}: expected one of {}",
+            names.join(", ")
+        ))
+    })
+}
+
+/// An error of the model or of a backend as `elmo_rs.ElmoError`, its causes `: `-separated.
+fn to_python(error: impl Into<anyhow::Error>) -> PyErr {
+    ElmoError::new_err(elmo_cli::error_chain(&error.into()))
+}

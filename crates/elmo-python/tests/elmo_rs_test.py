@@ -1,0 +1,168 @@
+"""The `elmo_rs` module against AllenNLP 2.10.1's outputs of fixtures/tiny (see fixtures/README.md).
+
+Run by tests/python_module.rs: `python3 elmo_rs_test.py FIXTURES_TINY TMPDIR`
+with the built module on PYTHONPATH. Every check raises AssertionError naming what differs.
+"""
+
+import json
+import os
+import sys
+
+import numpy as np
+
+import elmo_rs
+
+TOLERANCE = 1e-5
+# AllenNLP's carried-state batches, as the Rust parity tests (docs/architecture.md).
+STATEFUL_TOLERANCE = 3e-5
+
+
+def close(name, got, want, tolerance=TOLERANCE):
+    got = np.asarray(got)
+    assert got.shape == want.shape, f"{name}: shape {got.shape}, AllenNLP's {want.shape}"
+    assert got.dtype == np.float32, f"{name}: dtype {got.dtype}"
+    worst = float(np.max(np.abs(got - want))) if got.size else 0.0
+    assert worst <= tolerance, f"{name}: differs from AllenNLP by {worst:.3g}"
+
+
+def raises(name, kind, call, *words):
+    try:
+        call()
+    except kind as error:
+        text = str(error)
+        for word in words:
+            assert word in text, f"{name}: {kind.__name__} {text!r} does not name {word!r}"
+        return
+    raise AssertionError(f"{name}: no {kind.__name__}")
+
+
+def main(tiny, tmp):
+    sentences = json.load(open(os.path.join(tiny, "sentences.json"), encoding="utf-8"))
+    options = os.path.join(tiny, "options.json")
+    weights = os.path.join(tiny, "weights.hdf5")
+
+    def allennlp_vectors(batch, folder):
+        mask = np.load(os.path.join(tiny, folder, "mask_no_bos_eos.npy"))
+        stacked = np.stack(  # (3, B, T, 2P)
+            [np.load(os.path.join(tiny, folder, f"layer{k}_no_bos_eos.npy")) for k in range(3)]
+        )
+        return [stacked[:, i, : int(mask[i].sum())] for i in range(len(batch))]
+
+    # batch_to_ids: AllenNLP's character ids, exactly.
+    for folder in ("main", "edge"):
+        ids = elmo_rs.batch_to_ids(sentences[folder])
+        want = np.load(os.path.join(tiny, folder, "char_ids.npy"))
+        assert ids.dtype == np.int64, ids.dtype
+        assert np.array_equal(ids, want), f"batch_to_ids of {folder} differs from AllenNLP's"
+
+    # Stateless (the default): each sentence from a zero state, alone or in any batch.
+    embedder = elmo_rs.ElmoEmbedder(options, weights)
+    assert (embedder.n_layers, embedder.dim, embedder.stateful) == (3, 32, False), repr(embedder)
+    for folder in ("main", "edge"):
+        want = allennlp_vectors(sentences[folder], folder)
+        got = embedder.embed_batch(sentences[folder])
+        assert len(got) == len(want)
+        for i, (g, w) in enumerate(zip(got, want)):
+            close(f"embed_batch {folder}[{i}]", g, w)
+        for i, sentence in enumerate(sentences[folder]):
+            close(f"embed_sentence {folder}[{i}]", embedder.embed_sentence(sentence), want[i])
+        streamed = list(embedder.embed_sentences(iter(sentences[folder]), batch_size=3))
+        for i, (g, w) in enumerate(zip(streamed, want)):
+            close(f"embed_sentences {folder}[{i}]", g, w)
+        assert len(streamed) == len(want)
+    # The empty sentence: AllenNLP's `empty_embedding`, (3, 0, 2P).
+    assert embedder.embed_sentence([]).shape == (3, 0, 32)
+    assert list(embedder.embed_sentences([])) == []
+
+    # Stateful: four calls of one embedder equal AllenNLP's four calls of one `_ElmoBiLm`.
+    stateful = elmo_rs.ElmoEmbedder(options, weights, stateful=True)
+    calls = [sentences["main"], sentences["edge"], sentences["main_first3"], sentences["main"]]
+    for call, batch in enumerate(calls):
+        got = stateful.embed_batch(batch)
+        mask = np.load(os.path.join(tiny, "stateful", f"call{call}_mask.npy"))
+        stacked = np.stack(
+            [np.load(os.path.join(tiny, "stateful", f"call{call}_layer{k}.npy")) for k in range(3)]
+        )
+        for i, sentence in enumerate(batch):
+            n = len(sentence)
+            assert int(mask[i].sum()) in (0, n + 2), (call, i)
+            want = stacked[:, i, 1 : n + 1] if n else np.zeros((3, 0, 32), np.float32)
+            close(f"stateful call {call} [{i}]", got[i], want, STATEFUL_TOLERANCE)
+    stateful.reset_state()
+    first = stateful.embed_batch(calls[0])
+    for i, (g, w) in enumerate(zip(first, allennlp_vectors(calls[0], "main"))):
+        close(f"stateful after reset_state [{i}]", g, w)
+
+    # Token embeddings (bilm-tf's dump_token_embeddings): the token layer of each token alone.
+    token_layer = np.load(os.path.join(tiny, "main", "token_embedding.npy"))
+    tokens = sentences["main"][0]
+    got = embedder.token_embeddings(tokens)
+    close("token_embeddings", got, token_layer[0, 1 : len(tokens) + 1])
+
+    # embed_file: `elmo embed`'s file, read with h5py, equal to embed_batch's vectors.
+    import h5py
+
+    text = os.path.join(tmp, "sentences.txt")
+    lines = [" ".join(s) for s in sentences["main"][:4]]
+    with open(text, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+    out = os.path.join(tmp, "vectors.hdf5")
+    embedder.embed_file(text, out, quiet=True)
+    expected = embedder.embed_batch([line.split() for line in lines])
+    with h5py.File(out, "r") as f:
+        index = json.loads(f["sentence_to_index"][0])
+        assert index == {line: str(i) for i, line in enumerate(lines)}, index
+        for i, want in enumerate(expected):
+            close(f"embed_file line {i}", f[str(i)][()], want, 0.0)
+    # An open file, as AllenNLP's embed_file takes (read from where it stands).
+    import io
+
+    for name, source in [("file", open(text, encoding="utf-8")), ("StringIO", io.StringIO("\n".join(lines)))]:
+        again = os.path.join(tmp, f"{name}.hdf5")
+        with source:
+            embedder.embed_file(source, again, quiet=True)
+        with h5py.File(again, "r") as f:
+            for i, want in enumerate(expected):
+                close(f"embed_file of a {name}, line {i}", f[str(i)][()], want, 0.0)
+    raises("embed_file of a binary file", TypeError,
+           lambda: embedder.embed_file(io.BytesIO(b"a b"), os.path.join(tmp, "b.hdf5")), "str")
+    raises("embed_file of a number", TypeError,
+           lambda: embedder.embed_file(3, os.path.join(tmp, "n.hdf5")), "input_file")
+    top = os.path.join(tmp, "top.hdf5")
+    embedder.embed_file(text, top, output_format="top", forget_sentences=True, quiet=True)
+    with h5py.File(top, "r") as f:
+        assert "sentence_to_index" not in f
+        close("embed_file top", f["0"][()], expected[0][2], 0.0)
+
+    # The built-in demo model (no files), as `elmo embed` without --options.
+    demo = elmo_rs.ElmoEmbedder()
+    assert demo.embed_sentence(["a", "b"]).shape == (3, 2, 2 * 16), repr(demo)
+
+    # Bad input: errors that name what is wrong, and nothing written.
+    raises("missing weights", elmo_rs.ElmoError,
+           lambda: elmo_rs.ElmoEmbedder(options, os.path.join(tmp, "none.hdf5")), "none.hdf5")
+    raises("options without weights", ValueError, lambda: elmo_rs.ElmoEmbedder(options),
+           "weight_file")
+    raises("unknown backend", ValueError, lambda: elmo_rs.ElmoEmbedder(backend="tpu"),
+           "tpu", "flex")
+    raises("backend and cuda_device", ValueError,
+           lambda: elmo_rs.ElmoEmbedder(backend="flex", cuda_device=0), "not both")
+    raises("mixed on a CPU", elmo_rs.ElmoError,
+           lambda: elmo_rs.ElmoEmbedder(precision="mixed"), "mixed")
+    raises("a string as a sentence", TypeError, lambda: embedder.embed_sentence("a b"))
+    raises("a number as a token", TypeError, lambda: embedder.embed_batch([["a", 1]]))
+    raises("a bad sentence of a stream", TypeError,
+           lambda: list(embedder.embed_sentences([["a"], "b c"], batch_size=1)), "sentence 1")
+    missing = os.path.join(tmp, "missing.txt")
+    raises("embed_file of a missing input", elmo_rs.ElmoError,
+           lambda: embedder.embed_file(missing, os.path.join(tmp, "x.hdf5"), quiet=True),
+           "missing.txt")
+    assert not os.path.exists(os.path.join(tmp, "x.hdf5"))
+    raises("embed_file's format", elmo_rs.ElmoError,
+           lambda: embedder.embed_file(text, os.path.join(tmp, "y.hdf5"), output_format="middle"),
+           "middle")
+    print("elmo_rs: all checks passed")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:3])
