@@ -185,3 +185,88 @@ pub fn host_adagrad_step<const D: usize>(
         accumulator: accumulator.into_tensor(),
     }
 }
+
+/// [`host_adagrad_step`] with a gradient that is zero outside some rows, given as those rows
+/// only (TensorFlow's `SparseApplyAdagrad`, which bilm-tf's sampled softmax gets through
+/// `IndexedSlices`): the rows named are updated in place, the others are left as they are,
+/// which is what the dense step computes for them (`acc + 0`, `θ − 0 / √acc`), so the result
+/// is [`host_adagrad_step`]'s bit for bit, in a pass over the rows a step touched instead of
+/// the whole table (the softmax's 8,192 sampled and the targets' rows of a 793k vocabulary).
+/// On the first step (no accumulator) the accumulator is made at `initial_accumulator`.
+///
+/// # Shapes
+/// - parameter, accumulator: `[V, …]`; gradient: `[rows.len(), …]`; rows: ascending, distinct,
+///   below `V`
+///
+/// # Panics
+/// Where the tensors are not `f32` flex tensors of those shapes ([`KernelSettings::host_for`]
+/// on `parameter` first) or `rows` are not ascending below `V`.
+pub fn host_adagrad_rows<const D: usize>(
+    parameter: Tensor<D>,
+    gradient: &Tensor<D>,
+    rows: &[u32],
+    accumulator: Option<Tensor<D>>,
+    initial_accumulator: f64,
+    learning_rate: f64,
+) -> AdagradStep<D> {
+    const HOST: &str = "f32 flex tensors (KernelSettings::host_for)";
+    let dims = parameter.dims();
+    let grad_dims = gradient.dims();
+    assert!(
+        grad_dims[0] == rows.len()
+            && grad_dims[1..] == dims[1..]
+            && accumulator.as_ref().is_none_or(|a| a.dims() == dims),
+        "a gradient of the rows named, of the parameter's and accumulator's row shape"
+    );
+    assert!(
+        rows.windows(2).all(|w| w[0] < w[1]) && rows.last().is_none_or(|&r| (r as usize) < dims[0]),
+        "rows ascending, distinct and below {}",
+        dims[0]
+    );
+    let width: usize = dims[1..].iter().product();
+    let gradient = HostTensor::of(gradient).expect(HOST).contiguous();
+    let mut parameter = HostTensor::take(parameter).expect(HOST).contiguous();
+    let (lr, initial) = (learning_rate as f32, initial_accumulator as f32);
+    let mut accumulator = match accumulator {
+        Some(accumulator) => HostTensor::take(accumulator).expect(HOST).contiguous(),
+        None => {
+            let mut accumulator = HostTensor::zeros(dims);
+            accumulator.values_mut().fill(initial);
+            accumulator
+        }
+    };
+    if width > 0 {
+        let parameter_rows = rows_of(parameter.values_mut(), rows, width);
+        let accumulator_rows = rows_of(accumulator.values_mut(), rows, width);
+        (parameter_rows.into_par_iter())
+            .zip(accumulator_rows)
+            .zip(gradient.values().par_chunks(width))
+            .with_min_len(HOST_CHUNK.div_ceil(width))
+            .for_each(|((parameter, accumulator), gradient)| {
+                for ((p, a), &g) in parameter.iter_mut().zip(accumulator).zip(gradient) {
+                    // The dense step's `squared + initial` on its first step is this sum too.
+                    *a += g * g;
+                    *p -= g / a.sqrt() * lr;
+                }
+            });
+    }
+    AdagradStep {
+        parameter: parameter.into_tensor(),
+        accumulator: accumulator.into_tensor(),
+    }
+}
+
+/// The rows `rows` (ascending, distinct) of row-major `values` with rows of `width` values, as
+/// disjoint slices.
+fn rows_of<'a>(values: &'a mut [f32], rows: &[u32], width: usize) -> Vec<&'a mut [f32]> {
+    let mut out = Vec::with_capacity(rows.len());
+    let (mut rest, mut at) = (values, 0);
+    for &row in rows {
+        let start = row as usize * width;
+        let (_, tail) = std::mem::take(&mut rest).split_at_mut(start - at);
+        let (this, tail) = tail.split_at_mut(width);
+        out.push(this);
+        (rest, at) = (tail, start + width);
+    }
+    out
+}

@@ -40,7 +40,7 @@ mod split_product;
 mod squared_norm;
 mod window_slots;
 
-pub use adagrad_step::{AdagradStep, fused_adagrad_step, host_adagrad_step};
+pub use adagrad_step::{AdagradStep, fused_adagrad_step, host_adagrad_rows, host_adagrad_step};
 pub use cube_lstm_cell::{
     CellBackwardOutput, CellKernels, CellRecords, InputContributions, cell_backward, cell_forward,
     hidden_backward, hidden_forward,

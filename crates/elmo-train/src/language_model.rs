@@ -167,16 +167,22 @@ pub struct GradientOptions<'a> {
     /// comes out multiplied by it (mixed precision's loss scale, [`crate::LossScale`]; 1
     /// otherwise). The losses reported are not scaled.
     pub loss_scale: f32,
+    /// The softmax's weight and bias gradients as the rows a sampled step touched, where it
+    /// runs off a CubeCL device ([`LmGradients::softmax_rows`]), for an optimizer that takes
+    /// them ([`crate::optimizer::TrainingOptimizer::takes_row_gradients`]); the whole
+    /// vocabulary's tables otherwise.
+    pub row_gradients: bool,
     /// Adds each phase's time to it, when given.
     pub profile: Option<&'a StepProfile>,
 }
 
 impl GradientOptions<'_> {
-    /// Dropout from `dropout_seed`, the loss unscaled, no profile.
+    /// Dropout from `dropout_seed`, the loss unscaled, whole-table gradients, no profile.
     pub fn seeded(dropout_seed: Option<u64>) -> Self {
         Self {
             dropout_seed,
             loss_scale: 1.0,
+            row_gradients: false,
             profile: None,
         }
     }
@@ -188,6 +194,10 @@ pub struct LmGradients {
     pub step: LmStep,
     /// Gradients of every trainable parameter (not finite where the loss is not).
     pub grads: GradientsParams,
+    /// With row gradients ([`GradientOptions::row_gradients`]): the vocabulary rows the
+    /// softmax's weight (`[U, P]`) and bias (`[U]`) gradients in `grads` are of, ascending;
+    /// the gradient is zero in every other row. For [`crate::optimizer::TrainingOptimizer::step`].
+    pub softmax_rows: Option<Vec<u32>>,
 }
 
 /// Registers `grad` for `param` unless the parameter is frozen (`no_grad`).

@@ -10,10 +10,10 @@ use burn::optim::{
     RecordState, SgdConfig, StateSink, StateSource,
 };
 use burn::store::RecordError;
-use burn::tensor::{Device, Tensor};
+use burn::tensor::{Device, Int, Tensor, TensorData, ops::IndexingUpdateOp};
 use elmo_kernels::{
     AdagradStep, KernelSettings, SquaredNorm, fused_adagrad_step, fused_squared_norm,
-    host_adagrad_step,
+    host_adagrad_rows, host_adagrad_step,
 };
 
 use crate::config::OptimizerConfig;
@@ -22,8 +22,30 @@ use crate::config::OptimizerConfig;
 /// on the device) to [`Adagrad`]'s update of each parameter, for that step only.
 type ScaleSlot = Arc<Mutex<Option<Tensor<1>>>>;
 
+/// Where [`TrainingOptimizer::step`] hands [`Adagrad`] the rows of a step's row gradients
+/// ([`crate::language_model::LmGradients::softmax_rows`]), for that step only.
+type RowsSlot = Arc<Mutex<Option<Arc<[u32]>>>>;
+
+/// Sets a slot's value for the length of `f` (cleared after it, also when it panics).
+fn with_slot<T, R>(slot: &Mutex<Option<T>>, value: T, f: impl FnOnce() -> R) -> R {
+    struct Clear<'a, T>(&'a Mutex<Option<T>>);
+    impl<T> Drop for Clear<'_, T> {
+        fn drop(&mut self) {
+            *self.0.lock().unwrap_or_else(PoisonError::into_inner) = None;
+        }
+    }
+    *slot.lock().unwrap_or_else(PoisonError::into_inner) = Some(value);
+    let _clear = Clear(slot);
+    f()
+}
+
 /// Adagrad as `tf.train.AdagradOptimizer`: `acc ← acc + g²; θ ← θ − lr · g / √acc`, the
 /// accumulator starting at `initial_accumulator` (no epsilon).
+///
+/// A gradient with fewer rows than its parameter is a row gradient (TensorFlow's
+/// `IndexedSlices`, the sampled softmax's): the gradient of the rows in the step's rows slot,
+/// zero elsewhere, applied to those rows only with the dense update's result
+/// ([`host_adagrad_rows`]).
 #[derive(Debug, Clone)]
 pub struct Adagrad {
     /// Starting value of every accumulator.
@@ -33,6 +55,8 @@ pub struct Adagrad {
     pub kernels: KernelSettings,
     /// The gradient scale of the step being run, when it was decided on the device.
     device_scale: ScaleSlot,
+    /// The rows of the step's row gradients, when it has them.
+    rows: RowsSlot,
 }
 
 /// The squared-gradient accumulator of one parameter.
@@ -63,6 +87,35 @@ impl Adagrad {
             initial_accumulator,
             kernels,
             device_scale: ScaleSlot::default(),
+            rows: RowsSlot::default(),
+        }
+    }
+
+    /// The update of the rows `rows` of `tensor` by their gradient `grad` (the rows of a
+    /// gradient that is zero elsewhere), with burn's operations: the other rows as they are,
+    /// and the rows named as [`Self::composed_step`] computes them.
+    ///
+    /// # Shapes
+    /// - tensor, accumulator: `[V, …]`; grad: `[rows.len(), …]`
+    fn composed_rows_step<const D: usize>(
+        &self,
+        lr: LearningRate,
+        tensor: Tensor<D>,
+        grad: Tensor<D>,
+        rows: &[u32],
+        accumulator: Option<Tensor<D>>,
+    ) -> AdagradStep<D> {
+        let device = tensor.device();
+        let values: Vec<i64> = rows.iter().map(|&row| i64::from(row)).collect();
+        let ids = Tensor::<1, Int>::from_data(TensorData::new(values, [rows.len()]), &device);
+        let before =
+            accumulator.unwrap_or_else(|| tensor.zeros_like().add_scalar(self.initial_accumulator));
+        let squared = grad.clone().square();
+        let sums = before.clone().select(0, ids.clone()) + squared.clone();
+        let update = grad.div(sums.sqrt()).mul_scalar(lr);
+        AdagradStep {
+            parameter: tensor.select_assign(0, ids.clone(), update.neg(), IndexingUpdateOp::Add),
+            accumulator: before.select_assign(0, ids, squared, IndexingUpdateOp::Add),
         }
     }
 
@@ -132,6 +185,28 @@ impl Optimizer for Adagrad {
         let scale = (self.device_scale.lock())
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
+        if grad.dims()[0] != tensor.dims()[0] {
+            let rows = (self
+                .rows
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone())
+            .expect("a row gradient comes with its rows (TrainingOptimizer::step)");
+            assert!(scale.is_none(), "row gradients take the host's clip factor");
+            let update = match self.kernels.host_for(&tensor) {
+                true => host_adagrad_rows(
+                    tensor,
+                    &grad,
+                    &rows,
+                    accumulator,
+                    self.initial_accumulator,
+                    lr,
+                ),
+                false => self.composed_rows_step(lr, tensor, grad, &rows, accumulator),
+            };
+            let accumulator = update.accumulator;
+            return (update.parameter, Some(AdagradState { accumulator }));
+        }
         // The host pass takes no device scale (a step hands one only where the norm's sums
         // are on a CubeCL device).
         if scale.is_none() && self.kernels.host_for(&tensor) {
@@ -178,12 +253,38 @@ pub struct TrainingOptimizer {
     modules: ModuleOptimizer,
     /// Adagrad's slot for the device scale (`None` for Adam and SGD, which take the host's).
     device_scale: Option<ScaleSlot>,
+    /// Adagrad's slot for the rows of row gradients (`None` for Adam and SGD, which take none).
+    rows: Option<RowsSlot>,
 }
 
 impl TrainingOptimizer {
     /// Updates `module`'s parameters with `grads` (scaled as they are), advancing the state.
-    pub fn step<M: Module>(&mut self, lr: LearningRate, module: M, grads: GradientsParams) -> M {
-        self.modules.step(lr, module, grads)
+    /// `rows`: the rows of the gradients with fewer rows than their parameters (the sampled
+    /// softmax's, [`crate::language_model::LmGradients::softmax_rows`]), which only Adagrad takes
+    /// ([`Self::takes_row_gradients`]).
+    ///
+    /// # Panics
+    /// With `rows` and an optimizer that takes none.
+    pub fn step<M: Module>(
+        &mut self,
+        lr: LearningRate,
+        module: M,
+        grads: GradientsParams,
+        rows: Option<Vec<u32>>,
+    ) -> M {
+        match rows {
+            None => self.modules.step(lr, module, grads),
+            Some(rows) => {
+                let slot = (self.rows.clone()).expect("row gradients need Adagrad");
+                with_slot(&slot, rows.into(), || self.modules.step(lr, module, grads))
+            }
+        }
+    }
+
+    /// Whether [`Self::step`] takes row gradients: Adagrad, whose update leaves a row with a
+    /// zero gradient as it is (Adam's moments move it; SGD's would too with momentum).
+    pub fn takes_row_gradients(&self) -> bool {
+        self.rows.is_some()
     }
 
     /// Whether a step can hand the optimizer a scale decided on the device: Adagrad.
@@ -208,11 +309,7 @@ impl TrainingOptimizer {
         scale: Tensor<1>,
     ) -> M {
         let slot = (self.device_scale.clone()).expect("step_scaled needs Adagrad");
-        let set = |value| *slot.lock().unwrap_or_else(PoisonError::into_inner) = value;
-        set(Some(scale));
-        let module = self.modules.step(lr, module, grads);
-        set(None);
-        module
+        with_slot(&slot, scale, || self.modules.step(lr, module, grads))
     }
 
     /// The optimizer's state as a record.
@@ -235,7 +332,7 @@ impl TrainingOptimizer {
     pub fn load(self, path: impl AsRef<Path>) -> Result<Self, RecordError> {
         Ok(Self {
             modules: self.modules.load(path)?,
-            device_scale: self.device_scale,
+            ..self
         })
     }
 }
@@ -250,16 +347,19 @@ pub fn build_optimizer(config: &OptimizerConfig, kernels: KernelSettings) -> Tra
             let adagrad = Adagrad::new(*initial_accumulator, kernels);
             TrainingOptimizer {
                 device_scale: Some(adagrad.device_scale.clone()),
+                rows: Some(adagrad.rows.clone()),
                 modules: ModuleOptimizer::from(adagrad),
             }
         }
         OptimizerConfig::Adam { .. } => TrainingOptimizer {
             modules: AdamConfig::new().init(),
             device_scale: None,
+            rows: None,
         },
         OptimizerConfig::Sgd { .. } => TrainingOptimizer {
             modules: SgdConfig::new().init(),
             device_scale: None,
+            rows: None,
         },
     }
 }
@@ -542,6 +642,71 @@ mod tests {
         }
     }
 
+    /// Adagrad of a row gradient (the rows named, zero elsewhere) is the dense step of the
+    /// gradient those rows make, bit for bit, for accumulator and parameter, on the host pass
+    /// and with burn's operations: two steps (the first without an accumulator) on different
+    /// rows, of a table wide enough for several host tasks a row set.
+    #[test]
+    fn adagrad_of_rows_is_the_dense_step_of_their_table() {
+        let device = Device::flex();
+        let (n_rows, width) = (700, 300);
+        let table = |values: Vec<f32>| {
+            Tensor::<2>::from_data(TensorData::new(values, [n_rows, width]), &device)
+        };
+        let parameter = table(
+            (0..n_rows * width)
+                .map(|i| (i as f32 * 0.37).sin())
+                .collect(),
+        );
+        let steps: [Vec<u32>; 2] = [
+            (0..n_rows as u32).step_by(3).collect(),
+            // The last row (699) among them.
+            (1..n_rows as u32).step_by(2).collect(),
+        ];
+        // Each step's row gradient and the dense gradient it stands for.
+        let gradients = steps.clone().map(|rows| {
+            let mut dense = vec![0.0f32; n_rows * width];
+            let mut compact = Vec::new();
+            for &row in &rows {
+                let values: Vec<f32> = (0..width)
+                    .map(|j| ((row as usize * width + j) as f32 * 0.11).cos() * 2.0)
+                    .collect();
+                dense[row as usize * width..][..width].copy_from_slice(&values);
+                compact.extend(values);
+            }
+            let compact =
+                Tensor::<2>::from_data(TensorData::new(compact, [rows.len(), width]), &device);
+            (rows, compact, table(dense))
+        });
+        for kernels in [
+            KernelSettings::default(),
+            KernelSettings {
+                host_recurrence: false,
+                ..KernelSettings::default()
+            },
+        ] {
+            let adagrad = Adagrad::new(0.5, kernels);
+            let (mut dense, mut by_rows) = ((parameter.clone(), None), (parameter.clone(), None));
+            for (rows, compact, full) in &gradients {
+                let (tensor, state) = adagrad.step(0.2, dense.0, full.clone(), dense.1);
+                dense = (tensor, state);
+                let (tensor, state) = with_slot(&adagrad.rows, rows.as_slice().into(), || {
+                    adagrad.step(0.2, by_rows.0, compact.clone(), by_rows.1)
+                });
+                by_rows = (tensor, state);
+                let accumulator =
+                    |state: &Option<AdagradState<2>>| state.as_ref().unwrap().accumulator.to_data();
+                dense.0.to_data().assert_eq(&by_rows.0.to_data(), true);
+                accumulator(&dense.1).assert_eq(&accumulator(&by_rows.1), true);
+            }
+            assert_ne!(
+                dense.0.to_data(),
+                parameter.to_data(),
+                "the steps move the table"
+            );
+        }
+    }
+
     fn adagrad_matches_tensorflow_on(device: &Device) {
         let (model, mut grads) = two_with_gradients_on(device);
         let norm = clip_global_norm(
@@ -608,10 +773,10 @@ mod tests {
             let (model, mut grads) = two_with_gradients_on(&train_device);
             let mut host = build_optimizer(&config, kernels);
             let norm = clip_global_norm(&model, &mut grads, Some(1.0), 1.0, kernels);
-            let host_one = host.step(0.2, model, grads);
+            let host_one = host.step(0.2, model, grads, None);
             let mut grads = gradients_at(&host_one);
             let second_norm = clip_global_norm(&host_one, &mut grads, Some(1.0), 1.0, kernels);
-            let host_two = host.step(0.2, host_one.clone(), grads);
+            let host_two = host.step(0.2, host_one.clone(), grads, None);
             // The same with the factors given, after a first step that is skipped.
             let (model, grads) = two_with_gradients_on(&train_device);
             let before = values_of(&model);
@@ -638,7 +803,7 @@ mod tests {
         let mut optim =
             build_optimizer(&OptimizerConfig::Sgd { lr: 0.1 }, KernelSettings::default());
         // θ ← θ − 0.1·g.
-        let model = optim.step(0.1, model, grads);
+        let model = optim.step(0.1, model, grads, None);
         let a: Vec<f32> = model.a.val().into_data().try_into_vec_as().unwrap();
         let b: Vec<f32> = model.b.val().into_data().try_into_vec_as().unwrap();
         assert!(

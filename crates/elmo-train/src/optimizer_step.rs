@@ -114,7 +114,11 @@ pub fn optimizer_step_overlapping(
         carried.reset_rows(&reset)
     });
     let scale = loss_scale.unwrap_or(1.0);
-    let LmGradients { step: out, grads } = model.loss_and_gradients_of(
+    let LmGradients {
+        step: out,
+        grads,
+        softmax_rows,
+    } = model.loss_and_gradients_of(
         input.streams(),
         start,
         mode,
@@ -122,6 +126,7 @@ pub fn optimizer_step_overlapping(
         GradientOptions {
             dropout_seed: Some(mix_seed(&[seed, step, 0xD80])),
             loss_scale: scale as f32,
+            row_gradients: optimizer.takes_row_gradients(),
             profile,
         },
     );
@@ -192,7 +197,7 @@ pub fn optimizer_step_overlapping(
         losses.skipped = true;
         return Ok((model, losses));
     }
-    let model = optimizer.step(lr, model, grads);
+    let model = optimizer.step(lr, model, grads, softmax_rows);
     mark("optimizer update");
     Ok((model, losses))
 }

@@ -86,10 +86,26 @@ pub struct SoftmaxGradients {
     pub nll: Tensor<1>,
     /// `[N, P]`: gradient of `Σ_i scale_i · nll_i` with respect to the rows.
     pub hidden: Tensor<2>,
-    /// `[V, P]`: … with respect to the weight.
+    /// `[V, P]`: … with respect to the weight (`[U, P]`, the rows of `rows`, with `rows`).
     pub weight: Tensor<2>,
-    /// `[V]`: … with respect to the bias.
+    /// `[V]`: … with respect to the bias (`[U]` with `rows`).
     pub bias: Tensor<1>,
+    /// With row gradients ([`Softmax::nll_with_gradients`]'s `row_gradients`): the `U`
+    /// vocabulary rows the gradients are of, ascending, the sampled candidates' and the
+    /// targets' (the gradient is zero in every other row).
+    pub rows: Option<Vec<u32>>,
+}
+
+/// The distinct values of `rows`, ascending, and the place of each of `rows` among them.
+fn distinct_rows(rows: &[usize]) -> (Vec<u32>, Vec<usize>) {
+    let mut distinct: Vec<u32> = rows.iter().map(|&row| row as u32).collect();
+    distinct.sort_unstable();
+    distinct.dedup();
+    let place = rows
+        .iter()
+        .map(|&row| distinct.partition_point(|&d| (d as usize) < row))
+        .collect();
+    (distinct, place)
 }
 
 /// Negative candidates of one step of the sampled softmax, with their log expected counts.
@@ -217,6 +233,12 @@ impl Softmax {
     /// `∂/∂z_ik = scale_i · softmax_ik`, `∂/∂y_i = scale_i · (p_true_i − 1)` with `p_true_i` = 0
     /// when the target is a candidate (its own `z` carries it).
     ///
+    /// With `row_gradients`, a sampled step off a CubeCL device gives the weight's and bias's
+    /// gradients as the rows it touched ([`SoftmaxGradients::rows`]: TensorFlow's
+    /// `IndexedSlices`), not as the whole vocabulary's tables that are zero elsewhere: for an
+    /// optimizer that leaves a row with a zero gradient as it is (Adagrad), the same update
+    /// without a `[V, P]` gradient made, summed and walked each step.
+    ///
     /// # Shapes
     /// - hidden: `[N, P]`; targets, scales: `N` values
     pub fn nll_with_gradients(
@@ -225,10 +247,19 @@ impl Softmax {
         targets: &[u32],
         scales: &[f32],
         candidates: Option<&SampledCandidates>,
+        row_gradients: bool,
     ) -> SoftmaxGradients {
         let n_candidates = candidates.map_or(self.weight.shape().dims::<2>()[0], |c| c.ids.len());
         let rows_per_chunk = softmax_chunk_rows(&hidden, targets.len(), n_candidates, self.kernels);
-        self.nll_with_gradients_in_chunks(hidden, targets, scales, candidates, rows_per_chunk)
+        let row_gradients = row_gradients && !elmo_kernels::on_cube_device(&hidden);
+        self.nll_with_gradients_in_chunks(
+            hidden,
+            targets,
+            scales,
+            candidates,
+            rows_per_chunk,
+            row_gradients,
+        )
     }
 
     fn nll_with_gradients_in_chunks(
@@ -238,6 +269,7 @@ impl Softmax {
         scales: &[f32],
         candidates: Option<&SampledCandidates>,
         rows_per_chunk: usize,
+        row_gradients: bool,
     ) -> SoftmaxGradients {
         let hidden = hidden.inner();
         let device = hidden.device();
@@ -370,29 +402,40 @@ impl Softmax {
         let target_rows: Vec<usize> = targets.iter().map(|&t| t as usize).collect();
         let grad_true_weight = hidden * grad_true.clone();
         let grad_true_bias = grad_true.reshape([n]);
-        let (grad_weight, grad_bias) = match candidates {
+        let (grad_weight, grad_bias, rows) = match candidates {
             None => (
                 grad_candidate_weight
                     + sum_row_groups(grad_true_weight, &target_rows, n_vocab, kernels),
                 grad_candidate_bias + sum_groups(grad_true_bias, &target_rows, n_vocab, kernels),
+                None,
             ),
             Some(c) => {
                 let rows: Vec<usize> = (c.ids.iter().map(|&k| k as usize))
                     .chain(target_rows)
                     .collect();
+                // Each vocabulary row's sum, into its place among the rows touched or into
+                // the whole table: the same additions in the same order.
+                let (group_of, n_groups, distinct) = match row_gradients {
+                    true => {
+                        let (distinct, place) = distinct_rows(&rows);
+                        (place, distinct.len(), Some(distinct))
+                    }
+                    false => (rows, n_vocab, None),
+                };
                 (
                     sum_row_groups(
                         Tensor::cat(vec![grad_candidate_weight, grad_true_weight], 0),
-                        &rows,
-                        n_vocab,
+                        &group_of,
+                        n_groups,
                         kernels,
                     ),
                     sum_groups(
                         Tensor::cat(vec![grad_candidate_bias, grad_true_bias], 0),
-                        &rows,
-                        n_vocab,
+                        &group_of,
+                        n_groups,
                         kernels,
                     ),
+                    distinct,
                 )
             }
         };
@@ -404,6 +447,7 @@ impl Softmax {
             hidden: cat(grad_hidden, d),
             weight: grad_weight,
             bias: grad_bias,
+            rows,
         }
     }
 
@@ -630,6 +674,7 @@ mod tests {
                 &scales,
                 candidates,
                 3,
+                false,
             );
             let close = |name: &str, a: Tensor<1>, b: Tensor<1>| {
                 let error: f32 = (a.inner() - b.inner()).abs().max().into_scalar();
@@ -640,12 +685,48 @@ mod tests {
             let grad_hidden = leaf.grad_remove(&mut grads).unwrap();
             close("hidden", flat(grad_hidden), flat(got.hidden));
             let grad_weight = softmax.weight.val().grad_remove(&mut grads).unwrap();
-            close("weight", flat(grad_weight), flat(got.weight));
+            close("weight", flat(grad_weight), flat(got.weight.clone()));
             let grad_bias = softmax.bias.val().grad_remove(&mut grads).unwrap();
-            close("bias", grad_bias, got.bias);
+            close("bias", grad_bias, got.bias.clone());
+            // Row gradients: the sampled step's touched rows of the same tables, bit for bit,
+            // and zeros in every other row; the full softmax's tables as they were.
+            let by_rows = softmax.nll_with_gradients_in_chunks(
+                hidden.clone(),
+                &targets,
+                &scales,
+                candidates,
+                3,
+                true,
+            );
+            let values = |t: Tensor<1>| t.into_data().try_to_vec::<f32>().unwrap();
+            let (dense_weight, dense_bias) = (values(flat(got.weight)), values(got.bias));
+            let (row_weight, row_bias) = (values(flat(by_rows.weight)), values(by_rows.bias));
+            match (candidates, by_rows.rows) {
+                (None, None) => {
+                    assert_eq!((&row_weight, &row_bias), (&dense_weight, &dense_bias));
+                }
+                (Some(_), Some(rows)) => {
+                    assert_eq!(rows, [0, 2, 3, 5, 6, 7, 8], "candidates and targets");
+                    let mut weight = vec![0.0f32; n_vocab * 4];
+                    let mut bias = vec![0.0f32; n_vocab];
+                    for (place, &row) in rows.iter().enumerate() {
+                        let row = row as usize;
+                        weight[row * 4..row * 4 + 4]
+                            .copy_from_slice(&row_weight[place * 4..place * 4 + 4]);
+                        bias[row] = row_bias[place];
+                    }
+                    assert_eq!((weight, bias), (dense_weight, dense_bias), "{device:?}");
+                }
+                (_, rows) => panic!("rows {rows:?} for {candidates:?}"),
+            }
             // No rows at all: empty losses, zero gradients.
-            let empty =
-                softmax.nll_with_gradients(Tensor::zeros([0, 4], &device), &[], &[], candidates);
+            let empty = softmax.nll_with_gradients(
+                Tensor::zeros([0, 4], &device),
+                &[],
+                &[],
+                candidates,
+                false,
+            );
             assert_eq!(empty.nll.dims(), [0]);
             assert_eq!(empty.hidden.dims(), [0, 4]);
             let sum: f32 = empty.weight.abs().sum().into_scalar();

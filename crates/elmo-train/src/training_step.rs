@@ -56,6 +56,8 @@ fn two<T>(items: Vec<T>) -> [T; 2] {
 struct SoftmaxStep {
     loss: LmLoss,
     gradients: ([Tensor<3>; 2], GradientsParams),
+    /// The rows of the softmax's row gradients, when it gave them.
+    rows: Option<Vec<u32>>,
 }
 
 impl BiLanguageModel {
@@ -95,6 +97,7 @@ impl BiLanguageModel {
         let GradientOptions {
             dropout_seed,
             loss_scale,
+            row_gradients,
             profile,
         } = options;
         let mark = |phase| {
@@ -150,8 +153,11 @@ impl BiLanguageModel {
             SoftmaxMode::Full => None,
             SoftmaxMode::Sampled(candidates) => Some(candidates),
         };
-        let SoftmaxStep { loss, gradients } =
-            self.softmax_step(tops, targets, candidates, loss_scale);
+        let SoftmaxStep {
+            loss,
+            gradients,
+            rows: softmax_rows,
+        } = self.softmax_step(tops, targets, candidates, loss_scale, row_gradients);
         mark("softmax");
         let [forward_finals, backward_finals] = recorded.finals();
         let step = LmStep {
@@ -195,18 +201,24 @@ impl BiLanguageModel {
         }
         encoder_pass.backward(&self.bilm.token_encoder, grad_embedded, kernels, &mut grads);
         mark("encoder backward");
-        LmGradients { step, grads }
+        LmGradients {
+            step,
+            grads,
+            softmax_rows,
+        }
     }
 
     /// The softmax (full, or against `candidates`) over both directions' target rows,
     /// differentiated by hand: each row's NLL is weighted by `1 / (2 · n_direction)`, its share
-    /// of the joint loss, times `loss_scale` (the gradients' factor, not the loss's).
+    /// of the joint loss, times `loss_scale` (the gradients' factor, not the loss's); with
+    /// `row_gradients`, the softmax's as rows where it gives them ([`Softmax::nll_with_gradients`]).
     fn softmax_step(
         &self,
         tops: [&Tensor<3>; 2],
         targets: [&Targets; 2],
         candidates: Option<&SampledCandidates>,
         loss_scale: f32,
+        row_gradients: bool,
     ) -> SoftmaxStep {
         let [batch, n_steps, d] = tops[0].dims();
         let device = tops[0].device();
@@ -236,7 +248,7 @@ impl BiLanguageModel {
         };
         let out = self
             .softmax
-            .nll_with_gradients(hidden, &ids, &scales, candidates);
+            .nll_with_gradients(hidden, &ids, &scales, candidates, row_gradients);
         // A reduction along the axis, which adds in a fixed order: a whole-tensor `sum` adds
         // the cubes' partial sums atomically on CUDA.
         let summed = |start: usize, n: usize| match n {
@@ -277,6 +289,7 @@ impl BiLanguageModel {
         SoftmaxStep {
             loss,
             gradients: (top_grads, grads),
+            rows: out.rows,
         }
     }
 }

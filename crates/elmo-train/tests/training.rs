@@ -1553,8 +1553,12 @@ fn a_step_clips_as_the_hosts_clipping_and_update() {
         );
         assert!(norm > 10.0 * 1e-3, "the clip applies: {norm}");
         let lr = config.optimizer.lr() * config.lr_schedule.factor(0);
-        let host =
-            build_optimizer(&config.optimizer, kernels).step(lr, model.clone(), expected.grads);
+        let host = build_optimizer(&config.optimizer, kernels).step(
+            lr,
+            model.clone(),
+            expected.grads,
+            expected.softmax_rows,
+        );
         let mut optimizer = build_optimizer(&config.optimizer, kernels);
         let settings = first_step(&config, vocab.len(), &device, None);
         let (stepped, losses) =
@@ -1578,6 +1582,83 @@ fn a_step_clips_as_the_hosts_clipping_and_update() {
                 "{error} of {moved} on {device:?}"
             );
         }
+    }
+}
+
+/// Adagrad on the sampled softmax's row gradients (the rows a step touched, as bilm-tf's
+/// `IndexedSlices`) is the update of the whole tables, bit for bit: three sampled steps from
+/// one model, the softmax's gradients given as rows and as tables, leave the same parameters
+/// (each step's update reads the accumulators the steps before left), with the host kernels
+/// and with burn's operations; a step through `optimizer_step` takes the rows.
+#[test]
+fn adagrad_on_the_sampled_softmax_rows_is_the_whole_tables_update() {
+    let _one = autodiff_one_at_a_time();
+    let optimizer = OptimizerConfig::Adagrad {
+        lr: 0.2,
+        initial_accumulator: 0.1,
+    };
+    let packed = PackedStep::new(&tiny_config(), Device::flex());
+    let n_vocab = packed.vocab.len();
+    for kernels in [
+        KernelSettings::default(),
+        KernelSettings {
+            host_recurrence: false,
+            ..KernelSettings::default()
+        },
+    ] {
+        let model = packed.model.clone().with_kernels(kernels);
+        let run = |row_gradients: bool| {
+            let mut adagrad = build_optimizer(&optimizer, kernels);
+            assert!(adagrad.takes_row_gradients());
+            let mut model = model.clone();
+            for step in 0..3u64 {
+                let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(step);
+                let candidates = SampledCandidates::draw(5, n_vocab, &mut rng);
+                let options = GradientOptions {
+                    row_gradients,
+                    ..GradientOptions::seeded(Some(step))
+                };
+                let gradients = model.loss_and_gradients(
+                    &packed.batch,
+                    None,
+                    SoftmaxMode::Sampled(&candidates),
+                    &packed.device,
+                    options,
+                );
+                let rows = gradients.softmax_rows;
+                assert_eq!(rows.is_some(), row_gradients);
+                if let Some(rows) = &rows {
+                    assert!(rows.len() < n_vocab && rows.len() >= 5, "{rows:?}");
+                }
+                model = adagrad.step(0.2, model, gradients.grads, rows);
+            }
+            flat(&model)
+        };
+        let (by_rows, whole) = (run(true), run(false));
+        assert_eq!(by_rows, whole, "{kernels:?}");
+        assert_ne!(whole, flat(&model), "the steps move the model");
+    }
+    // `optimizer_step` asks for the rows with Adagrad, not with Adam (whose moments move a
+    // row with a zero gradient): both steps run and move the softmax.
+    let mut config = tiny_config();
+    config.negatives = 5;
+    assert!(config.uses_sampled_softmax(n_vocab));
+    for optimizer in [optimizer, OptimizerConfig::Adam { lr: 0.01 }] {
+        config.optimizer = optimizer;
+        let mut training = build_optimizer(&config.optimizer, KernelSettings::default());
+        let settings = first_step(&config, n_vocab, &packed.device, None);
+        let model = packed.model.clone();
+        let (stepped, losses) = optimizer_step(
+            model.clone(),
+            &mut training,
+            &packed.batch,
+            &mut None,
+            settings,
+        )
+        .unwrap();
+        assert!(losses.loss.is_finite() && !losses.skipped);
+        let weight = |m: &elmo_train::BiLanguageModel| m.softmax.weight.val().into_data();
+        assert_ne!(weight(&stepped), weight(&model), "{:?}", config.optimizer);
     }
 }
 
