@@ -138,6 +138,33 @@ pub fn fused_adagrad_step<const D: usize>(
 /// Values per task of the host loop.
 const HOST_CHUNK: usize = 1 << 16;
 
+/// A host step's operands as the host loops read and write them, contiguous: the gradient
+/// read, the parameter and accumulator taken (written in place where the caller held their
+/// only reference).
+struct HostOperands {
+    gradient: HostTensor,
+    parameter: HostTensor,
+    accumulator: Option<HostTensor>,
+}
+
+impl HostOperands {
+    /// # Panics
+    /// Where a tensor is not an `f32` flex tensor ([`KernelSettings::host_for`]).
+    fn of<const D: usize>(
+        parameter: Tensor<D>,
+        gradient: &Tensor<D>,
+        accumulator: Option<Tensor<D>>,
+    ) -> Self {
+        const HOST: &str = "f32 flex tensors (KernelSettings::host_for)";
+        let take = |tensor: Tensor<D>| HostTensor::take(tensor).expect(HOST).contiguous();
+        Self {
+            gradient: HostTensor::of(gradient).expect(HOST).contiguous(),
+            parameter: take(parameter),
+            accumulator: accumulator.map(take),
+        }
+    }
+}
+
 /// One Adagrad step on the host, the arithmetic of the composed operations in their order
 /// (bit for bit): the new accumulator and parameter written over `accumulator` and
 /// `parameter` where the caller held their only reference (copies otherwise).
@@ -152,19 +179,18 @@ pub fn host_adagrad_step<const D: usize>(
     initial_accumulator: f64,
     learning_rate: f64,
 ) -> AdagradStep<D> {
-    const HOST: &str = "f32 flex tensors (KernelSettings::host_for)";
     let dims = parameter.dims();
     assert!(
         gradient.dims() == dims && accumulator.as_ref().is_none_or(|a| a.dims() == dims),
         "a parameter, its gradient and its accumulator of one shape"
     );
-    let gradient = HostTensor::of(gradient).expect(HOST).contiguous();
-    let mut parameter = HostTensor::take(parameter).expect(HOST).contiguous();
     let first = accumulator.is_none();
-    let mut accumulator = match accumulator {
-        Some(accumulator) => HostTensor::take(accumulator).expect(HOST).contiguous(),
-        None => HostTensor::zeros(dims),
-    };
+    let HostOperands {
+        gradient,
+        mut parameter,
+        accumulator,
+    } = HostOperands::of(parameter, gradient, accumulator);
+    let mut accumulator = accumulator.unwrap_or_else(|| HostTensor::zeros(dims));
     let (lr, initial) = (learning_rate as f32, initial_accumulator as f32);
     (parameter.values_mut().par_chunks_mut(HOST_CHUNK))
         .zip(accumulator.values_mut().par_chunks_mut(HOST_CHUNK))
@@ -209,7 +235,6 @@ pub fn host_adagrad_rows<const D: usize>(
     initial_accumulator: f64,
     learning_rate: f64,
 ) -> AdagradStep<D> {
-    const HOST: &str = "f32 flex tensors (KernelSettings::host_for)";
     let dims = parameter.dims();
     let grad_dims = gradient.dims();
     assert!(
@@ -224,17 +249,17 @@ pub fn host_adagrad_rows<const D: usize>(
         dims[0]
     );
     let width: usize = dims[1..].iter().product();
-    let gradient = HostTensor::of(gradient).expect(HOST).contiguous();
-    let mut parameter = HostTensor::take(parameter).expect(HOST).contiguous();
     let (lr, initial) = (learning_rate as f32, initial_accumulator as f32);
-    let mut accumulator = match accumulator {
-        Some(accumulator) => HostTensor::take(accumulator).expect(HOST).contiguous(),
-        None => {
-            let mut accumulator = HostTensor::zeros(dims);
-            accumulator.values_mut().fill(initial);
-            accumulator
-        }
-    };
+    let HostOperands {
+        gradient,
+        mut parameter,
+        accumulator,
+    } = HostOperands::of(parameter, gradient, accumulator);
+    let mut accumulator = accumulator.unwrap_or_else(|| {
+        let mut accumulator = HostTensor::zeros(dims);
+        accumulator.values_mut().fill(initial);
+        accumulator
+    });
     if width > 0 {
         let parameter_rows = rows_of(parameter.values_mut(), rows, width);
         let accumulator_rows = rows_of(accumulator.values_mut(), rows, width);
