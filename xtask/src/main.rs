@@ -5,7 +5,7 @@
 //!   `cargo doc` without warnings, `cargo test --workspace` (the framework-native example `examples/elmo-tagger` runs as one
 //!   of its tests, on flex), then ~1,440 fuzz cases.
 //! - `cargo xtask spirv`: `cargo test --workspace` again with the `elmo` binary's opt-in `vulkan`
-//!   and `cuda` features ([`GPU_FEATURES`]), so that every wgpu test (f32 and mixed precision)
+//!   and `cuda-runtime` features ([`GPU_FEATURES`]), so that every wgpu test (f32 and mixed precision)
 //!   runs through burn's SPIR-V compiler, and the `cuda` build's code is compiled and tested
 //!   too; a second build of burn. CI runs it after `ci`.
 //! - `cargo xtask cublas`: clippy on that same build, then its cuBLAS path (device pointers,
@@ -96,9 +96,12 @@ fn ci() -> Result<(), String> {
 }
 
 /// The opt-in GPU backends that CI builds beside the default ones, in one feature resolution:
-/// every feature set is a build of burn from `cubecl-ir` up (21-32 min cold on 2 vCPUs), so
-/// the SPIR-V tests and the cuBLAS check share one instead of building two.
-const GPU_FEATURES: &str = "elmo-cli/vulkan,elmo-cli/cuda";
+/// every feature set is a build of burn from `cubecl-ir` up, so the SPIR-V tests and the cuBLAS
+/// check share one instead of building two. `cuda-runtime` is the `cuda` backend without
+/// CubeCL's on-disk kernel cache (burn's `persistence`), whose database engine and feature
+/// changes would rebuild 275 crates instead of 57 (burn, CubeCL, wgpu, cudarc): 41 min instead
+/// of about 15 on 2 vCPUs after the default build. The cache's few lines go uncompiled here.
+const GPU_FEATURES: &str = "elmo-cli/vulkan,elmo-cli/cuda-runtime";
 
 /// The workspace's tests with [`GPU_FEATURES`]: with burn's `vulkan` feature `wgpu` compiles
 /// its kernels to SPIR-V on a Vulkan adapter (lavapipe in CI), so the wgpu tests (parity with

@@ -360,7 +360,7 @@ fn probe_product<const D: usize>(
 /// case and whether all were within `1e-4` (`f32`) or `1e-3` (`f16`) of the result's scale. No
 /// kernel of CubeCL runs (views and uploads only), so it also checks the stand-in cuBLAS of
 /// `cuda-check.sh`.
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-runtime")]
 fn blas_check(backend: &str) -> bool {
     use burn::tensor::{DType, Tensor, TensorData, f16};
     let device = bench_device(backend);
@@ -530,10 +530,10 @@ fn main() {
     }
     if let Some(i) = args.iter().position(|a| a == "--blas-check") {
         let backend = args.get(i + 1).map_or("cuda", String::as_str);
-        #[cfg(feature = "cuda")]
+        #[cfg(feature = "cuda-runtime")]
         let passed = blas_check(backend);
         // A check that cannot run fails: CI must not pass a build that left cuBLAS out.
-        #[cfg(not(feature = "cuda"))]
+        #[cfg(not(feature = "cuda-runtime"))]
         let passed = {
             eprintln!(
                 "--blas-check {backend}: this build has no `cuda` feature (`--features cuda`)"

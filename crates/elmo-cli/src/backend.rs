@@ -98,7 +98,7 @@ impl Backend {
             Backend::Wgpu => Ok(Device::wgpu(DeviceKind::DefaultDevice)),
             #[cfg(feature = "vulkan")]
             Backend::Vulkan => Ok(Device::vulkan(DeviceKind::DefaultDevice)),
-            #[cfg(feature = "cuda")]
+            #[cfg(feature = "cuda-runtime")]
             Backend::Cuda => {
                 crate::kernel_cache::cache_compiled_kernels();
                 Ok(Device::cuda(0))
@@ -117,7 +117,7 @@ impl Backend {
     pub fn of_cuda_device(n: i64) -> Backend {
         match n {
             ..0 => Backend::Flex,
-            _ if cfg!(feature = "cuda") => Backend::Cuda,
+            _ if cfg!(feature = "cuda-runtime") => Backend::Cuda,
             _ => Backend::Wgpu,
         }
     }

@@ -106,7 +106,7 @@ pub struct EmbedArgs {
     pub precision: PrecisionArg,
     /// With `--backend cuda`: the products through CubeCL's kernels instead of NVIDIA's cuBLAS
     /// (the same values to float rounding; for comparisons and as a workaround).
-    #[cfg(feature = "cuda")]
+    #[cfg(feature = "cuda-runtime")]
     #[arg(long)]
     pub no_cublas: bool,
     /// Split each line with the built-in tokenizer, as `elmo train --tokenize` splits raw text
@@ -502,7 +502,7 @@ pub fn run(args: &EmbedArgs) -> Result<()> {
     .init(
         model.bilm.with_kernels(KernelSettings {
             precision: args.precision.into(),
-            #[cfg(feature = "cuda")]
+            #[cfg(feature = "cuda-runtime")]
             vendor_blas: !args.no_cublas,
             ..KernelSettings::default()
         }),

@@ -95,7 +95,7 @@ pub struct TrainArgs {
     pub precision: PrecisionArg,
     /// With `--backend cuda`: the products through CubeCL's kernels instead of NVIDIA's cuBLAS
     /// (the same values to float rounding; for comparisons and as a workaround).
-    #[cfg(feature = "cuda")]
+    #[cfg(feature = "cuda-runtime")]
     #[arg(long)]
     pub no_cublas: bool,
     /// Remove a lock on --out left by an `elmo` process that is no longer running (another
@@ -449,7 +449,7 @@ pub fn run(args: &TrainArgs) -> Result<()> {
         init_from,
         kernels: KernelSettings {
             precision: args.precision.into(),
-            #[cfg(feature = "cuda")]
+            #[cfg(feature = "cuda-runtime")]
             vendor_blas: !args.no_cublas,
             ..match args.no_fused_kernels {
                 true => KernelSettings::COMPOSED,

@@ -8,7 +8,7 @@ use std::process::Command;
 use burn::tensor::Device;
 use elmo_model::{HostInstructions, KernelSettings, Precision};
 
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-runtime")]
 #[path = "../../src/kernel_cache.rs"]
 mod kernel_cache;
 
@@ -110,7 +110,7 @@ pub fn limit_peer(command: &mut Command, instructions: &str) -> &'static str {
 /// (with the last reason), as a `CUBLAS` line for the parent to print: whether the `cuda` rows
 /// ran cuBLAS at all. `None` in a build without the `cuda` feature or on another backend.
 pub fn cublas_line(name: &str, backend: &str) -> Option<String> {
-    #[cfg(feature = "cuda")]
+    #[cfg(feature = "cuda-runtime")]
     if backend == "cuda" {
         let stats = elmo_kernels::cublas_stats();
         let last = stats
@@ -140,7 +140,7 @@ pub fn bench_device(backend: &str) -> Device {
     if backend == "vulkan" {
         return Device::vulkan(burn::tensor::DeviceKind::DefaultDevice);
     }
-    #[cfg(feature = "cuda")]
+    #[cfg(feature = "cuda-runtime")]
     if backend == "cuda" {
         kernel_cache::cache_compiled_kernels();
         return Device::cuda(0);

@@ -691,7 +691,7 @@ fn cuda_device_is_the_backend_and_gpu_it_names() {
     };
     let (ok, cpu, _) = run("cpu", &["--cuda-device", "-1", "--file-friendly-logging"]);
     assert!(ok && cpu.as_ref() == Some(&default));
-    let backend = if cfg!(feature = "cuda") {
+    let backend = if cfg!(feature = "cuda-runtime") {
         "cuda"
     } else {
         "wgpu"
@@ -1021,7 +1021,7 @@ fn mixed_precision_runs_on_a_gpu_within_its_tolerance() {
     // A backend this build leaves out is refused with the feature that brings it.
     for (backend, built) in [
         ("vulkan", cfg!(feature = "vulkan")),
-        ("cuda", cfg!(feature = "cuda")),
+        ("cuda", cfg!(feature = "cuda-runtime")),
     ] {
         if !built {
             let (_, refused) = run(backend, &["--backend", backend]);
