@@ -5,9 +5,9 @@
 //!   `cargo doc` without warnings, `cargo test --workspace` (the framework-native example `examples/elmo-tagger` runs as one
 //!   of its tests, on flex), then ~1,440 fuzz cases.
 //! - `cargo xtask spirv`: `cargo test --workspace` again with the `elmo` binary's opt-in `vulkan`
-//!   and `cuda-runtime` features ([`GPU_FEATURES`]), so that every wgpu test (f32 and mixed precision)
-//!   runs through burn's SPIR-V compiler, and the `cuda` build's code is compiled and tested
-//!   too; a second build of burn. CI runs it after `ci`.
+//!   and `cuda-runtime` features ([`GPU_FEATURES`]), so that every wgpu test (f32 and mixed
+//!   precision) runs through burn's SPIR-V compiler, and the `cuda` build's code is compiled and
+//!   tested too; a second build of burn. CI runs it after `ci`.
 //! - `cargo xtask cublas`: clippy on that same build, then its cuBLAS path (device pointers,
 //!   strides, streams: `bench_train --blas-check cuda`) against the stand-in CUDA driver and
 //!   cuBLAS of `xtask/device/fake-cuda/` (built with `cc`), which compute its products on the
