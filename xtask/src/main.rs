@@ -100,7 +100,7 @@ fn ci() -> Result<(), String> {
 /// check share one instead of building two. `cuda-runtime` is the `cuda` backend without
 /// CubeCL's on-disk kernel cache (burn's `persistence`), whose database engine and feature
 /// changes would rebuild 275 crates instead of 57 (burn's, CubeCL's, cudarc) after the default
-/// build: 41.0 min instead of 30.4 on 2 vCPUs. The cache's few lines go uncompiled here.
+/// build (times: README's "Continuous integration"). The cache's few lines go uncompiled here.
 const GPU_FEATURES: &str = "elmo-cli/vulkan,elmo-cli/cuda-runtime";
 
 /// The workspace's tests with [`GPU_FEATURES`]: with burn's `vulkan` feature `wgpu` compiles
