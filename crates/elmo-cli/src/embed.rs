@@ -17,7 +17,7 @@ use indicatif::ProgressBar;
 use crate::backend::{Backend, PrecisionArg};
 use crate::hdf5_output::{Hdf5EmbeddingWriter, Opened, OutputFingerprint, beside};
 use crate::input::{InputSummary, InputText, Sentence, SentenceReader};
-use crate::model_source::ModelArgs;
+use crate::model_source::{HeldModel, ModelArgs};
 use crate::sentence_index::{MAX_JSON_BYTES, check_json_bytes, json_bytes_of};
 use crate::sentence_keys::SentenceKeys;
 
@@ -358,8 +358,9 @@ fn check_input(
     })
 }
 
-/// Runs `elmo embed`.
-pub fn run(args: &EmbedArgs) -> Result<()> {
+/// Runs `elmo embed` on `args.model`, or on `held` where a front end gives its model (and the
+/// state a stateful run carries on from).
+pub fn run(args: &EmbedArgs, held: Option<HeldModel<'_>>) -> Result<()> {
     crate::hdf5_output::check_output_name(&args.output)?;
     // One writer per output, held until this function returns.
     let _lock = RunLock::acquire(lock_path(&args.output), args.break_stale_lock)?;
@@ -396,7 +397,10 @@ pub fn run(args: &EmbedArgs) -> Result<()> {
     let on_gpu = backend.is_gpu();
     args.precision.check_backend(backend)?;
     let device = backend.device()?;
-    let model = args.model.load(&device)?;
+    let (model, carried) = match held {
+        Some(HeldModel { model, state }) => (model, Some(state)),
+        None => (args.model.load(&device)?, None),
+    };
     let batch_size = args.batch_size.map_or(
         match (args.stateful, on_gpu) {
             (true, _) => 64,
@@ -508,6 +512,11 @@ pub fn run(args: &EmbedArgs) -> Result<()> {
         }),
         &device,
     )?;
+    if let Some(state) = carried.as_deref()
+        && args.stateful
+    {
+        embedder.set_state(state.clone())?;
+    }
     let window = if args.stateful {
         batch_size
     } else {
@@ -563,6 +572,11 @@ pub fn run(args: &EmbedArgs) -> Result<()> {
     writer
         .finish()
         .with_context(|| format!("{}: finishing output", args.output.display()))?;
+    if let Some(state) = carried
+        && args.stateful
+    {
+        *state = embedder.take_state();
+    }
     bar.finish_and_clear();
     if !args.quiet {
         let seconds = started.elapsed().as_secs_f64().max(1e-9);

@@ -25,7 +25,7 @@ mod vocab_cmd;
 use std::num::NonZeroUsize;
 
 pub use backend::{Backend, PrecisionArg};
-pub use model_source::{LoadedModel, ModelArgs};
+pub use model_source::{HeldModel, LoadedModel, ModelArgs};
 
 use clap::{Parser, Subcommand};
 
@@ -134,7 +134,7 @@ pub fn main() -> std::process::ExitCode {
         return std::process::ExitCode::FAILURE;
     }
     let result = match &cli.command {
-        Command::Embed(args) => embed::run(args),
+        Command::Embed(args) => embed::run(args, None),
         Command::Merge(args) => merge_cmd::run(args),
         Command::Vocab(args) => vocab_cmd::run(args),
         Command::Tokens(args) => tokens_cmd::run(args),
@@ -155,13 +155,17 @@ pub fn main() -> std::process::ExitCode {
 
 /// Runs `elmo embed` in this process with `arguments` (what follows `elmo embed` on a command
 /// line), for front ends that write files as the command does (the Python module's
-/// `embed_file`). Nothing process-wide changes: `--threads`, `--gpu` and a `--cuda-device`
-/// other than -1 or 0 are refused, as the caller's process owns its thread pool and
-/// environment.
+/// `embed_file`). `held`, where given, is embedded with instead of loading a model (the model
+/// flags are then refused), a `--stateful` run starting from its state. Nothing
+/// process-wide changes: `--threads`, `--gpu` and a `--cuda-device` other than -1 or 0 are
+/// refused, as the caller's process owns its thread pool and environment.
 ///
 /// # Errors
 /// The command line's error as clap renders it, or the command's error and its causes.
-pub fn embed_command(arguments: &[std::ffi::OsString]) -> Result<(), String> {
+pub fn embed_command(
+    arguments: &[std::ffi::OsString],
+    held: Option<HeldModel<'_>>,
+) -> Result<(), String> {
     let argv = ["elmo", "embed"].into_iter().map(std::ffi::OsString::from);
     let cli = Cli::try_parse_from(argv.chain(arguments.iter().cloned()))
         .map_err(|error| error.render().to_string().trim_end().to_string())?;
@@ -175,7 +179,13 @@ pub fn embed_command(arguments: &[std::ffi::OsString]) -> Result<(), String> {
                 .into(),
         );
     }
-    embed::run(args).map_err(|error| error_chain(&error))
+    let flags = &args.model;
+    if held.is_some()
+        && (flags.options.is_some() || flags.weights.is_some() || flags.model.is_some())
+    {
+        return Err("a model is given, so --options, --weights and --model are not taken".into());
+    }
+    embed::run(args, held).map_err(|error| error_chain(&error))
 }
 
 /// The error and its causes, `: `-separated, each said once (how `elmo` and the Python module
@@ -218,5 +228,38 @@ mod tests {
         );
         let error = anyhow::Error::new(Eof).context("a.txt: I/O error");
         assert_eq!(error_chain(&error), "a.txt: I/O error: unexpected EOF");
+    }
+
+    /// A given model and model flags would leave it unclear which model embeds: refused before
+    /// anything is read or written.
+    #[cfg(feature = "flex")]
+    #[test]
+    fn a_given_model_refuses_model_flags() {
+        let dir = tempfile::tempdir().unwrap();
+        let input = dir.path().join("in.txt");
+        std::fs::write(&input, "a b\n").unwrap();
+        let output = dir.path().join("out.hdf5");
+        let model = crate::ModelArgs {
+            options: None,
+            weights: None,
+            model: None,
+        }
+        .load(&burn::tensor::Device::flex())
+        .unwrap();
+        let arguments = [
+            input.as_os_str(),
+            output.as_os_str(),
+            "--model".as_ref(),
+            dir.path().as_os_str(),
+        ]
+        .map(std::ffi::OsString::from);
+        let mut state = None;
+        let held = crate::HeldModel {
+            model,
+            state: &mut state,
+        };
+        let error = super::embed_command(&arguments, Some(held)).unwrap_err();
+        assert!(error.contains("--model"), "{error}");
+        assert!(!output.exists());
     }
 }

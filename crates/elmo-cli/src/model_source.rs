@@ -5,9 +5,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use burn::tensor::Device;
-use elmo_model::BiLm;
 use elmo_model::options::BiLmOptions;
 use elmo_model::weights::{WeightFile, load_bilm_from};
+use elmo_model::{BiLm, BiLmState};
 
 /// The embedded demo model: AllenNLP's small test biLM (Apache-2.0, see fixtures/README.md).
 const DEMO_OPTIONS: &str = include_str!("../../../fixtures/allennlp/options.json");
@@ -50,6 +50,16 @@ pub struct LoadedModel {
     pub options: BiLmOptions,
     /// Human-readable origin.
     pub description: String,
+}
+
+/// A model that a front end already holds (the Python module's embedder), for
+/// [`crate::embed_command`] to embed with instead of loading one.
+pub struct HeldModel<'a> {
+    /// The biLM, on the device of the command's `--backend`.
+    pub model: LoadedModel,
+    /// The LSTM state that a `--stateful` run starts from (`None`: zero); the run's last state
+    /// once it has succeeded, as it was where the run fails.
+    pub state: &'a mut Option<BiLmState>,
 }
 
 fn load_files(options: &Path, weights: &Path, device: &Device) -> Result<LoadedModel> {

@@ -177,6 +177,54 @@ impl Embedder {
         self.state = None;
     }
 
+    /// Takes the carried state out (stateful mode; `None` before the first batch): the next
+    /// batch starts from zero unless [`Self::set_state`] puts one back. For handing the state
+    /// to another embedder of the same biLM (a stateful run continued by other means).
+    pub fn take_state(&mut self) -> Option<BiLmState> {
+        self.state.take()
+    }
+
+    /// Carries `state` into the next batch (stateful mode), as [`Self::take_state`] gave it.
+    ///
+    /// # Errors
+    /// [`ElmoError::InvalidInput`] where `state` is not of this biLM's shape (its layers, cell
+    /// and projection widths; both directions the same rows); the carried state is then left
+    /// as it was.
+    pub fn set_state(&mut self, state: Option<BiLmState>) -> Result<()> {
+        if let Some(state) = &state {
+            self.check_state(state)?;
+        }
+        self.state = state;
+        Ok(())
+    }
+
+    fn check_state(&self, state: &BiLmState) -> Result<()> {
+        let layers = &self.bilm.forward_layers;
+        if state.layers.len() != layers.len() {
+            return Err(ElmoError::InvalidInput(format!(
+                "a carried state of {} LSTM layers for a biLM of {}",
+                state.layers.len(),
+                layers.len()
+            )));
+        }
+        let rows = state.layers.first().map(|l| l.forward.hidden.dims()[0]);
+        for (index, (layer, lstm)) in state.layers.iter().zip(layers).enumerate() {
+            let want = [lstm.d_projection(), lstm.d_cell()];
+            for (direction, part) in [("forward", &layer.forward), ("backward", &layer.backward)] {
+                let [h, c] = [part.hidden.dims(), part.memory.dims()];
+                if [h[1], c[1]] != want || Some(h[0]) != rows || Some(c[0]) != rows {
+                    return Err(ElmoError::InvalidInput(format!(
+                        "the carried {direction} state of LSTM layer {index} is hidden {h:?}, \
+                         memory {c:?}; this biLM's is hidden [rows, {}], memory [rows, {}], \
+                         with every layer and direction the same rows",
+                        want[0], want[1]
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The vectors of `sentences` (token lists), in input order.
     pub fn embed<T: AsRef<[S]>, S: AsRef<str>>(
         &mut self,

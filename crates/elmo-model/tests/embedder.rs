@@ -257,3 +257,61 @@ fn a_zero_batch_size_is_an_error() {
     let error = config.init(tiny_bilm(&device), &device).unwrap_err();
     assert!(error.to_string().contains("batch size"), "{error}");
 }
+
+/// A stateful run's state handed to another embedder of the same biLM (`take_state`,
+/// `set_state`) goes on as the first would, whatever the second's layer selection; a state of
+/// another shape is refused and leaves the carried state as it was.
+#[test]
+fn a_carried_state_moves_between_embedders() {
+    let device = Device::flex();
+    let config = EmbedderConfig {
+        stateful: true,
+        batch_size: 8,
+        ..EmbedderConfig::default()
+    };
+    let (main, edge) = (tiny_sentences("main"), tiny_sentences("edge"));
+    let mut first = embedder(&device, config.clone());
+    first.embed(&main).expect("embed");
+    let mut continued = embedder(&device, config.clone());
+    continued.embed(&main).expect("embed");
+    let want = continued.embed(&edge).expect("embed");
+
+    let mut second = embedder(
+        &device,
+        EmbedderConfig {
+            layers: LayerSelection::Top,
+            ..config
+        },
+    );
+    let state = first.take_state().expect("a state after a stateful batch");
+    assert!(first.take_state().is_none(), "taken out, not copied");
+
+    let mut fewer = state.clone();
+    fewer.layers.pop();
+    let error = second.set_state(Some(fewer)).unwrap_err();
+    assert!(
+        error.to_string().contains("1 LSTM layers for a biLM of 2"),
+        "{error}"
+    );
+    let mut swapped = state.clone();
+    let forward = &mut swapped.layers[1].forward;
+    std::mem::swap(&mut forward.hidden, &mut forward.memory);
+    let error = second.set_state(Some(swapped)).unwrap_err();
+    assert!(
+        error.to_string().contains("forward state of LSTM layer 1"),
+        "{error}"
+    );
+    assert!(
+        second.take_state().is_none(),
+        "a refused state is not carried"
+    );
+
+    second.set_state(Some(state)).expect("the biLM's own state");
+    let got = second.embed(&edge).expect("embed");
+    let d = second.d_output();
+    for (row, (top, all)) in got.iter().zip(&want).enumerate() {
+        let n = top.shape[0];
+        let diff = max_diff(&top.values, &all.values[2 * n * d..3 * n * d]);
+        assert!(diff <= 1e-6, "row {row}: {diff}");
+    }
+}

@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 
 use burn::tensor::Device;
 use clap::ValueEnum;
-use elmo_cli::{Backend, ModelArgs, PrecisionArg};
+use elmo_cli::{Backend, HeldModel, LoadedModel, ModelArgs, PrecisionArg};
+use elmo_model::options::BiLmOptions;
 use elmo_model::{Embedder, EmbedderConfig, KernelSettings, LayerSelection, SentenceVectors};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -35,8 +36,9 @@ use crate::sentences::{EmbedBatch, SentenceEmbeddings};
 pub struct ElmoEmbedder {
     embedder: Embedder,
     device: Device,
-    /// Where the model came from, for `embed_file`'s `elmo embed` and `repr`.
-    source: ModelArgs,
+    /// The model's architecture, for `embed_file`'s `elmo embed`.
+    options: BiLmOptions,
+    /// Where the model came from, for `embed_file`'s progress line and `repr`.
     description: String,
     backend: Backend,
     precision: PrecisionArg,
@@ -126,7 +128,7 @@ impl ElmoEmbedder {
         Ok(Self {
             embedder,
             device,
-            source,
+            options: loaded.options,
             description: loaded.description,
             backend,
             precision,
@@ -182,16 +184,18 @@ impl ElmoEmbedder {
     /// or an open text file as AllenNLP takes, read from where it stands) to the HDF5 file
     /// `output_file_path` exactly as `allennlp elmo` and `elmo embed` do (datasets `"0"`,
     /// `"1"`, ... and `sentence_to_index`): `output_format` `"all"`, `"top"` or `"average"`. It
-    /// runs `elmo embed` in this process on the embedder's model, backend and state mode (it
-    /// loads the model's files again), with what that command offers: an atomic output,
-    /// checked input, progress on standard error unless `quiet`.
+    /// runs `elmo embed` in this process on the embedder's loaded model (its weights shared, not
+    /// read again), backend and state mode, with what that command offers: an atomic output,
+    /// checked input, progress on standard error unless `quiet`. A stateful embedder carries
+    /// its state through the file, as AllenNLP's does: the file starts from the state the
+    /// calls before it left, and the calls after it go on from the file's last state.
     #[pyo3(signature = (
         input_file, output_file_path, output_format = "all", batch_size = None,
         forget_sentences = false, use_sentence_keys = false, quiet = false,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn embed_file(
-        &self,
+        &mut self,
         py: Python<'_>,
         input_file: &Bound<'_, PyAny>,
         output_file_path: PathBuf,
@@ -230,17 +234,6 @@ impl ElmoEmbedder {
                 .to_string()
                 .into(),
         ];
-        let paths = [
-            ("--options", &self.source.options),
-            ("--weights", &self.source.weights),
-            ("--model", &self.source.model),
-        ];
-        for (flag, path) in paths {
-            if let Some(path) = path {
-                arguments.push(flag.into());
-                arguments.push(path.into());
-            }
-        }
         let flags = [
             ("--stateful", self.embedder.config().stateful),
             ("--forget-sentences", forget_sentences),
@@ -248,8 +241,21 @@ impl ElmoEmbedder {
             ("--quiet", quiet),
         ];
         arguments.extend((flags.iter()).filter(|(_, on)| *on).map(|(f, _)| f.into()));
-        py.detach(|| elmo_cli::embed_command(&arguments))
-            .map_err(ElmoError::new_err)
+        // The module's parameters are shared between the clones, not copied.
+        let model = LoadedModel {
+            bilm: self.embedder.bilm().clone(),
+            options: self.options.clone(),
+            description: self.description.clone(),
+        };
+        // The file's last state once it is written, the state from before where it fails.
+        let mut state = self.embedder.take_state();
+        let held = HeldModel {
+            model,
+            state: &mut state,
+        };
+        let result = py.detach(|| elmo_cli::embed_command(&arguments, Some(held)));
+        self.embedder.set_state(state).map_err(to_python)?;
+        result.map_err(ElmoError::new_err)
     }
 
     /// The context-free embedding of each token alone (ELMo's token layer, one copy): a float32

@@ -128,6 +128,52 @@ def main(tiny, tmp):
            lambda: embedder.embed_file(io.BytesIO(b"a b"), os.path.join(tmp, "b.hdf5")), "str")
     raises("embed_file of a number", TypeError,
            lambda: embedder.embed_file(3, os.path.join(tmp, "n.hdf5")), "input_file")
+    # embed_file embeds with the loaded model: its files are not read again, so an embedder
+    # whose weight file has since gone still writes the same vectors.
+    import shutil
+
+    moved = os.path.join(tmp, "moved")
+    os.mkdir(moved)
+    for name in ("options.json", "weights.hdf5"):
+        shutil.copy(os.path.join(tiny, name), moved)
+    loaded = elmo_rs.ElmoEmbedder(
+        os.path.join(moved, "options.json"), os.path.join(moved, "weights.hdf5")
+    )
+    shutil.rmtree(moved)
+    gone = os.path.join(tmp, "gone.hdf5")
+    loaded.embed_file(text, gone, quiet=True)
+    with h5py.File(gone, "r") as f:
+        for i, want in enumerate(expected):
+            close(f"embed_file after the weight file went, line {i}", f[str(i)][()], want, 0.0)
+    # A stateful embedder carries its state through embed_file as through its other calls:
+    # AllenNLP's four calls again, the third written by embed_file.
+    def allennlp_call(call, batch):
+        mask = np.load(os.path.join(tiny, "stateful", f"call{call}_mask.npy"))
+        stacked = np.stack(
+            [np.load(os.path.join(tiny, "stateful", f"call{call}_layer{k}.npy")) for k in range(3)]
+        )
+        return [stacked[:, i, 1 : len(s) + 1] for i, s in enumerate(batch)]
+
+    stateful.reset_state()
+    for call in (0, 1):
+        stateful.embed_batch(calls[call])
+    third = os.path.join(tmp, "third.txt")
+    with open(third, "w", encoding="utf-8") as f:
+        f.write("".join(" ".join(s) + "\n" for s in calls[2]))
+    stateful.embed_file(third, os.path.join(tmp, "third.hdf5"), batch_size=len(calls[2]), quiet=True)
+    with h5py.File(os.path.join(tmp, "third.hdf5"), "r") as f:
+        for i, want in enumerate(allennlp_call(2, calls[2])):
+            close(f"stateful embed_file, call 2 [{i}]", f[str(i)][()], want, STATEFUL_TOLERANCE)
+    for i, (g, w) in enumerate(zip(stateful.embed_batch(calls[3]), allennlp_call(3, calls[3]))):
+        close(f"stateful embed_batch after embed_file, call 3 [{i}]", g, w, STATEFUL_TOLERANCE)
+    # A failed embed_file leaves the state as it was.
+    stateful.reset_state()
+    stateful.embed_batch(calls[0])
+    raises("stateful embed_file of a missing input", elmo_rs.ElmoError,
+           lambda: stateful.embed_file(os.path.join(tmp, "none.txt"), os.path.join(tmp, "z.hdf5")),
+           "none.txt")
+    for i, (g, w) in enumerate(zip(stateful.embed_batch(calls[1]), allennlp_call(1, calls[1]))):
+        close(f"stateful embed_batch after a failed embed_file [{i}]", g, w, STATEFUL_TOLERANCE)
     top = os.path.join(tmp, "top.hdf5")
     embedder.embed_file(text, top, output_format="top", forget_sentences=True, quiet=True)
     with h5py.File(top, "r") as f:
