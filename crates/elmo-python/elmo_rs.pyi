@@ -1,7 +1,7 @@
 """Type hints of the `elmo_rs` module (crates/elmo-python/src), packaged by maturin."""
 
 import os
-from typing import IO, Iterable, Iterator, List, Optional, Sequence, Union
+from typing import IO, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -44,6 +44,11 @@ class ElmoEmbedder:
     def embed_sentence(self, sentence: Sequence[str]) -> npt.NDArray[np.float32]:
         """`(layers, n_tokens, dim)` float32, the token layer first."""
     def embed_batch(self, batch: Sequence[Sequence[str]]) -> List[npt.NDArray[np.float32]]: ...
+    def batch_to_embeddings(
+        self, batch: Sequence[Sequence[str]]
+    ) -> Tuple[npt.NDArray[np.float32], npt.NDArray[np.bool_]]:
+        """`(len(batch), layers, max_tokens, dim)` float32, zero-padded, and the
+        `(len(batch), max_tokens)` bool mask of real tokens."""
     def embed_sentences(
         self, sentences: Iterable[Sequence[str]], batch_size: Optional[int] = None
     ) -> SentenceEmbeddings: ...

@@ -31,6 +31,13 @@ impl Element for i64 {
     }
 }
 
+impl Element for bool {
+    const DTYPE: &'static str = "bool";
+    fn write_bytes(self, out: &mut [u8]) {
+        out[0] = u8::from(self);
+    }
+}
+
 /// A NumPy array of `values` (row-major) in `shape`: the values are copied once, into the
 /// `bytearray` that the array reads.
 ///

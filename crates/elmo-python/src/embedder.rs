@@ -15,6 +15,7 @@ use pyo3::types::PyAny;
 
 use crate::ElmoError;
 use crate::arrays;
+use crate::padded::PaddedBatch;
 use crate::sentences::{EmbedBatch, SentenceEmbeddings};
 
 /// ELMo vectors of tokenised sentences, as AllenNLP's `ElmoEmbedder`.
@@ -154,6 +155,27 @@ impl ElmoEmbedder {
         batch: Vec<Vec<String>>,
     ) -> PyResult<Vec<Bound<'py, PyAny>>> {
         self.embed_sentences_now(py, &batch)
+    }
+
+    /// AllenNLP's `batch_to_embeddings`: the vectors of `batch` padded to its longest sentence,
+    /// as a pair of arrays (AllenNLP's are torch tensors): the activations, float32
+    /// `(len(batch), layers, max_tokens, dim)` with zeros at padded positions, and the mask,
+    /// bool `(len(batch), max_tokens)`, true at real tokens.
+    fn batch_to_embeddings<'py>(
+        &mut self,
+        py: Python<'py>,
+        batch: Vec<Vec<String>>,
+    ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
+        let (n_layers, dim) = (self.n_layers(), self.dim());
+        let embedder = &mut self.embedder;
+        let padded = py
+            .detach(|| (embedder.embed(&batch)).map(|v| PaddedBatch::new(&v, n_layers, dim)))
+            .map_err(to_python)?;
+        let [b, _, t, _] = padded.activations_shape;
+        Ok((
+            arrays::array(py, &padded.activations, &padded.activations_shape)?,
+            arrays::array(py, &padded.mask, &[b, t])?,
+        ))
     }
 
     /// An iterator over the vectors of each sentence of `sentences` (any iterable of token

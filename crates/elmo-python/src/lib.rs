@@ -5,6 +5,7 @@
 mod arrays;
 mod char_ids;
 mod embedder;
+mod padded;
 mod sentences;
 
 use pyo3::prelude::*;

@@ -70,6 +70,21 @@ def main(tiny, tmp):
         for i, (g, w) in enumerate(zip(streamed, want)):
             close(f"embed_sentences {folder}[{i}]", g, w)
         assert len(streamed) == len(want)
+    # batch_to_embeddings: AllenNLP's padded activations (B, 3, T, 2P) and bool mask (B, T).
+    for folder in ("main", "edge"):
+        activations, mask = embedder.batch_to_embeddings(sentences[folder])
+        want = np.stack(
+            [np.load(os.path.join(tiny, folder, f"layer{k}_no_bos_eos.npy")) for k in range(3)],
+            axis=1,
+        )
+        close(f"batch_to_embeddings {folder}", activations, want)
+        want_mask = np.load(os.path.join(tiny, folder, "mask_no_bos_eos.npy"))
+        assert mask.dtype == np.bool_ and np.array_equal(mask, want_mask), f"{folder} mask"
+    activations, mask = embedder.batch_to_embeddings([])
+    assert activations.shape == (0, 3, 0, 32) and mask.shape == (0, 0), (activations.shape, mask.shape)
+    activations, mask = embedder.batch_to_embeddings([[], []])
+    assert activations.shape == (2, 3, 0, 32) and mask.shape == (2, 0), (activations.shape, mask.shape)
+
     # The empty sentence: AllenNLP's `empty_embedding`, (3, 0, 2P).
     assert embedder.embed_sentence([]).shape == (3, 0, 32)
     assert list(embedder.embed_sentences([])) == []
@@ -207,6 +222,19 @@ def main(tiny, tmp):
     raises("embed_file's format", elmo_rs.ElmoError,
            lambda: embedder.embed_file(text, os.path.join(tmp, "y.hdf5"), output_format="middle"),
            "middle")
+    # The type hints name every public method and property of the module's classes.
+    import ast
+
+    stub = ast.parse(open(os.path.join(os.path.dirname(__file__), "..", "elmo_rs.pyi")).read())
+    hinted = {
+        node.name: {item.name for item in node.body if isinstance(item, ast.FunctionDef)}
+        for node in stub.body
+        if isinstance(node, ast.ClassDef)
+    }
+    for cls in (elmo_rs.ElmoEmbedder, elmo_rs.SentenceEmbeddings):
+        public = {name for name in dir(cls) if not name.startswith("_")}
+        missing = public - hinted.get(cls.__name__, set())
+        assert not missing, f"elmo_rs.pyi lacks {cls.__name__}.{sorted(missing)}"
     print("elmo_rs: all checks passed")
 
 
