@@ -29,6 +29,10 @@ use crate::sentences::{EmbedBatch, SentenceEmbeddings};
 /// not depend on the sentences embedded before it; `stateful=True` carries the state from batch
 /// to batch as AllenNLP does (its vectors equal AllenNLP's to 1e-5 then).
 ///
+/// `batch_size`: the sentences of one LSTM call in `embed_sentences` and `embed_file` (their
+/// default), and in stateless `embed_batch` / `batch_to_embeddings` at most; stateful, those two
+/// run their whole batch as one call, as AllenNLP's do (the state is kept per batch row).
+///
 /// `cuda_device`: -1 (the default) computes on the CPU, 0 on the GPU (through `cuda` in a build
 /// with that feature, else `wgpu`; choose the GPU with `CUDA_VISIBLE_DEVICES`). `backend` names
 /// one instead: `flex` (CPU, the default), `ndarray`, `wgpu`, or `vulkan` / `cuda` in builds
@@ -43,6 +47,8 @@ pub struct ElmoEmbedder {
     description: String,
     backend: Backend,
     precision: PrecisionArg,
+    /// The sentences of one call of `embed_sentences` and `embed_file` by default.
+    batch_size: usize,
 }
 
 #[pymethods]
@@ -114,7 +120,8 @@ impl ElmoEmbedder {
         let embedder = EmbedderConfig {
             layers: LayerSelection::All,
             stateful,
-            batch_size,
+            // Stateful, a call's rows are state rows: a batch is not split, as in AllenNLP.
+            batch_size: if stateful { usize::MAX } else { batch_size },
             max_batch_positions,
             token_cache_bytes: token_cache_mib.saturating_mul(1 << 20),
         }
@@ -133,6 +140,7 @@ impl ElmoEmbedder {
             description: loaded.description,
             backend,
             precision,
+            batch_size,
         })
     }
 
@@ -186,7 +194,7 @@ impl ElmoEmbedder {
         sentences: &Bound<'_, PyAny>,
         batch_size: Option<usize>,
     ) -> PyResult<SentenceEmbeddings> {
-        let batch_size = batch_size.unwrap_or(slf.borrow().embedder.config().batch_size);
+        let batch_size = batch_size.unwrap_or(slf.borrow().batch_size);
         if batch_size == 0 {
             return Err(PyValueError::new_err("batch_size must be positive"));
         }
@@ -241,10 +249,7 @@ impl ElmoEmbedder {
                 .get_name()
                 .into(),
             "--batch-size".into(),
-            batch_size
-                .unwrap_or(self.embedder.config().batch_size)
-                .to_string()
-                .into(),
+            batch_size.unwrap_or(self.batch_size).to_string().into(),
             "--token-cache-mib".into(),
             (self.embedder.config().token_cache_bytes >> 20)
                 .to_string()

@@ -89,20 +89,24 @@ def main(tiny, tmp):
     assert embedder.embed_sentence([]).shape == (3, 0, 32)
     assert list(embedder.embed_sentences([])) == []
 
-    # Stateful: four calls of one embedder equal AllenNLP's four calls of one `_ElmoBiLm`.
-    stateful = elmo_rs.ElmoEmbedder(options, weights, stateful=True)
+    # Stateful: four calls of one embedder equal AllenNLP's four calls of one `_ElmoBiLm`, each
+    # one LSTM call as AllenNLP's `embed_batch` makes it, whatever `batch_size` (the first call
+    # has 8 sentences).
     calls = [sentences["main"], sentences["edge"], sentences["main_first3"], sentences["main"]]
-    for call, batch in enumerate(calls):
-        got = stateful.embed_batch(batch)
-        mask = np.load(os.path.join(tiny, "stateful", f"call{call}_mask.npy"))
-        stacked = np.stack(
-            [np.load(os.path.join(tiny, "stateful", f"call{call}_layer{k}.npy")) for k in range(3)]
-        )
-        for i, sentence in enumerate(batch):
-            n = len(sentence)
-            assert int(mask[i].sum()) in (0, n + 2), (call, i)
-            want = stacked[:, i, 1 : n + 1] if n else np.zeros((3, 0, 32), np.float32)
-            close(f"stateful call {call} [{i}]", got[i], want, STATEFUL_TOLERANCE)
+    for batch_size in (64, 3):
+        stateful = elmo_rs.ElmoEmbedder(options, weights, stateful=True, batch_size=batch_size)
+        for call, batch in enumerate(calls):
+            got = stateful.embed_batch(batch)
+            mask = np.load(os.path.join(tiny, "stateful", f"call{call}_mask.npy"))
+            stacked = np.stack(
+                [np.load(os.path.join(tiny, "stateful", f"call{call}_layer{k}.npy")) for k in range(3)]
+            )
+            for i, sentence in enumerate(batch):
+                n = len(sentence)
+                assert int(mask[i].sum()) in (0, n + 2), (call, i)
+                want = stacked[:, i, 1 : n + 1] if n else np.zeros((3, 0, 32), np.float32)
+                name = f"stateful (batch_size {batch_size}) call {call} [{i}]"
+                close(name, got[i], want, STATEFUL_TOLERANCE)
     stateful.reset_state()
     first = stateful.embed_batch(calls[0])
     for i, (g, w) in enumerate(zip(first, allennlp_vectors(calls[0], "main"))):
