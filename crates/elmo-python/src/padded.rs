@@ -10,7 +10,7 @@ use elmo_model::SentenceVectors;
 /// - activations: `[B, L + 1, T, D]` row-major, zeros at padded positions (`T` the longest
 ///   sentence's tokens)
 /// - mask: `[B, T]`, `true` at real tokens
-#[derive(Debug, PartialEq)]
+#[derive(Debug)]
 pub struct PaddedBatch {
     /// The vectors, `activations_shape` row-major.
     pub activations: Vec<f32>,
