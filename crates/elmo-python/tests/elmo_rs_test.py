@@ -48,6 +48,13 @@ def main(tiny, tmp):
         )
         return [stacked[:, i, : int(mask[i].sum())] for i in range(len(batch))]
 
+    def allennlp_call(call, batch):
+        """AllenNLP's stateful call `call` of `batch`, boundaries removed: (3, n, 2P) a sentence."""
+        stacked = np.stack(  # (3, B, T + 2, 2P)
+            [np.load(os.path.join(tiny, "stateful", f"call{call}_layer{k}.npy")) for k in range(3)]
+        )
+        return [stacked[:, i, 1 : len(s) + 1] for i, s in enumerate(batch)]
+
     # batch_to_ids: AllenNLP's character ids, exactly.
     for folder in ("main", "edge"):
         ids = elmo_rs.batch_to_ids(sentences[folder])
@@ -98,13 +105,8 @@ def main(tiny, tmp):
         for call, batch in enumerate(calls):
             got = stateful.embed_batch(batch)
             mask = np.load(os.path.join(tiny, "stateful", f"call{call}_mask.npy"))
-            stacked = np.stack(
-                [np.load(os.path.join(tiny, "stateful", f"call{call}_layer{k}.npy")) for k in range(3)]
-            )
-            for i, sentence in enumerate(batch):
-                n = len(sentence)
-                assert int(mask[i].sum()) in (0, n + 2), (call, i)
-                want = stacked[:, i, 1 : n + 1] if n else np.zeros((3, 0, 32), np.float32)
+            for i, (sentence, want) in enumerate(zip(batch, allennlp_call(call, batch))):
+                assert int(mask[i].sum()) in (0, len(sentence) + 2), (call, i)
                 name = f"stateful (batch_size {batch_size}) call {call} [{i}]"
                 close(name, got[i], want, STATEFUL_TOLERANCE)
     stateful.reset_state()
@@ -166,13 +168,6 @@ def main(tiny, tmp):
             close(f"embed_file after the weight file went, line {i}", f[str(i)][()], want, 0.0)
     # A stateful embedder carries its state through embed_file as through its other calls:
     # AllenNLP's four calls again, the third written by embed_file.
-    def allennlp_call(call, batch):
-        mask = np.load(os.path.join(tiny, "stateful", f"call{call}_mask.npy"))
-        stacked = np.stack(
-            [np.load(os.path.join(tiny, "stateful", f"call{call}_layer{k}.npy")) for k in range(3)]
-        )
-        return [stacked[:, i, 1 : len(s) + 1] for i, s in enumerate(batch)]
-
     stateful.reset_state()
     for call in (0, 1):
         stateful.embed_batch(calls[call])
