@@ -210,6 +210,10 @@ impl BiLm {
 
     /// Runs the biLM over char ids `[B, T, 50]` without boundaries (as `batch_to_ids` gives them),
     /// from a zero state. Reads the ids back to find the sentence lengths.
+    ///
+    /// # Errors
+    /// Ids outside the character vocabulary or padding before a real token, named by place
+    /// ([`CharIdBatch::from_ids`]), and ids that cannot be read back.
     pub fn forward(&self, char_ids: Tensor<3, Int>) -> Result<BiLmOutput> {
         let device = char_ids.device();
         let [batch, n_tokens, n_slots] = char_ids.dims();
@@ -222,14 +226,8 @@ impl BiLm {
             .into_data()
             .try_into_vec_as::<i64>()
             .map_err(|e| ElmoError::TensorData(format!("{e:?}")))?;
-        let ids = ids
-            .into_iter()
-            .map(|c| {
-                u16::try_from(c)
-                    .map_err(|_| ElmoError::InvalidInput(format!("char id {c} out of range")))
-            })
-            .collect::<Result<Vec<u16>>>()?;
-        Ok(self.forward_batch(&CharIdBatch::from_ids(ids, batch, n_tokens), &device, None))
+        let batch = CharIdBatch::from_ids(&ids, batch, n_tokens)?;
+        Ok(self.forward_batch(&batch, &device, None))
     }
 
     /// Runs the biLM over a host batch of char ids (boundaries are added here).

@@ -4,6 +4,8 @@
 //! EOW, PAD, ...]`, then `+1` on every id so that 0 is free for batch padding. The literal tokens
 //! `<S>` and `</S>` map to the sentence-boundary ids.
 
+use crate::error::{ElmoError, Result};
+
 /// Character slots per token.
 pub const MAX_CHARS_PER_TOKEN: usize = 50;
 /// Size of the character vocabulary: 256 bytes, 5 markers, and the padding id 0.
@@ -107,28 +109,62 @@ impl CharIdBatch {
         }
     }
 
-    /// Builds a batch from raw ids `[B, T, 50]`; a token is real when any of its ids is non-zero,
-    /// and a sentence's length is its number of real tokens (AllenNLP's mask).
-    pub fn from_ids(ids: Vec<u16>, n_sentences: usize, n_tokens: usize) -> Self {
-        assert_eq!(ids.len(), n_sentences * n_tokens * MAX_CHARS_PER_TOKEN);
-        let lengths = (0..n_sentences)
-            .map(|row| {
-                (0..n_tokens)
-                    .filter(|t| {
-                        let start = (row * n_tokens + t) * MAX_CHARS_PER_TOKEN;
-                        ids[start..start + MAX_CHARS_PER_TOKEN]
-                            .iter()
-                            .any(|&c| c != 0)
-                    })
-                    .count()
-            })
-            .collect();
-        Self {
-            ids,
+    /// Builds a batch from raw ids `[B, T, 50]` (as `batch_to_ids` gives them, of any integer
+    /// type); a token is real when any of its ids is non-zero, and a sentence's length is its
+    /// number of real tokens (AllenNLP's mask).
+    ///
+    /// # Errors
+    /// [`ElmoError::InvalidInput`] naming the place of the first id outside `0..`[`N_CHARACTERS`],
+    /// or of a real token after a padding token (padding goes last, as `batch_to_ids` puts it),
+    /// and for `ids` of another length than `B × T × 50`.
+    pub fn from_ids<I: Copy + Into<i64>>(
+        ids: &[I],
+        n_sentences: usize,
+        n_tokens: usize,
+    ) -> Result<Self> {
+        let expected = n_sentences
+            .checked_mul(n_tokens)
+            .and_then(|n| n.checked_mul(MAX_CHARS_PER_TOKEN));
+        if expected != Some(ids.len()) {
+            return Err(ElmoError::InvalidInput(format!(
+                "char ids: {} values for [{n_sentences}, {n_tokens}, {MAX_CHARS_PER_TOKEN}]",
+                ids.len()
+            )));
+        }
+        let mut checked = Vec::with_capacity(ids.len());
+        let mut lengths = vec![0; n_sentences];
+        for (i, chars) in ids.chunks_exact(MAX_CHARS_PER_TOKEN).enumerate() {
+            let (sentence, token) = (i / n_tokens, i % n_tokens);
+            for (slot, &c) in chars.iter().enumerate() {
+                let c: i64 = c.into();
+                match u16::try_from(c) {
+                    Ok(c) if usize::from(c) < N_CHARACTERS => checked.push(c),
+                    _ => {
+                        return Err(ElmoError::InvalidInput(format!(
+                            "char ids: sentence {sentence}, token {token}, slot {slot}: id {c} \
+                             is outside 0..{N_CHARACTERS}"
+                        )));
+                    }
+                }
+            }
+            if chars.iter().any(|&c| c.into() != 0) {
+                let length = &mut lengths[sentence];
+                if *length < token {
+                    return Err(ElmoError::InvalidInput(format!(
+                        "char ids: sentence {sentence}: token {length} is padding (all zeros) \
+                         but token {token} after it is not; padding goes after a sentence's \
+                         tokens"
+                    )));
+                }
+                *length += 1;
+            }
+        }
+        Ok(Self {
+            ids: checked,
             n_sentences,
             n_tokens,
             lengths,
-        }
+        })
     }
 
     /// Adds `<S>` before and `</S>` after every sentence (AllenNLP's
@@ -191,6 +227,38 @@ mod tests {
     }
 
     #[test]
+    fn raw_ids_are_the_batch_of_their_sentences() {
+        let batch = CharIdBatch::from_sentences(&[vec!["ab", "c"], vec![], vec!["é"]]);
+        let wide: Vec<i64> = batch.ids.iter().map(|&c| i64::from(c)).collect();
+        assert_eq!(CharIdBatch::from_ids(&wide, 3, 2).unwrap(), batch);
+        assert_eq!(CharIdBatch::from_ids(&batch.ids, 3, 2).unwrap(), batch);
+        assert_eq!(batch.lengths, [2, 0, 1]);
+        let empty = CharIdBatch::from_ids::<u16>(&[], 4, 0).unwrap();
+        assert_eq!(empty.lengths, [0; 4]);
+
+        let refused = |ids: &[i64], words: &[&str]| {
+            let error = CharIdBatch::from_ids(ids, 3, 2).unwrap_err().to_string();
+            for word in words {
+                assert!(error.contains(word), "{error:?} does not name {word:?}");
+            }
+        };
+        let mut ids = wide.clone();
+        ids[2 * 50 + 3] = -1;
+        refused(&ids, &["sentence 1", "token 0", "slot 3", "id -1"]);
+        ids[2 * 50 + 3] = 70_000;
+        refused(&ids, &["sentence 1", "token 0", "slot 3", "id 70000"]);
+        refused(&wide[1..], &["299 values", "[3, 2, 50]"]);
+        let mut ids = wide.clone();
+        ids[5 * 50] = 1; // sentence 2's second token, after its first
+        assert_eq!(
+            CharIdBatch::from_ids(&ids, 3, 2).unwrap().lengths,
+            [2, 0, 2]
+        );
+        ids[4 * 50..5 * 50].fill(0); // its first now padding
+        refused(&ids, &["sentence 2", "token 0 is padding", "token 1"]);
+    }
+
+    #[test]
     fn boundary_literals() {
         assert_eq!(token_to_char_ids("<S>"), bos_char_ids());
         assert_eq!(token_to_char_ids("</S>"), eos_char_ids());
@@ -208,9 +276,6 @@ mod tests {
         assert_eq!(&row1[..50], &bos_char_ids());
         assert_eq!(&row1[50..100], &eos_char_ids());
         assert!(row1[100..].iter().all(|&c| c == 0));
-        assert_eq!(
-            CharIdBatch::from_ids(batch.ids.clone(), 2, 2).lengths,
-            vec![2, 0]
-        );
+        assert_eq!(CharIdBatch::from_ids(&batch.ids, 2, 2).unwrap(), batch);
     }
 }

@@ -125,9 +125,13 @@ impl ElmoConfig {
 /// row. Returns the tensor `[B, T − 2, D]` (zero past each row's end) and the new lengths.
 pub fn remove_sentence_boundaries(tensor: Tensor<3>, lengths: &[usize]) -> (Tensor<3>, Vec<usize>) {
     let device = tensor.device();
-    let [_, n_tokens, _] = tensor.dims();
+    let [batch, n_tokens, dim] = tensor.dims();
     let inner = n_tokens.saturating_sub(2);
     let lengths: Vec<usize> = lengths.iter().map(|&l| l.saturating_sub(2)).collect();
+    if inner == 0 {
+        // Only empty sentences: burn narrows to no positions by no operation.
+        return (Tensor::zeros([batch, 0, dim], &device), lengths);
+    }
     let mask = mask_from_lengths(&lengths, inner, &device)
         .float()
         .unsqueeze_dim::<3>(2);

@@ -180,3 +180,51 @@ fn stateless_outputs_do_not_depend_on_batch_neighbours() {
         assert!((a - b).abs() <= 1e-6, "{a} vs {b}");
     }
 }
+
+/// `BiLm::forward` of AllenNLP's own char ids (`batch_to_ids`) equals its sentences' run, and
+/// ids that no tokeniser gives are refused with their place named, before the model runs.
+#[test]
+fn char_id_tensors_are_checked() {
+    let device = Device::default();
+    let bilm = tiny_bilm(&device);
+    let expected = npy::<i64>("tiny/edge/char_ids.npy");
+    let [b, t, c] = [expected.shape[0], expected.shape[1], expected.shape[2]];
+    let tensor = |ids: &[i64]| {
+        burn::tensor::Tensor::<3, burn::tensor::Int>::from_data(
+            burn::tensor::TensorData::new(ids.to_vec(), [b, t, c]),
+            &device,
+        )
+    };
+    let out = bilm
+        .forward(tensor(&expected.data))
+        .expect("AllenNLP's ids");
+    let want = bilm.forward_sentences(&tiny_sentences("edge"), &device);
+    assert_eq!(out.lengths, want.lengths);
+    assert!(max_abs_diff3(&out.layers[2], &want.layers[2]) == 0.0);
+
+    let mut ids = expected.data.clone();
+    ids[c + 7] = 262; // sentence 0, token 1, slot 7
+    let error = bilm.forward(tensor(&ids)).expect_err("id 262").to_string();
+    for word in ["sentence 0", "token 1", "slot 7", "262"] {
+        assert!(error.contains(word), "{error:?} does not name {word:?}");
+    }
+    // Sentence 3 has one token: a real token after its padding.
+    let mut ids = expected.data.clone();
+    ids[(3 * t + 2) * c] = 5;
+    let error = bilm.forward(tensor(&ids)).expect_err("a gap").to_string();
+    for word in ["sentence 3", "token 1", "token 2"] {
+        assert!(error.contains(word), "{error:?} does not name {word:?}");
+    }
+}
+
+/// A batch of empty sentences: no positions once `<S>` and `</S>` are removed (it panicked in
+/// burn's `narrow`).
+#[test]
+fn empty_sentences_have_no_positions() {
+    let device = Device::default();
+    let elmo = tiny_elmo(&device, true);
+    let out = elmo.forward_sentences(&[Vec::<String>::new(), Vec::new()], &device);
+    assert_eq!(out.representations[0].dims(), [2, 0, 32]);
+    assert_eq!(out.mask.dims(), [2, 0]);
+    assert_eq!(out.bilm.lengths, [2, 2]);
+}
