@@ -1,7 +1,7 @@
 """Type hints of the `elmo_rs` module (crates/elmo-python/src), packaged by maturin."""
 
 import os
-from typing import IO, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import IO, Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -64,6 +64,45 @@ class ElmoEmbedder:
     ) -> None: ...
     def token_embeddings(self, tokens: Sequence[str]) -> npt.NDArray[np.float32]:
         """`(len(tokens), dim // 2)` float32: each token alone through the char CNN."""
+    def reset_state(self) -> None: ...
+
+class Elmo:
+    """AllenNLP's `Elmo` module as it computes in eval mode: scalar mixes of the biLM layers of
+    character ids (`batch_to_ids`), as NumPy arrays; `dropout` is not applied and the mixes are
+    fixed (AllenNLP's initial ones, or `scalar_mix_parameters`)."""
+
+    def __init__(
+        self,
+        options_file: Optional[Union[str, os.PathLike]] = None,
+        weight_file: Optional[Union[str, os.PathLike]] = None,
+        num_output_representations: int = 1,
+        requires_grad: bool = False,
+        do_layer_norm: bool = False,
+        dropout: float = 0.5,
+        vocab_to_cache: Optional[List[str]] = None,
+        keep_sentence_boundaries: bool = False,
+        scalar_mix_parameters: Optional[List[float]] = None,
+        module: None = None,
+        *,
+        model: Optional[Union[str, os.PathLike]] = None,
+        cuda_device: int = -1,
+        backend: Optional[str] = None,
+        precision: str = "f32",
+        stateful: bool = False,
+        token_cache_mib: int = 64,
+    ) -> None: ...
+    @property
+    def stateful(self) -> bool: ...
+    def forward(
+        self, inputs: npt.ArrayLike, word_inputs: Optional[npt.ArrayLike] = None
+    ) -> Dict[str, Any]:
+        """`{"elmo_representations": [float32 (batch, tokens, dim), ...], "mask": bool
+        (batch, tokens)}` of character ids `(batch, tokens, 50)` (more leading dimensions
+        stay)."""
+    def __call__(
+        self, inputs: npt.ArrayLike, word_inputs: Optional[npt.ArrayLike] = None
+    ) -> Dict[str, Any]: ...
+    def get_output_dim(self) -> int: ...
     def reset_state(self) -> None: ...
 
 def batch_to_ids(batch: Sequence[Sequence[str]]) -> npt.NDArray[np.int64]:

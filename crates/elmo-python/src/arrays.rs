@@ -1,10 +1,12 @@
 //! NumPy arrays of the module's results, made by NumPy itself (`numpy.frombuffer` over a
 //! `bytearray`, reshaped): writable, C-ordered, and no build dependency on NumPy's C API
 //! (rust-numpy would turn on `default` features of the `ndarray` crate that burn builds, so the
-//! workspace would build burn twice).
+//! workspace would build burn twice); and the integers of an array given to the module, read
+//! the same way (`numpy.asarray`, then its bytes).
 
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyByteArray, PyTuple};
+use pyo3::types::{PyByteArray, PyBytes, PyTuple};
 
 /// Values a NumPy array can be made of, by their dtype name.
 pub trait Element: Copy {
@@ -59,4 +61,31 @@ pub fn array<'py, T: Element>(
     numpy
         .call_method1("frombuffer", (buffer, T::DTYPE))?
         .call_method1("reshape", (PyTuple::new(py, shape)?,))
+}
+
+/// The integers of `value` (a NumPy array, a nested list, a CPU torch tensor: whatever
+/// `numpy.asarray` reads) as `int64`s, row-major, with their shape.
+///
+/// # Errors
+/// A `TypeError` naming `what` where the values are not integers.
+pub fn integers(what: &str, value: &Bound<'_, PyAny>) -> PyResult<(Vec<i64>, Vec<usize>)> {
+    let numpy = value.py().import("numpy")?;
+    let array = numpy.call_method1("asarray", (value,))?;
+    let dtype = array.getattr("dtype")?;
+    let kind: String = dtype.getattr("kind")?.extract()?;
+    if kind != "i" && kind != "u" {
+        return Err(PyTypeError::new_err(format!(
+            "{what}: integer ids, not an array of {}",
+            dtype.str()?
+        )));
+    }
+    let shape: Vec<usize> = array.getattr("shape")?.extract()?;
+    let bytes = numpy
+        .call_method1("ascontiguousarray", (array, "int64"))?
+        .call_method0("tobytes")?;
+    let bytes = bytes.cast::<PyBytes>()?.as_bytes();
+    let values = (bytes.chunks_exact(8))
+        .map(|b| i64::from_ne_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]))
+        .collect();
+    Ok((values, shape))
 }

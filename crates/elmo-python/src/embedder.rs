@@ -6,17 +6,18 @@ use std::path::{Path, PathBuf};
 
 use burn::tensor::Device;
 use clap::ValueEnum;
-use elmo_cli::{Backend, HeldModel, LoadedModel, ModelArgs, PrecisionArg};
+use elmo_cli::{Backend, HeldModel, LoadedModel, PrecisionArg};
 use elmo_model::options::BiLmOptions;
-use elmo_model::{Embedder, EmbedderConfig, KernelSettings, LayerSelection, SentenceVectors};
+use elmo_model::{Embedder, EmbedderConfig, LayerSelection, SentenceVectors};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyAny;
 
-use crate::ElmoError;
 use crate::arrays;
+use crate::loading::ModelChoice;
 use crate::padded::PaddedBatch;
 use crate::sentences::{EmbedBatch, SentenceEmbeddings};
+use crate::{ElmoError, to_python};
 
 /// ELMo vectors of tokenised sentences, as AllenNLP's `ElmoEmbedder`.
 ///
@@ -72,51 +73,18 @@ impl ElmoEmbedder {
         token_cache_mib: usize,
         max_batch_positions: usize,
     ) -> PyResult<Self> {
-        let backend = match (backend, cuda_device) {
-            (None, -1 | 0) => Backend::of_cuda_device(cuda_device),
-            (None, n) if n > 0 => {
-                return Err(PyValueError::new_err(format!(
-                    "cuda_device={n}: this process computes on its first GPU (0); set \
-                     CUDA_VISIBLE_DEVICES before Python starts to choose which one that is"
-                )));
-            }
-            (None, n) => {
-                return Err(PyValueError::new_err(format!(
-                    "cuda_device={n}: -1 is the CPU, 0 the GPU"
-                )));
-            }
-            (Some(name), -1) => parse::<Backend>("backend", name)?,
-            (Some(_), _) => {
-                return Err(PyValueError::new_err(
-                    "give backend or cuda_device, not both",
-                ));
-            }
-        };
-        let precision = parse::<PrecisionArg>("precision", precision)?;
         if batch_size == 0 {
             return Err(PyValueError::new_err("batch_size must be positive"));
         }
-        let source = match (options_file, weight_file, model) {
-            (Some(options), Some(weights), None) => ModelArgs {
-                options: Some(options),
-                weights: Some(weights),
-                model: None,
-            },
-            (None, None, model) => ModelArgs {
-                options: None,
-                weights: None,
-                model,
-            },
-            _ => {
-                return Err(PyValueError::new_err(
-                    "give options_file and weight_file together, or model, or neither (the \
-                     demo model)",
-                ));
-            }
-        };
-        precision.check_backend(backend).map_err(to_python)?;
-        let device = backend.device().map_err(to_python)?;
-        let loaded = source.load(&device).map_err(to_python)?;
+        let loaded = ModelChoice {
+            options_file,
+            weight_file,
+            model,
+            cuda_device,
+            backend: backend.map(str::to_string),
+            precision: precision.to_string(),
+        }
+        .load()?;
         let embedder = EmbedderConfig {
             layers: LayerSelection::All,
             stateful,
@@ -125,21 +93,15 @@ impl ElmoEmbedder {
             max_batch_positions,
             token_cache_bytes: token_cache_mib.saturating_mul(1 << 20),
         }
-        .init(
-            loaded.bilm.with_kernels(KernelSettings {
-                precision: precision.into(),
-                ..KernelSettings::default()
-            }),
-            &device,
-        )
+        .init(loaded.bilm(), &loaded.device)
         .map_err(to_python)?;
         Ok(Self {
             embedder,
-            device,
-            options: loaded.options,
-            description: loaded.description,
-            backend,
-            precision,
+            device: loaded.device,
+            options: loaded.model.options,
+            description: loaded.model.description,
+            backend: loaded.backend,
+            precision: loaded.precision,
             batch_size,
         })
     }
@@ -399,22 +361,4 @@ impl InputFile {
 /// `vectors` as a NumPy float32 array.
 fn array(py: Python<'_>, vectors: SentenceVectors) -> PyResult<Bound<'_, PyAny>> {
     arrays::array(py, &vectors.values, &vectors.shape)
-}
-
-/// `value` as one of `T`'s names (case-insensitive), else a `ValueError` listing them.
-fn parse<T: ValueEnum>(what: &str, value: &str) -> PyResult<T> {
-    T::from_str(value, true).map_err(|_| {
-        let names: Vec<String> = (T::value_variants().iter())
-            .filter_map(|v| v.to_possible_value().map(|p| p.get_name().to_string()))
-            .collect();
-        PyValueError::new_err(format!(
-            "{what}={value:?}: expected one of {}",
-            names.join(", ")
-        ))
-    })
-}
-
-/// An error of the model or of a backend as `elmo_rs.ElmoError`, its causes `: `-separated.
-fn to_python(error: impl Into<anyhow::Error>) -> PyErr {
-    ElmoError::new_err(elmo_cli::error_chain(&error.into()))
 }

@@ -36,6 +36,125 @@ def raises(name, kind, call, *words):
     raise AssertionError(f"{name}: no {kind.__name__}")
 
 
+def softmax_mix(parameters, layers):
+    """AllenNLP's ScalarMix of `layers` (3, ...) with fixed pre-softmax `parameters`, γ = 1."""
+    weights = np.exp(parameters - np.max(parameters))
+    weights /= weights.sum()
+    return np.tensordot(weights.astype(np.float64), layers.astype(np.float64), 1).astype(np.float32)
+
+
+def check_elmo_module(tiny, sentences, options, weights):
+    """`elmo_rs.Elmo` against AllenNLP's `Elmo` module (eval mode) on the same char ids."""
+    load = lambda folder, name: np.load(os.path.join(tiny, folder, f"{name}.npy"))
+    elmo = elmo_rs.Elmo(options, weights, 1, dropout=0)
+    assert elmo.get_output_dim() == 32 and not elmo.stateful, repr(elmo)
+    assert repr(elmo).startswith("Elmo("), repr(elmo)
+    norm = elmo_rs.Elmo(options, weights, 2, do_layer_norm=True)
+    mixed = elmo_rs.Elmo(options, weights, scalar_mix_parameters=[1.0, -0.5, 2.0])
+    kept = elmo_rs.Elmo(options, weights, keep_sentence_boundaries=True,
+                        scalar_mix_parameters=[0.25, 0.0, -1.0])
+    for folder in ("main", "edge"):
+        ids = load(folder, "char_ids")
+        want, want_mask = load(folder, "elmo"), load(folder, "elmo_mask")
+        out = elmo(ids)
+        assert sorted(out) == ["elmo_representations", "mask"], sorted(out)
+        assert len(out["elmo_representations"]) == 1
+        close(f"Elmo {folder}", out["elmo_representations"][0], want)
+        mask = out["mask"]
+        assert mask.dtype == np.bool_ and np.array_equal(mask, want_mask), f"Elmo {folder} mask"
+        # forward, a nested list and a 4-d batch give the same.
+        close(f"Elmo.forward {folder}", elmo.forward(ids)["elmo_representations"][0], want)
+        close(f"Elmo of a list {folder}", elmo(ids.tolist())["elmo_representations"][0], want)
+        b, t = ids.shape[:2]
+        four = elmo(ids.reshape(2, b // 2, t, 50))
+        close(f"Elmo 4-d {folder}", four["elmo_representations"][0], want.reshape(2, b // 2, t, -1))
+        assert np.array_equal(four["mask"], want_mask.reshape(2, b // 2, t))
+        # AllenNLP's layer norm, in each of two outputs.
+        two = norm(ids)["elmo_representations"]
+        assert len(two) == 2
+        for k, got in enumerate(two):
+            close(f"Elmo layer norm {folder} [{k}]", got, load(folder, "elmo_layer_norm"))
+        # Fixed mix weights, with and without the boundary positions.
+        layers = np.stack([load(folder, f"layer{k}_no_bos_eos") for k in range(3)])
+        close(f"Elmo scalar_mix_parameters {folder}", mixed(ids)["elmo_representations"][0],
+              softmax_mix(np.array([1.0, -0.5, 2.0]), layers))
+        layers = np.stack([load(folder, f"bilm_layer{k}") for k in range(3)])
+        out = kept(ids)
+        close(f"Elmo keep_sentence_boundaries {folder}", out["elmo_representations"][0],
+              softmax_mix(np.array([0.25, 0.0, -1.0]), layers))
+        assert np.array_equal(out["mask"], load(folder, "bilm_mask")), f"{folder} kept mask"
+
+    # vocab_to_cache: word_inputs are embedded instead of the char ids (here all padding), and
+    # where a word id is not in the vocabulary the char ids serve, as in AllenNLP.
+    main = sentences["main"]
+    vocab = ["@@PADDING@@"] + sorted({token for sentence in main for token in sentence})
+    words = np.zeros((len(main), max(map(len, main))), dtype=np.int64)
+    for i, sentence in enumerate(main):
+        words[i, : len(sentence)] = [vocab.index(token) for token in sentence]
+    cached = elmo_rs.Elmo(options, weights, vocab_to_cache=vocab)
+    ids, want = load("main", "char_ids"), load("main", "elmo")
+    out = cached(np.zeros_like(ids), word_inputs=words)
+    close("Elmo word_inputs", out["elmo_representations"][0], want)
+    assert np.array_equal(out["mask"], load("main", "elmo_mask"))
+    unknown = words.copy()
+    unknown[0, 0] = len(vocab)
+    close("Elmo word_inputs off the vocabulary", cached(ids, unknown)["elmo_representations"][0], want)
+    raises("word_inputs of another shape", ValueError, lambda: cached(ids, words[:, :3]), "word_inputs")
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        close("Elmo word_inputs without a vocabulary", elmo(ids, words)["elmo_representations"][0], want)
+    assert any("vocab_to_cache" in str(w.message) for w in caught), [str(w.message) for w in caught]
+
+    # Stateful: AllenNLP's four calls of one module (its default), the equal average of the
+    # layers that fixtures/tiny/stateful holds; then from zero again after reset_state.
+    stateful = elmo_rs.Elmo(options, weights, stateful=True)
+    assert stateful.stateful
+    for call in range(4):
+        ids = load("stateful", f"call{call}_char_ids")
+        layers = np.stack([load("stateful", f"call{call}_layer{k}") for k in range(3)])
+        bilm_mask = load("stateful", f"call{call}_mask")
+        out = stateful(ids)["elmo_representations"][0]
+        for i in range(ids.shape[0]):
+            n = int(bilm_mask[i].sum()) - 2
+            want_row = softmax_mix(np.zeros(3), layers[:, i, 1 : n + 1])
+            close(f"Elmo stateful call {call} [{i}]", out[i, :n], want_row, STATEFUL_TOLERANCE)
+            assert not out[i, n:].any(), f"Elmo stateful call {call} [{i}]: padding not zero"
+    stateful.reset_state()
+    close("Elmo stateful after reset_state", stateful(load("main", "char_ids"))["elmo_representations"][0],
+          load("main", "elmo"))
+
+    # No sentences, and sentences of no tokens.
+    out = elmo(np.zeros((0, 5, 50), dtype=np.int64))
+    assert out["elmo_representations"][0].shape == (0, 5, 32) and out["mask"].shape == (0, 5)
+    out = elmo(np.zeros((2, 0, 50), dtype=np.int64))
+    assert out["elmo_representations"][0].shape == (2, 0, 32) and out["mask"].shape == (2, 0)
+
+    # Bad input and arguments, named.
+    ids = load("main", "char_ids")
+    bad = ids.copy()
+    bad[1, 2, 7] = 262
+    raises("Elmo of an id past the vocabulary", elmo_rs.ElmoError, lambda: elmo(bad),
+           "sentence 1", "token 2", "slot 7", "262")
+    gap = ids.copy()
+    gap[1, 9] = ids[0, 0]  # sentence 1 has 8 tokens: a real one after its padding
+    raises("Elmo of a gap", elmo_rs.ElmoError, lambda: elmo(gap), "sentence 1", "token 8", "token 9")
+    raises("Elmo of 49 slots", ValueError, lambda: elmo(ids[:, :, :49]), "50")
+    raises("Elmo of tokens without slots", ValueError, lambda: elmo(ids[:, :, 0]), "50")
+    raises("Elmo of floats", TypeError, lambda: elmo(ids.astype(np.float32)), "float32")
+    raises("requires_grad", ValueError,
+           lambda: elmo_rs.Elmo(options, weights, 1, requires_grad=True), "PyTorch")
+    raises("module", ValueError, lambda: elmo_rs.Elmo(options, weights, module=object()), "module")
+    raises("scalar_mix_parameters", ValueError,
+           lambda: elmo_rs.Elmo(options, weights, scalar_mix_parameters=[0.0, 1.0]), "3 layers")
+    raises("scalar_mix_parameters NaN", ValueError,
+           lambda: elmo_rs.Elmo(options, weights, scalar_mix_parameters=[0.0, float("nan"), 1.0]),
+           "NaN")
+    raises("dropout", ValueError, lambda: elmo_rs.Elmo(options, weights, dropout=1.5), "1.5")
+    raises("no output", ValueError, lambda: elmo_rs.Elmo(options, weights, 0), "positive")
+
+
 def main(tiny, tmp):
     sentences = json.load(open(os.path.join(tiny, "sentences.json"), encoding="utf-8"))
     options = os.path.join(tiny, "options.json")
@@ -221,6 +340,8 @@ def main(tiny, tmp):
     raises("embed_file's format", elmo_rs.ElmoError,
            lambda: embedder.embed_file(text, os.path.join(tmp, "y.hdf5"), output_format="middle"),
            "middle")
+    check_elmo_module(tiny, sentences, options, weights)
+
     # The type hints name every public method and property of the module's classes.
     import ast
 
@@ -230,7 +351,7 @@ def main(tiny, tmp):
         for node in stub.body
         if isinstance(node, ast.ClassDef)
     }
-    for cls in (elmo_rs.ElmoEmbedder, elmo_rs.SentenceEmbeddings):
+    for cls in (elmo_rs.ElmoEmbedder, elmo_rs.SentenceEmbeddings, elmo_rs.Elmo):
         public = {name for name in dir(cls) if not name.startswith("_")}
         missing = public - hinted.get(cls.__name__, set())
         assert not missing, f"elmo_rs.pyi lacks {cls.__name__}.{sorted(missing)}"
