@@ -241,8 +241,24 @@ impl BiLm {
         state: Option<&mut Option<BiLmState>>,
     ) -> BiLmOutput {
         let with_boundaries = batch.with_sentence_boundaries();
+        if batch.n_sentences == 0 {
+            return self.no_sentences(with_boundaries.n_tokens, device);
+        }
         let token_embedding = self.encode_tokens(&with_boundaries, device);
         self.forward_embedded(token_embedding, &with_boundaries.lengths, state)
+    }
+
+    /// The output of a batch without sentences (`[0, T', 2P]` layers; the state unchanged):
+    /// the encoder has no token to encode.
+    fn no_sentences(&self, n_tokens: usize, device: &Device) -> BiLmOutput {
+        let d = 2 * (self.forward_layers.first()).map_or(0, |l| l.d_projection());
+        BiLmOutput {
+            layers: (0..=self.n_layers())
+                .map(|_| Tensor::zeros([0, n_tokens, d], device))
+                .collect(),
+            mask: mask_from_lengths(&[], n_tokens, device),
+            lengths: Vec::new(),
+        }
     }
 
     /// [`forward_batch`](Self::forward_batch) with the token embeddings taken from (and added
@@ -256,6 +272,9 @@ impl BiLm {
         cache: Option<&mut TokenEmbeddingCache>,
     ) -> Result<BiLmOutput> {
         let with_boundaries = batch.with_sentence_boundaries();
+        if batch.n_sentences == 0 {
+            return Ok(self.no_sentences(with_boundaries.n_tokens, device));
+        }
         let token_embedding = match cache {
             Some(cache) => self.encode_tokens_cached(&with_boundaries, device, cache)?,
             None => self.encode_tokens(&with_boundaries, device),

@@ -218,13 +218,28 @@ fn char_id_tensors_are_checked() {
 }
 
 /// A batch of empty sentences: no positions once `<S>` and `</S>` are removed (it panicked in
-/// burn's `narrow`).
+/// burn's `narrow`); a batch of no sentences: no rows (it panicked in burn's `cat`).
 #[test]
 fn empty_sentences_have_no_positions() {
-    let device = Device::default();
-    let elmo = tiny_elmo(&device, true);
-    let out = elmo.forward_sentences(&[Vec::<String>::new(), Vec::new()], &device);
-    assert_eq!(out.representations[0].dims(), [2, 0, 32]);
-    assert_eq!(out.mask.dims(), [2, 0]);
-    assert_eq!(out.bilm.lengths, [2, 2]);
+    for (name, device) in cpu_and_wgpu_devices("empty_sentences_have_no_positions") {
+        let elmo = tiny_elmo(&device, true);
+        let out = elmo.forward_sentences(&[Vec::<String>::new(), Vec::new()], &device);
+        assert_eq!(out.representations[0].dims(), [2, 0, 32], "{name}");
+        assert_eq!(out.mask.dims(), [2, 0], "{name}");
+        assert_eq!(out.bilm.lengths, [2, 2], "{name}");
+        let none = elmo.forward_sentences(&Vec::<Vec<String>>::new(), &device);
+        assert_eq!(none.representations[0].dims(), [0, 0, 32], "{name}");
+        let ids = CharIdBatch::from_ids::<u16>(&[], 0, 5).unwrap();
+        let none = elmo.forward_batch(&ids, &device, None);
+        assert_eq!(none.representations[0].dims(), [0, 5, 32], "{name}");
+        assert_eq!(none.bilm.layers[0].dims(), [0, 7, 32], "{name}");
+        // They read back, as the Python module reads them.
+        for tensor in [
+            out.representations[0].clone(),
+            none.representations[0].clone(),
+        ] {
+            let values = tensor.into_data().try_into_vec::<f32>().expect("read back");
+            assert!(values.is_empty(), "{name}");
+        }
+    }
 }

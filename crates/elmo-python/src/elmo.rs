@@ -191,10 +191,6 @@ impl Elmo {
         let (elmo, device, cache) = (&self.elmo, &self.device, self.cache.as_mut());
         let state = self.stateful.then_some(&mut self.state);
         let computed = py.detach(|| {
-            if n_rows == 0 {
-                let empty = vec![Vec::new(); elmo.scalar_mixes.len()];
-                return Ok((empty, Vec::new()));
-            }
             let out = elmo.forward_batch_cached(&batch, device, state, cache)?;
             let representations = (out.representations.into_iter())
                 .map(|r| r.into_data().try_into_vec::<f32>())
