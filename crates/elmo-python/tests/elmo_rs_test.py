@@ -155,6 +155,40 @@ def check_elmo_module(tiny, sentences, options, weights):
     raises("no output", ValueError, lambda: elmo_rs.Elmo(options, weights, 0), "positive")
 
 
+def check_on_wgpu(tiny, sentences, options, weights, allennlp_vectors):
+    """Both classes with `backend="wgpu"` (lavapipe in CI, where ELMO_REQUIRE_WGPU=1 makes a
+    missing adapter a failure): the fused GPU kernels against AllenNLP."""
+    try:
+        elmo = elmo_rs.Elmo(options, weights, backend="wgpu")
+    except elmo_rs.ElmoError as error:
+        if os.environ.get("ELMO_REQUIRE_WGPU"):
+            raise
+        print(f"elmo_rs on wgpu: not run ({error})")
+        return
+    assert "wgpu" in repr(elmo), repr(elmo)
+    load = lambda folder, name: np.load(os.path.join(tiny, folder, f"{name}.npy"))
+    for folder in ("main", "edge"):
+        out = elmo(load(folder, "char_ids"))
+        close(f"Elmo on wgpu {folder}", out["elmo_representations"][0], load(folder, "elmo"))
+        assert np.array_equal(out["mask"], load(folder, "elmo_mask")), f"wgpu {folder} mask"
+    assert elmo(np.zeros((0, 5, 50), dtype=np.int64))["elmo_representations"][0].shape == (0, 5, 32)
+    stateful = elmo_rs.Elmo(options, weights, backend="wgpu", stateful=True)
+    for call in range(4):
+        ids = load("stateful", f"call{call}_char_ids")
+        layers = np.stack([load("stateful", f"call{call}_layer{k}") for k in range(3)])
+        bilm_mask = load("stateful", f"call{call}_mask")
+        out = stateful(ids)["elmo_representations"][0]
+        for i in range(ids.shape[0]):
+            n = int(bilm_mask[i].sum()) - 2
+            want = softmax_mix(np.zeros(3), layers[:, i, 1 : n + 1])
+            close(f"Elmo on wgpu, stateful call {call} [{i}]", out[i, :n], want, STATEFUL_TOLERANCE)
+    embedder = elmo_rs.ElmoEmbedder(options, weights, backend="wgpu")
+    for folder in ("main", "edge"):
+        got = embedder.embed_batch(sentences[folder])
+        for i, (g, w) in enumerate(zip(got, allennlp_vectors(sentences[folder], folder))):
+            close(f"ElmoEmbedder on wgpu {folder}[{i}]", g, w)
+
+
 def main(tiny, tmp):
     sentences = json.load(open(os.path.join(tiny, "sentences.json"), encoding="utf-8"))
     options = os.path.join(tiny, "options.json")
@@ -341,6 +375,7 @@ def main(tiny, tmp):
            lambda: embedder.embed_file(text, os.path.join(tmp, "y.hdf5"), output_format="middle"),
            "middle")
     check_elmo_module(tiny, sentences, options, weights)
+    check_on_wgpu(tiny, sentences, options, weights, allennlp_vectors)
 
     # The type hints name every public method and property of the module's classes.
     import ast
