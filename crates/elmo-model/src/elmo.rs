@@ -6,7 +6,7 @@ use std::path::Path;
 
 use burn::module::Module;
 use burn::nn::{Dropout, DropoutConfig};
-use burn::tensor::{Bool, Device, Tensor};
+use burn::tensor::{Bool, Device, Int, Tensor};
 
 use crate::bilm::{BiLm, BiLmConfig, BiLmOutput, mask_from_lengths};
 use crate::bilm_state::BiLmState;
@@ -139,6 +139,16 @@ pub fn remove_sentence_boundaries(tensor: Tensor<3>, lengths: &[usize]) -> (Tens
 }
 
 impl Elmo {
+    /// ELMo representations of char ids `[B, T, 50]` as `batch_to_ids` gives them (AllenNLP's
+    /// `Elmo.forward`), from a zero LSTM state. Reads the ids back to find the sentence lengths.
+    ///
+    /// # Errors
+    /// Those of [`BiLm::forward`]: ids outside the character vocabulary or padding before a
+    /// real token, named by place.
+    pub fn forward(&self, char_ids: Tensor<3, Int>) -> Result<ElmoOutput> {
+        Ok(self.mix(self.bilm.forward(char_ids)?))
+    }
+
     /// ELMo representations of tokenised sentences, from a zero LSTM state (deterministic).
     pub fn forward_sentences<S: AsRef<str>>(
         &self,

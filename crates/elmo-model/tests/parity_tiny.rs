@@ -181,8 +181,9 @@ fn stateless_outputs_do_not_depend_on_batch_neighbours() {
     }
 }
 
-/// `BiLm::forward` of AllenNLP's own char ids (`batch_to_ids`) equals its sentences' run, and
-/// ids that no tokeniser gives are refused with their place named, before the model runs.
+/// `BiLm::forward` and `Elmo::forward` of AllenNLP's own char ids (`batch_to_ids`) equal its
+/// sentences' run and AllenNLP's `Elmo`, and ids that no tokeniser gives are refused with their
+/// place named, before the model runs.
 #[test]
 fn char_id_tensors_are_checked() {
     let device = Device::default();
@@ -201,6 +202,15 @@ fn char_id_tensors_are_checked() {
     let want = bilm.forward_sentences(&tiny_sentences("edge"), &device);
     assert_eq!(out.lengths, want.lengths);
     assert!(max_abs_diff3(&out.layers[2], &want.layers[2]) == 0.0);
+    // `Elmo::forward` of the same ids: AllenNLP's `Elmo` output.
+    let elmo = tiny_elmo(&device, false).forward(tensor(&expected.data));
+    let elmo = elmo.expect("AllenNLP's ids");
+    let want = npy("tiny/edge/elmo.npy");
+    assert_close("Elmo::forward", &elmo.representations[0], &want, TOL, None);
+    assert_eq!(
+        bools2(&elmo.mask).1,
+        npy::<bool>("tiny/edge/elmo_mask.npy").data
+    );
 
     let mut ids = expected.data.clone();
     ids[c + 7] = 262; // sentence 0, token 1, slot 7
@@ -215,6 +225,10 @@ fn char_id_tensors_are_checked() {
     for word in ["sentence 3", "token 1", "token 2"] {
         assert!(error.contains(word), "{error:?} does not name {word:?}");
     }
+    let error = tiny_elmo(&device, false)
+        .forward(tensor(&ids))
+        .expect_err("a gap");
+    assert!(error.to_string().contains("sentence 3"), "{error}");
 }
 
 /// A batch of empty sentences: no positions once `<S>` and `</S>` are removed (it panicked in
