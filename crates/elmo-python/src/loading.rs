@@ -15,19 +15,29 @@ use crate::to_python;
 
 /// Where a model comes from and where it computes, as a constructor names them.
 pub struct ModelChoice {
+    /// bilm-tf's `options.json`, with `weight_file`.
     pub options_file: Option<PathBuf>,
+    /// Its HDF5 weights.
     pub weight_file: Option<PathBuf>,
+    /// Or a directory of `elmo export` / `elmo train`; none of the three: the demo model.
     pub model: Option<PathBuf>,
+    /// AllenNLP's device: -1 the CPU, 0 the GPU.
     pub cuda_device: i64,
+    /// A backend by name instead (`flex`, `wgpu`, ...).
     pub backend: Option<String>,
+    /// `f32` or `mixed`.
     pub precision: String,
 }
 
 /// A model loaded on its device.
 pub struct Loaded {
+    /// The biLM, its options and where it came from.
     pub model: LoadedModel,
+    /// Where it computes.
     pub device: Device,
+    /// The backend of `device`.
     pub backend: Backend,
+    /// The precision of its large products.
     pub precision: PrecisionArg,
 }
 
@@ -97,7 +107,7 @@ impl ModelChoice {
 }
 
 /// `value` as one of `T`'s names (case-insensitive), else a `ValueError` listing them.
-pub fn parse<T: ValueEnum>(what: &str, value: &str) -> PyResult<T> {
+fn parse<T: ValueEnum>(what: &str, value: &str) -> PyResult<T> {
     T::from_str(value, true).map_err(|_| {
         let names: Vec<String> = (T::value_variants().iter())
             .filter_map(|v| v.to_possible_value().map(|p| p.get_name().to_string()))
