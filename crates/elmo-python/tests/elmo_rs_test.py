@@ -43,6 +43,22 @@ def softmax_mix(parameters, layers):
     return np.tensordot(weights.astype(np.float64), layers.astype(np.float64), 1).astype(np.float32)
 
 
+def check_stateful_calls(name, stateful, load):
+    """AllenNLP's four calls of one `Elmo` module (its default) through `stateful`, a fresh
+    `Elmo(..., stateful=True)`: the equal average of the layers that fixtures/tiny/stateful holds,
+    zero at padding."""
+    for call in range(4):
+        ids = load("stateful", f"call{call}_char_ids")
+        layers = np.stack([load("stateful", f"call{call}_layer{k}") for k in range(3)])
+        bilm_mask = load("stateful", f"call{call}_mask")
+        out = stateful(ids)["elmo_representations"][0]
+        for i in range(ids.shape[0]):
+            n = int(bilm_mask[i].sum()) - 2
+            want = softmax_mix(np.zeros(3), layers[:, i, 1 : n + 1])
+            close(f"{name} call {call} [{i}]", out[i, :n], want, STATEFUL_TOLERANCE)
+            assert not out[i, n:].any(), f"{name} call {call} [{i}]: padding not zero"
+
+
 def check_elmo_module(tiny, sentences, options, weights):
     """`elmo_rs.Elmo` against AllenNLP's `Elmo` module (eval mode) on the same char ids."""
     load = lambda folder, name: np.load(os.path.join(tiny, folder, f"{name}.npy"))
@@ -111,16 +127,7 @@ def check_elmo_module(tiny, sentences, options, weights):
     # layers that fixtures/tiny/stateful holds; then from zero again after reset_state.
     stateful = elmo_rs.Elmo(options, weights, stateful=True)
     assert stateful.stateful
-    for call in range(4):
-        ids = load("stateful", f"call{call}_char_ids")
-        layers = np.stack([load("stateful", f"call{call}_layer{k}") for k in range(3)])
-        bilm_mask = load("stateful", f"call{call}_mask")
-        out = stateful(ids)["elmo_representations"][0]
-        for i in range(ids.shape[0]):
-            n = int(bilm_mask[i].sum()) - 2
-            want_row = softmax_mix(np.zeros(3), layers[:, i, 1 : n + 1])
-            close(f"Elmo stateful call {call} [{i}]", out[i, :n], want_row, STATEFUL_TOLERANCE)
-            assert not out[i, n:].any(), f"Elmo stateful call {call} [{i}]: padding not zero"
+    check_stateful_calls("Elmo stateful", stateful, load)
     stateful.reset_state()
     close("Elmo stateful after reset_state", stateful(load("main", "char_ids"))["elmo_representations"][0],
           load("main", "elmo"))
@@ -173,15 +180,7 @@ def check_on_wgpu(tiny, sentences, options, weights, allennlp_vectors):
         assert np.array_equal(out["mask"], load(folder, "elmo_mask")), f"wgpu {folder} mask"
     assert elmo(np.zeros((0, 5, 50), dtype=np.int64))["elmo_representations"][0].shape == (0, 5, 32)
     stateful = elmo_rs.Elmo(options, weights, backend="wgpu", stateful=True)
-    for call in range(4):
-        ids = load("stateful", f"call{call}_char_ids")
-        layers = np.stack([load("stateful", f"call{call}_layer{k}") for k in range(3)])
-        bilm_mask = load("stateful", f"call{call}_mask")
-        out = stateful(ids)["elmo_representations"][0]
-        for i in range(ids.shape[0]):
-            n = int(bilm_mask[i].sum()) - 2
-            want = softmax_mix(np.zeros(3), layers[:, i, 1 : n + 1])
-            close(f"Elmo on wgpu, stateful call {call} [{i}]", out[i, :n], want, STATEFUL_TOLERANCE)
+    check_stateful_calls("Elmo on wgpu, stateful", stateful, load)
     embedder = elmo_rs.ElmoEmbedder(options, weights, backend="wgpu")
     for folder in ("main", "edge"):
         got = embedder.embed_batch(sentences[folder])
