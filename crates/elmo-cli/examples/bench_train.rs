@@ -140,6 +140,7 @@ fn child(name: &str, s: &Settings) {
                 step: step as u64,
                 lr_scale: 1.0,
                 device: &train_device,
+                tower_devices: &[],
                 loss_scale: loss_scale.map(|s| s.scale),
                 profile: s.phases.then_some(&profile),
             },

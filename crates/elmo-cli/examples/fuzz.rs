@@ -315,6 +315,7 @@ impl Seeds {
                 init_from: None,
                 kernels: Default::default(),
                 break_stale_lock: false,
+                tower_devices: Vec::new(),
             };
             train(&config, vocab, &options, &Device::flex(), &mut ()).expect("seed run");
         }

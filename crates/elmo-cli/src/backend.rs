@@ -64,6 +64,54 @@ impl Backend {
         Ok(())
     }
 
+    /// The devices of GPUs `indices` of this GPU backend (`elmo train --gpus`), each checked
+    /// with one small operation: for `cuda` the N-th device that `CUDA_VISIBLE_DEVICES` leaves
+    /// visible, for `wgpu` and `vulkan` the N-th discrete GPU.
+    ///
+    /// # Errors
+    /// No index, a CPU backend, a backend this build leaves out, or a GPU that cannot start
+    /// (named by its index, with what the runtime said).
+    pub fn gpu_devices(self, indices: &[usize]) -> anyhow::Result<Vec<Device>> {
+        if indices.is_empty() {
+            anyhow::bail!("--gpus needs at least one GPU index");
+        }
+        if !self.is_gpu() {
+            anyhow::bail!(
+                "--gpus picks GPUs of --backend wgpu, vulkan or cuda; this command runs on {}",
+                self.name()
+            );
+        }
+        (indices.iter())
+            .map(|&index| {
+                let device = self.gpu_device(index)?;
+                probe(&device).map_err(|reason| {
+                    anyhow::anyhow!(
+                        "--gpus: GPU {index} of --backend {} could not start: {reason}",
+                        self.name()
+                    )
+                })?;
+                Ok(device)
+            })
+            .collect()
+    }
+
+    /// GPU `index` of this backend, unprobed.
+    #[allow(unused_variables)]
+    fn gpu_device(self, index: usize) -> anyhow::Result<Device> {
+        match self {
+            #[cfg(feature = "wgpu")]
+            Backend::Wgpu => Ok(Device::wgpu(DeviceKind::DiscreteGpu(index))),
+            #[cfg(feature = "vulkan")]
+            Backend::Vulkan => Ok(Device::vulkan(DeviceKind::DiscreteGpu(index))),
+            #[cfg(feature = "cuda-runtime")]
+            Backend::Cuda => {
+                crate::kernel_cache::cache_compiled_kernels();
+                Ok(Device::cuda(index))
+            }
+            _ => self.unprobed_device(),
+        }
+    }
+
     /// The burn device of this backend (for flex, with the matmul tuned for ELMo's shapes); a
     /// GPU backend's has run one small operation.
     ///

@@ -111,6 +111,10 @@ pub fn main() -> std::process::ExitCode {
             eprintln!("error: --gpu and --cuda-device both name a device; give one");
             return std::process::ExitCode::FAILURE;
         }
+        (Some(_), Command::Train(args)) if args.gpus.is_some() => {
+            eprintln!("error: --gpu and --gpus both name GPUs; give one (--gpus N for one)");
+            return std::process::ExitCode::FAILURE;
+        }
         (None, Command::Embed(args)) => args.cuda_gpu(),
         (gpu, _) => gpu,
     };

@@ -105,9 +105,23 @@ pub struct TrainArgs {
     /// Split raw text with the built-in tokenizer.
     #[arg(long)]
     pub tokenize: bool,
-    /// Rows per batch (overrides the preset).
+    /// Rows per batch, per tower (overrides the preset).
     #[arg(long, value_name = "N")]
     pub batch_size: Option<usize>,
+    /// Towers (bilm-tf's `n_gpus`): a step reads K × --batch-size rows, one slice per tower,
+    /// each tower with its own negatives, dropout masks and mean loss, and applies the mean of
+    /// the towers' gradients. On one device the towers run one after another (bilm-tf's batch on
+    /// fewer GPUs); with --gpus each on its GPU. Default: the number of --gpus, else the preset's
+    /// (1). A run resumes with the towers it started with.
+    #[arg(long, value_name = "K")]
+    pub towers: Option<usize>,
+    /// GPUs of the towers, one per tower, in order (e.g. `--gpus 0,1,2`, bilm-tf's three): for
+    /// `--backend cuda` the N-th device that `CUDA_VISIBLE_DEVICES` leaves visible, for `wgpu`
+    /// and `vulkan` the N-th discrete GPU; a GPU named twice runs two towers. The model, the
+    /// optimizer and the update stay on the first, which sends the weights to the others at
+    /// every step. A resumed run may use other GPUs.
+    #[arg(long, value_delimiter = ',', num_args = 1.., value_name = "N,N,...")]
+    pub gpus: Option<Vec<usize>>,
     /// Time steps per batch (overrides the preset).
     #[arg(long, value_name = "N")]
     pub unroll_steps: Option<usize>,
@@ -228,6 +242,15 @@ impl TrainArgs {
         }
         if let Some(v) = self.unroll_steps {
             config.unroll_steps = v;
+        }
+        match (self.towers, &self.gpus) {
+            (Some(towers), Some(gpus)) if towers != gpus.len() => bail!(
+                "--towers {towers} with {} --gpus: give one GPU per tower",
+                gpus.len()
+            ),
+            (Some(towers), _) => config.towers = towers,
+            (None, Some(gpus)) => config.towers = gpus.len(),
+            (None, None) => {}
         }
         if self.sentences {
             config.stateful = false;
@@ -436,6 +459,14 @@ pub fn run(args: &TrainArgs) -> Result<()> {
     let config = args.config(init_from.as_ref())?;
     let vocab = Vocabulary::from_file(&args.vocab)?;
     let train_files = expand_patterns(&args.train)?;
+    // With --gpus the trainer's device is the first tower's.
+    let (device, tower_devices) = match &args.gpus {
+        Some(gpus) => {
+            let devices = args.backend.gpu_devices(gpus)?;
+            (devices[0].clone(), devices)
+        }
+        None => (args.backend.device()?, Vec::new()),
+    };
     let options = TrainOptions {
         run_dir: args.out.clone(),
         train_files,
@@ -457,8 +488,8 @@ pub fn run(args: &TrainArgs) -> Result<()> {
             }
         },
         break_stale_lock: args.break_stale_lock,
+        tower_devices,
     };
-    let device = args.backend.device()?;
     let mut progress = Progress {
         bar: crate::progress::bar(
             args.steps,

@@ -16,9 +16,16 @@ use crate::error::{Result, TrainError, io_error};
 pub struct TrainConfig {
     /// The biLM architecture, in bilm-tf's `options.json` layout (what `elmo export` writes).
     pub model: BiLmOptions,
-    /// Rows per batch (`B`).
+    /// Rows per batch (`B`), per tower.
     #[serde(default = "defaults::batch_size")]
     pub batch_size: usize,
+    /// Towers (bilm-tf's `n_gpus`): a step reads `towers × batch_size` rows, cut into one slice
+    /// of `batch_size` rows per tower; each tower draws its own negatives and dropout masks and
+    /// takes its own mean loss, and the step applies the mean of the towers' gradients
+    /// (bilm-tf's `average_gradients`). Which device runs each tower is
+    /// [`crate::TrainOptions::tower_devices`].
+    #[serde(default = "defaults::towers")]
+    pub towers: usize,
     /// Time steps per batch in the stateful mode (`T`, bilm-tf's `unroll_steps`).
     #[serde(default = "defaults::unroll_steps")]
     pub unroll_steps: usize,
@@ -220,6 +227,9 @@ mod defaults {
     pub fn batch_size() -> usize {
         128
     }
+    pub fn towers() -> usize {
+        1
+    }
     pub fn unroll_steps() -> usize {
         20
     }
@@ -284,6 +294,10 @@ fn options(
     }
 }
 
+/// The most token positions one training step may read (`batch_size × towers × unroll_steps`,
+/// or `max_sentence_tokens` in the sentence mode): 2^24, 6,553 times bilm-tf's 128 × 20.
+pub const MAX_STEP_POSITIONS: usize = 1 << 24;
+
 /// Names accepted by [`TrainConfig::preset`].
 pub const PRESETS: [&str; 4] = ["tiny", "small", "medium", "original"];
 
@@ -293,6 +307,7 @@ impl TrainConfig {
         Self {
             model,
             batch_size: defaults::batch_size(),
+            towers: defaults::towers(),
             unroll_steps: defaults::unroll_steps(),
             stateful: true,
             contiguous: false,
@@ -371,6 +386,24 @@ impl TrainConfig {
         if self.batch_size == 0 || self.unroll_steps == 0 || self.max_sentence_tokens < 2 {
             return bad("batch_size and unroll_steps must be positive, max_sentence_tokens >= 2");
         }
+        if self.towers == 0 {
+            return bad("towers must be positive");
+        }
+        // Checked before the batcher allocates its rows: a step's positions, bounded.
+        let (length, length_name) = match self.stateful {
+            true => (self.unroll_steps, "unroll_steps"),
+            false => (self.max_sentence_tokens, "max_sentence_tokens"),
+        };
+        let positions = (self.batch_size)
+            .checked_mul(self.towers)
+            .and_then(|rows| rows.checked_mul(length));
+        if positions.is_none_or(|n| n > MAX_STEP_POSITIONS) {
+            return Err(TrainError::InvalidConfig(format!(
+                "a step of batch_size {} × towers {} × {length_name} {length} positions is more \
+                 than {MAX_STEP_POSITIONS}: lower --batch-size, --towers or --unroll-steps",
+                self.batch_size, self.towers
+            )));
+        }
         if !(0.0..1.0).contains(&self.dropout) {
             return bad("dropout must be in [0, 1)");
         }
@@ -427,10 +460,11 @@ impl TrainConfig {
         other == *self
     }
 
-    /// How this config batches text (training, and evaluation of its runs).
+    /// How this config batches text (training, and evaluation of its runs): `towers ×
+    /// batch_size` rows.
     pub fn batch_shape(&self) -> BatchShape {
         BatchShape {
-            n_rows: self.batch_size,
+            n_rows: self.batch_size * self.towers,
             n_steps: self.unroll_steps,
             mode: match (self.stateful, self.contiguous) {
                 (false, _) => BatchMode::Sentences,
@@ -497,6 +531,36 @@ mod tests {
             lr: config.optimizer.lr(),
         };
         assert!(!config.differs_only_in_schedules(&other));
+    }
+
+    /// Regression: a huge `batch_size` aborted the run on an allocation of its rows (after its
+    /// directory was written), and `batch_size × towers` overflowed; both are refused by
+    /// `validate`.
+    #[test]
+    fn a_step_too_large_to_allocate_is_refused() {
+        let config = TrainConfig::preset("tiny").unwrap();
+        let too_large = [
+            (1 << 40, 1, true),
+            (1 << 40, 1 << 40, true),
+            (usize::MAX, 2, true),
+            (1 << 20, 1, false),
+        ];
+        for (batch_size, towers, stateful) in too_large {
+            let config = TrainConfig {
+                batch_size,
+                towers,
+                stateful,
+                ..config.clone()
+            };
+            let error = config.validate().unwrap_err().to_string();
+            assert!(error.contains("lower --batch-size"), "{error}");
+        }
+        let largest = TrainConfig {
+            batch_size: MAX_STEP_POSITIONS / config.unroll_steps / 2,
+            towers: 2,
+            ..config.clone()
+        };
+        largest.validate().unwrap();
     }
 
     #[test]

@@ -32,6 +32,7 @@ pub mod softmax;
 mod step_input;
 pub mod step_losses;
 pub mod step_profile;
+mod towers;
 pub mod trainer;
 mod training_step;
 pub mod vocabulary;

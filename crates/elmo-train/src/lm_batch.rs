@@ -90,7 +90,74 @@ pub(crate) struct Streams<'a> {
     pub(crate) carries_state: bool,
 }
 
+impl TokenGrid {
+    /// Rows `rows` of the grid, the same width.
+    fn rows(&self, rows: std::ops::Range<usize>) -> Self {
+        Self {
+            rows: self.rows[rows].to_vec(),
+            n_steps: self.n_steps,
+        }
+    }
+}
+
+impl Targets {
+    /// The targets of rows `rows` of a grid `n_steps` wide.
+    fn rows(&self, rows: std::ops::Range<usize>, n_steps: usize) -> Self {
+        let cells = rows.start * n_steps..rows.end * n_steps;
+        Self {
+            ids: self.ids[cells.clone()].to_vec(),
+            weights: self.weights[cells].to_vec(),
+        }
+    }
+}
+
 impl LmBatch {
+    /// Rows in the batch (`B`).
+    pub fn n_rows(&self) -> usize {
+        match self {
+            LmBatch::Packed { forward, .. } => forward.rows.len(),
+            LmBatch::Sentences { tokens, .. } => tokens.rows.len(),
+        }
+    }
+
+    /// The batch cut by rows into `parts` slices of `⌈B / parts⌉` rows, in order (bilm-tf's
+    /// towers: `X[k · B : (k + 1) · B]`); the last slices are shorter, or absent, where `B` is
+    /// not a multiple of `parts`.
+    pub(crate) fn split_rows(&self, parts: usize) -> Vec<LmBatch> {
+        let n_rows = self.n_rows();
+        let per = n_rows.div_ceil(parts.max(1)).max(1);
+        (0..n_rows)
+            .step_by(per)
+            .map(|start| {
+                let rows = start..(start + per).min(n_rows);
+                match self {
+                    LmBatch::Packed {
+                        forward,
+                        backward,
+                        forward_targets,
+                        backward_targets,
+                    } => LmBatch::Packed {
+                        forward: forward.rows(rows.clone()),
+                        backward: backward.rows(rows.clone()),
+                        forward_targets: forward_targets.rows(rows.clone(), forward.n_steps),
+                        backward_targets: backward_targets.rows(rows, backward.n_steps),
+                    },
+                    LmBatch::Sentences {
+                        tokens,
+                        lengths,
+                        forward_targets,
+                        backward_targets,
+                    } => LmBatch::Sentences {
+                        tokens: tokens.rows(rows.clone()),
+                        lengths: lengths[rows.clone()].to_vec(),
+                        forward_targets: forward_targets.rows(rows.clone(), tokens.n_steps),
+                        backward_targets: backward_targets.rows(rows, tokens.n_steps),
+                    },
+                }
+            })
+            .collect()
+    }
+
     /// The streams the model runs: a packed batch's as they are; a sentence batch's rows as they
     /// are and each reversed within its length, its previous-token targets moved with their
     /// positions. Reading a row reversed left to right is reading it right to left from its
@@ -156,6 +223,57 @@ mod tests {
                 .collect(),
             n_steps,
         }
+    }
+
+    /// bilm-tf's tower slices: rows `k · ⌈B / K⌉ …` with their targets (and a sentence batch's
+    /// lengths), the last slice shorter where `K` does not divide `B`.
+    #[test]
+    fn a_batch_splits_into_slices_of_rows() {
+        let tokens = grid(&[&["a", "b"], &["c"], &["d", "e"]], 2);
+        let targets = |base: u32| Targets {
+            ids: (base..base + 6).collect(),
+            weights: vec![1.0, 1.0, 1.0, 0.0, 1.0, 1.0],
+        };
+        let batch = LmBatch::Sentences {
+            tokens: tokens.clone(),
+            lengths: vec![2, 1, 2],
+            forward_targets: targets(0),
+            backward_targets: targets(10),
+        };
+        let parts = batch.split_rows(2);
+        assert_eq!(parts.len(), 2);
+        assert_eq!(
+            parts[1],
+            LmBatch::Sentences {
+                tokens: grid(&[&["d", "e"]], 2),
+                lengths: vec![2],
+                forward_targets: Targets {
+                    ids: vec![4, 5],
+                    weights: vec![1.0, 1.0],
+                },
+                backward_targets: Targets {
+                    ids: vec![14, 15],
+                    weights: vec![1.0, 1.0],
+                },
+            }
+        );
+        assert_eq!(parts[0].n_rows(), 2);
+        let packed = LmBatch::Packed {
+            forward: tokens.clone(),
+            backward: tokens,
+            forward_targets: targets(0),
+            backward_targets: targets(10),
+        };
+        let rows: Vec<usize> = packed.split_rows(3).iter().map(LmBatch::n_rows).collect();
+        assert_eq!(rows, [1, 1, 1]);
+        let LmBatch::Packed {
+            backward_targets, ..
+        } = &packed.split_rows(3)[1]
+        else {
+            panic!("a packed batch splits into packed batches");
+        };
+        assert_eq!(backward_targets.ids, [12, 13]);
+        assert_eq!(packed.split_rows(1), std::slice::from_ref(&packed));
     }
 
     /// A sentence batch's reversed stream holds each row reversed within its length, and each

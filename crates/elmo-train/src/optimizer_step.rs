@@ -19,6 +19,7 @@ use crate::seeds::mix_seed;
 use crate::step_input::StepInput;
 use crate::step_losses::StepLosses;
 use crate::step_profile::StepProfile;
+use crate::towers::{TowerWork, tower_gradients};
 
 /// What [`optimizer_step`] needs besides the model, optimizer, batch and state.
 #[derive(Debug, Clone, Copy)]
@@ -33,8 +34,12 @@ pub struct StepSettings<'a> {
     pub step: u64,
     /// Factor of the plateau schedule on the learning rate (1 for the other schedules).
     pub lr_scale: f64,
-    /// The autodiff device.
+    /// The autodiff device: the model's, where the towers' gradients are summed and the update
+    /// runs.
     pub device: &'a Device,
+    /// The autodiff device of each tower ([`TrainConfig::towers`]), in order; a tower without
+    /// one (all of them when empty) runs on `device`.
+    pub tower_devices: &'a [Device],
     /// Mixed precision's loss scale ([`crate::LossScale::scale`]): the loss's gradient is
     /// multiplied by it and the gradients divided by it before clipping, and a step whose
     /// gradients overflow is skipped. `None` (`f32` training): gradients as they come.
@@ -92,6 +97,7 @@ pub fn optimizer_step_overlapping(
         step,
         lr_scale,
         device,
+        tower_devices,
         loss_scale,
         profile,
     } = settings;
@@ -103,8 +109,22 @@ pub fn optimizer_step_overlapping(
     if let Some(profile) = profile {
         profile.start(device);
     }
-    let candidates = input.candidates_for(config, n_vocab, seed, step);
-    let mode = (candidates.as_ref().as_ref()).map_or(SoftmaxMode::Full, SoftmaxMode::Sampled);
+    let towers = input.towers();
+    let candidates: Vec<_> = (towers.iter().zip(0..))
+        .map(|(tower, k)| tower.candidates_for(config, n_vocab, seed, step, k))
+        .collect();
+    let works: Vec<TowerWork> = (towers.iter().zip(&candidates).zip(0..))
+        .map(|((tower, candidates), k)| TowerWork {
+            streams: &tower.streams,
+            softmax: (candidates.as_ref().as_ref()).map_or(SoftmaxMode::Full, SoftmaxMode::Sampled),
+            // The first tower's masks are those of a run of one tower.
+            dropout_seed: Some(match k {
+                0 => mix_seed(&[seed, step, 0xD80]),
+                k => mix_seed(&[seed, step, 0xD80, k]),
+            }),
+            device: tower_devices.get(k as usize).unwrap_or(device),
+        })
+        .collect();
     let start = state.clone().map(|carried| {
         let mut rng = ChaCha8Rng::seed_from_u64(mix_seed(&[seed, step, 0x5E7]));
         let n_rows = carried.forward.first().map_or(0, |s| s.hidden.dims()[0]);
@@ -118,13 +138,13 @@ pub fn optimizer_step_overlapping(
         step: out,
         grads,
         softmax_rows,
-    } = model.loss_and_gradients_of(
-        input.streams(),
+    } = tower_gradients(
+        &model,
+        &works,
         start,
-        mode,
         device,
         GradientOptions {
-            dropout_seed: Some(mix_seed(&[seed, step, 0xD80])),
+            dropout_seed: None,
             loss_scale: scale as f32,
             row_gradients: optimizer.takes_row_gradients(),
             profile,

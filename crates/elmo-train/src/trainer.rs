@@ -68,6 +68,12 @@ pub struct TrainOptions {
     /// Remove a lock on `run_dir` left by a writer that is no longer running
     /// ([`elmo_model::RunLock`]); without it such a lock is an error.
     pub break_stale_lock: bool,
+    /// The device of each of the config's towers ([`TrainConfig::towers`], bilm-tf's
+    /// `n_gpus`), in order: one per tower (e.g. one GPU each), or empty for every tower on
+    /// the trainer's device. The model, optimizer and weight average stay on the trainer's
+    /// device, where the towers' gradients are summed; each step copies the weights to the
+    /// other towers' devices. Not part of a run: a resumed run may use other devices.
+    pub tower_devices: Vec<Device>,
 }
 
 /// Progress of one step, for progress bars.
@@ -144,6 +150,8 @@ pub struct Trainer {
     run: RunDirectory,
     device: Device,
     train_device: Device,
+    /// [`TrainOptions::tower_devices`] with autodiff.
+    tower_devices: Vec<Device>,
     /// `None` only while a step holds it.
     model: Option<BiLanguageModel>,
     optimizer: TrainingOptimizer,
@@ -178,10 +186,12 @@ impl Trainer {
     /// written, the model initialised from the seed or `--init-from`) or, with `resume`, the
     /// newest checkpoint of an existing one (its config, vocabulary and data checked).
     ///
-    /// `device` is the plain device; gradients are taken on its autodiff counterpart. On resume,
-    /// burn-optim reads the optimizer state onto burn's *default* device (it takes no device), and
-    /// the first step moves it to `device`: an application that trains on another device than
-    /// the default should make it the default (`BURN_DEVICE`), as the `elmo` CLI does.
+    /// `device` is the plain device of the model and optimizer; gradients are taken on its
+    /// autodiff counterpart, or on the towers' devices ([`TrainOptions::tower_devices`]) and
+    /// summed on it. On resume, burn-optim reads the optimizer state onto burn's *default*
+    /// device (it takes no device), and the first step moves it to `device`: an application that
+    /// trains on another device than the default should make it the default (`BURN_DEVICE`), as
+    /// the `elmo` CLI does.
     pub fn open(
         config: &TrainConfig,
         vocab: Vocabulary,
@@ -190,7 +200,9 @@ impl Trainer {
         observer: &mut dyn TrainObserver,
     ) -> Result<Self> {
         check_settings(config, &vocab, options)?;
-        check_buffers(config, vocab.len(), device, options.kernels)?;
+        for device in std::iter::once(device).chain(&options.tower_devices) {
+            check_buffers(config, vocab.len(), device, options.kernels)?;
+        }
         check_corpus(options)?;
         let run = RunDirectory::new(&options.run_dir);
         let info = RunInfo {
@@ -201,6 +213,9 @@ impl Trainer {
             precision: options.kernels.precision,
         };
         let train_device = device.clone().autodiff();
+        let tower_devices = (options.tower_devices.iter())
+            .map(|device| device.clone().autodiff())
+            .collect();
         // Built before the run directory is written, so that a bad --init-from leaves nothing
         // behind. On resume the checkpoint's weights replace these (--init-from is not read again).
         let resuming = options.resume && run.latest_checkpoint()?.is_some();
@@ -268,7 +283,7 @@ impl Trainer {
                     let lstm = &config.model.lstm;
                     state = Some(checkpoint.lstm_state(
                         lstm.n_layers,
-                        config.batch_size,
+                        config.batch_size * config.towers,
                         lstm.dim,
                         lstm.projection_dim,
                         &train_device,
@@ -290,6 +305,7 @@ impl Trainer {
             run,
             device: device.clone(),
             train_device,
+            tower_devices,
             model: Some(model),
             optimizer,
             batcher,
@@ -386,6 +402,7 @@ impl Trainer {
                 step,
                 lr_scale: self.progress.plateau.factor(&self.config.lr_schedule),
                 device: &self.train_device,
+                tower_devices: &self.tower_devices,
                 loss_scale: self.progress.loss_scale.map(|s| s.scale),
                 profile: None,
             },
@@ -576,6 +593,13 @@ fn check_settings(config: &TrainConfig, vocab: &Vocabulary, options: &TrainOptio
         return Err(TrainError::InvalidConfig(
             "the vocabulary has no token besides <S>, </S>, <UNK>".into(),
         ));
+    }
+    if !options.tower_devices.is_empty() && options.tower_devices.len() != config.towers {
+        return Err(TrainError::InvalidConfig(format!(
+            "{} tower devices for the config's {} towers: give one device per tower, or none",
+            options.tower_devices.len(),
+            config.towers
+        )));
     }
     if options.checkpoint_every == 0 || options.log_every == 0 {
         return Err(TrainError::InvalidConfig(

@@ -58,6 +58,7 @@ fn options(run_dir: &Path, corpus: &Path, steps: u64) -> TrainOptions {
         init_from: None,
         kernels: KernelSettings::default(),
         break_stale_lock: false,
+        tower_devices: Vec::new(),
     }
 }
 
@@ -1371,6 +1372,7 @@ fn first_step<'a>(
         step: 0,
         lr_scale: 1.0,
         device,
+        tower_devices: &[],
         loss_scale,
         profile: None,
     }
@@ -1781,4 +1783,175 @@ fn a_batch_too_large_for_the_device_is_refused_before_anything_is_written() {
         panic!("a batch over the device's buffers ran")
     };
     assert!(err.to_string().contains("device failed"), "{err}");
+}
+
+/// The largest absolute difference between two models' weights ([`flat`]).
+fn weight_difference(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    (a.iter().zip(b).flat_map(|(a, b)| a.iter().zip(b)))
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+/// bilm-tf's towers (`n_gpus`): two steps of two towers of 2 rows each are the steps of one
+/// tower of the same 4 rows (the full softmax and no dropout, where the mean of the towers'
+/// mean losses is the batch's mean loss: every row of a packed batch holds as many targets),
+/// to float rounding: the losses, the gradient norm, the weights after the updates and the
+/// carried state, whose rows come back in tower order. The towers run on the model's device
+/// one after the other, or on a device each, the second on a thread of its own with a copy of
+/// the model (flex and ndarray; two wgpu devices where an adapter opens).
+#[test]
+fn towers_step_as_one_tower_of_their_rows() {
+    let _one = autodiff_one_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let corpus = write_corpus(dir.path());
+    let vocab = vocab(&corpus);
+    let mut one = tiny_config();
+    one.batch_size = 4;
+    one.dropout = 0.0;
+    one.state_reset = 0.0;
+    let two = TrainConfig {
+        batch_size: 2,
+        towers: 2,
+        ..one.clone()
+    };
+    assert!(!one.uses_sampled_softmax(vocab.len()));
+    assert_eq!(two.batch_shape().n_rows, 4);
+    let mut batcher = Batcher::new(
+        vec![corpus],
+        false,
+        Arc::new(vocab.clone()),
+        one.batch_shape(),
+        Some(1),
+    );
+    let batches: Vec<LmBatch> = (0..2)
+        .map(|_| batcher.next_batch().unwrap().unwrap())
+        .collect();
+    #[allow(deprecated)]
+    let ndarray = Device::ndarray();
+    let mut cases = vec![
+        (Device::flex(), vec![]),
+        (Device::flex(), vec![Device::flex(), ndarray]),
+    ];
+    if let Some(wgpu) = elmo_test_support::wgpu_device_or_skip("towers_step_as_one_tower") {
+        let second = Device::wgpu(burn::tensor::DeviceKind::Cpu);
+        cases.push((wgpu.clone(), vec![wgpu, second]));
+    }
+    for (device, towers) in cases {
+        let device = device.autodiff();
+        let tower_devices: Vec<Device> = towers.into_iter().map(Device::autodiff).collect();
+        let model = seeded_model(&one, &vocab, 1, &device);
+        let run = |config: &TrainConfig, tower_devices: &[Device]| {
+            let mut optimizer = build_optimizer(&config.optimizer, KernelSettings::default());
+            let (mut model, mut state, mut losses) = (model.clone(), None, Vec::new());
+            for (step, batch) in batches.iter().enumerate() {
+                let settings = StepSettings {
+                    step: step as u64,
+                    tower_devices,
+                    ..first_step(config, vocab.len(), &device, None)
+                };
+                let (next, out) =
+                    optimizer_step(model, &mut optimizer, batch, &mut state, settings).unwrap();
+                model = next;
+                losses.push(out);
+            }
+            let state = state.expect("packed batches carry their state");
+            let hidden = |s: &CarriedState| -> Vec<f32> {
+                (s.forward.iter().chain(&s.backward))
+                    .flat_map(|layer| layer.hidden.to_data().try_to_vec::<f32>().unwrap())
+                    .collect()
+            };
+            (flat(&model), losses, hidden(&state))
+        };
+        let (weights, losses, state) = run(&one, &[]);
+        let (tower_weights, tower_losses, tower_state) = run(&two, &tower_devices);
+        let on = format!("on {device:?}, towers on {tower_devices:?}");
+        for (a, b) in losses.iter().zip(&tower_losses) {
+            assert!(a.loss.is_finite(), "{on}");
+            assert!((a.loss - b.loss).abs() < 1e-5, "{on}: {a:?} {b:?}");
+            assert!(
+                (a.forward_nll - b.forward_nll).abs() < 1e-3,
+                "{on}: {a:?} {b:?}"
+            );
+            assert!(
+                (a.grad_norm - b.grad_norm).abs() < 1e-4 * a.grad_norm,
+                "{on}"
+            );
+            assert_eq!(
+                (a.n_forward, a.n_backward),
+                (b.n_forward, b.n_backward),
+                "{on}"
+            );
+        }
+        let moved = weight_difference(&weights, &flat(&model));
+        let apart = weight_difference(&weights, &tower_weights);
+        assert!(
+            moved > 1e-2 && apart < 1e-5,
+            "{on}: moved {moved}, apart {apart}"
+        );
+        assert_eq!(state.len(), tower_state.len(), "{on}");
+        let state_apart = (state.iter().zip(&tower_state))
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0, f32::max);
+        assert!(state_apart < 1e-5, "{on}: state {state_apart}");
+    }
+}
+
+/// A run of two towers on two devices resumes exactly, with its carried state of both towers'
+/// rows; a list of tower devices that is not one per tower is refused before anything is
+/// written.
+#[test]
+fn a_run_of_towers_resumes_exactly() {
+    let _one = autodiff_one_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let corpus = write_corpus(dir.path());
+    let vocab = vocab(&corpus);
+    let mut config = tiny_config();
+    config.towers = 2;
+    #[allow(deprecated)]
+    let devices = vec![Device::flex(), Device::ndarray()];
+    let towers = |run: &Path, steps: u64| TrainOptions {
+        tower_devices: devices.clone(),
+        ..options(run, &corpus, steps)
+    };
+    let straight = dir.path().join("straight");
+    let device = Device::flex();
+    train(
+        &config,
+        vocab.clone(),
+        &towers(&straight, 5),
+        &device,
+        &mut (),
+    )
+    .unwrap();
+    let broken = dir.path().join("broken");
+    train(
+        &config,
+        vocab.clone(),
+        &towers(&broken, 4),
+        &device,
+        &mut (),
+    )
+    .unwrap();
+    std::fs::remove_dir_all(broken.join("checkpoints/step-000000004")).unwrap();
+    let resumed = TrainOptions {
+        resume: true,
+        ..towers(&broken, 5)
+    };
+    train(&config, vocab.clone(), &resumed, &device, &mut ()).unwrap();
+    assert_eq!(train_losses(&straight), train_losses(&broken));
+
+    let refused = dir.path().join("refused");
+    let three = TrainOptions {
+        tower_devices: vec![Device::flex(); 3],
+        ..options(&refused, &corpus, 2)
+    };
+    let error = train(&config, vocab, &three, &device, &mut ())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("3 tower devices for the config's 2 towers"),
+        "{error}"
+    );
+    assert!(!refused.exists(), "nothing written");
 }

@@ -388,6 +388,59 @@ fn training_errors_name_the_problem() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("bad.txt:2"), "{err}");
     assert!(!run.exists());
+
+    // Towers: GPUs only through a GPU backend, one per tower, and not beside --gpu; each
+    // refused before anything is written.
+    let towers = |extra: &[&str]| {
+        let mut args = vec![
+            "train",
+            "--preset",
+            "tiny",
+            "--tokenize",
+            "--train",
+            path(&corpus),
+            "--vocab",
+            path(&vocab),
+            "--out",
+            path(&run),
+            "--steps",
+            "2",
+        ];
+        args.extend(extra);
+        elmo(&args)
+    };
+    for (extra, expected) in [
+        (&["--gpus", "0"][..], "--gpus picks GPUs of --backend wgpu"),
+        (
+            &["--towers", "3", "--gpus", "0,1"],
+            "--towers 3 with 2 --gpus",
+        ),
+        (&["--towers", "0"], "towers must be positive"),
+    ] {
+        let out = towers(extra);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains(expected),
+            "{extra:?}: {err}"
+        );
+        assert!(!run.exists(), "{extra:?}");
+    }
+    let mut both = vec!["--gpu", "0"];
+    both.extend([
+        "train", "--train", "x", "--vocab", "x", "--out", "x", "--gpus", "0",
+    ]);
+    let out = elmo(&both);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--gpu and --gpus both name GPUs"), "{err}");
+    // Two towers on the one CPU device: the run's config says so.
+    let out = towers(&["--towers", "2", "--quiet"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let config = std::fs::read_to_string(run.join("config.json")).expect("config.json");
+    assert!(config.contains("\"towers\": 2"), "{config}");
 }
 
 /// Regression (issue 49): a checkpoint write that fails (a file-size limit standing in for a
