@@ -332,6 +332,19 @@ impl TrainArgs {
                 initial_accumulator: 1.0,
             },
         };
+        // The run's tower count fixes the rows a step reads and the state it carries.
+        if self.resume
+            && let Ok(saved) = TrainConfig::from_file(run.config_file())
+            && saved.towers != config.towers
+        {
+            bail!(
+                "--resume: the run in {} trains {} tower(s); this command gives {} (--towers, \
+                 or one --gpus entry per tower: a GPU may be named twice)",
+                self.out.display(),
+                saved.towers,
+                config.towers
+            );
+        }
         config.validate()?;
         Ok(config)
     }

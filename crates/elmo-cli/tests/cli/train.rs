@@ -441,6 +441,18 @@ fn training_errors_name_the_problem() {
     );
     let config = std::fs::read_to_string(run.join("config.json")).expect("config.json");
     assert!(config.contains("\"towers\": 2"), "{config}");
+    let out = towers(&["--towers", "3", "--resume"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("trains 2 tower(s); this command gives 3"),
+        "{err}"
+    );
+    let out = towers(&["--towers", "2", "--resume", "--quiet"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// Regression (issue 49): a checkpoint write that fails (a file-size limit standing in for a
