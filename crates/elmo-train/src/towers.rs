@@ -38,8 +38,8 @@ pub(crate) struct TowerWork<'a> {
 /// (bilm-tf's `average_gradients`: their mean; a sampled softmax's row gradients over the union
 /// of the towers' rows), the loss is the towers' mean, the NLL sums and target counts are sums
 /// over the towers, and the state to carry holds the towers' final states in row order.
-/// Towers on another device than `device` run on threads of their own, at the same time as
-/// those on `device`, which run one after another on this thread. One tower on `device` is
+/// Towers on another device than `device` run on threads of their own (one each), at the same
+/// time as those on `device`, which run one after another on this thread. One tower on `device` is
 /// [`BiLanguageModel::loss_and_gradients_of`] itself.
 ///
 /// `options.dropout_seed` is not read: each tower's is in its [`TowerWork`]; the profile is
@@ -51,6 +51,15 @@ pub(crate) fn tower_gradients(
     device: &Device,
     options: GradientOptions<'_>,
 ) -> LmGradients {
+    if let [work] = works
+        && work.device == device
+    {
+        let options = GradientOptions {
+            dropout_seed: work.dropout_seed,
+            ..options
+        };
+        return model.loss_and_gradients_of(work.streams, start, work.softmax, device, options);
+    }
     // Row gradients only where every tower gives them: on CPU devices, or on none.
     let on_cube = |device: &Device| on_cube_device(&Tensor::<1>::zeros([1], device));
     let row_gradients = options.row_gradients
@@ -61,15 +70,6 @@ pub(crate) fn tower_gradients(
         row_gradients,
         profile: options.profile.filter(|_| k == 0),
     };
-    if let [work] = works
-        && work.device == device
-    {
-        let options = GradientOptions {
-            dropout_seed: work.dropout_seed,
-            ..options
-        };
-        return model.loss_and_gradients_of(work.streams, start, work.softmax, device, options);
-    }
     let mut offset = 0;
     let starts: Vec<Option<CarriedState>> = (works.iter())
         .map(|work| {
@@ -216,14 +216,13 @@ fn join_rows(states: Vec<CarriedState>, device: &Device) -> CarriedState {
     }
 }
 
-/// Row gradients of the softmax's weight (`[U_k, P]`) and bias (`[U_k]`) from each tower, of
-/// its ascending rows, as gradients of the union of the rows (ascending), summed where towers
-/// share a row, on `device`.
-#[allow(clippy::type_complexity)]
-fn union_rows(
-    towers: Vec<(Vec<u32>, Option<Tensor<2>>, Option<Tensor<1>>)>,
-    device: &Device,
-) -> (Vec<u32>, Option<Tensor<2>>, Option<Tensor<1>>) {
+/// The sampled softmax's row gradients: the rows (ascending), the weight's gradient (`[U, P]`)
+/// and the bias's (`[U]`), each absent where the parameter is frozen.
+type RowGradients = (Vec<u32>, Option<Tensor<2>>, Option<Tensor<1>>);
+
+/// Each tower's row gradients as gradients of the union of their rows (ascending), summed where
+/// towers share a row, on `device`.
+fn union_rows(towers: Vec<RowGradients>, device: &Device) -> RowGradients {
     let mut union: Vec<u32> = towers.iter().flat_map(|(rows, ..)| rows.clone()).collect();
     union.sort_unstable();
     union.dedup();
