@@ -75,8 +75,8 @@ pub use large_product::kernel_for_shape;
 pub use large_product::{half_product, product, to_half};
 pub use settings::{
     CPU_PIECE_BYTES, DEFAULT_BUFFER_BYTES, DEFAULT_CUBE_ENCODER_CHUNK_TOKENS,
-    DEFAULT_VENDOR_BLAS_STEP_MIN, KernelSettings, Precision, ProductMode, largest_buffer_bytes,
-    on_cube_device,
+    DEFAULT_VENDOR_BLAS_STEP_MIN, KernelSettings, Precision, ProductMode, cube_device,
+    largest_buffer_bytes, on_cube_device,
 };
 pub use split_product::{
     SplitLayout, SplitWeight, slices_for, slices_for_grid, slices_over_rows, slices_when,

@@ -320,7 +320,7 @@ impl Precision {
 
 /// Whether `device` is a CubeCL device (a one-element probe; always false without the `cubecl`
 /// feature).
-pub(crate) fn cube_device(device: &Device) -> bool {
+pub fn cube_device(device: &Device) -> bool {
     on_cube_device(&Tensor::<1>::zeros([1], device))
 }
 

@@ -10,7 +10,7 @@ use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::GradientsParams;
 use burn::tensor::ops::IndexingUpdateOp;
 use burn::tensor::{Device, Int, Tensor, TensorData};
-use elmo_kernels::on_cube_device;
+use elmo_kernels::cube_device;
 use elmo_model::LstmState;
 
 use crate::language_model::{
@@ -61,9 +61,8 @@ pub(crate) fn tower_gradients(
         return model.loss_and_gradients_of(work.streams, start, work.softmax, device, options);
     }
     // Row gradients only where every tower gives them: on CPU devices, or on none.
-    let on_cube = |device: &Device| on_cube_device(&Tensor::<1>::zeros([1], device));
     let row_gradients = options.row_gradients
-        && (works.iter()).all(|work| on_cube(work.device) == on_cube(works[0].device));
+        && (works.iter()).all(|work| cube_device(work.device) == cube_device(works[0].device));
     let options_of = |k: usize, work: &TowerWork| GradientOptions {
         dropout_seed: work.dropout_seed,
         loss_scale: options.loss_scale / works.len() as f32,

@@ -728,6 +728,37 @@ fn train_losses(run: &Path) -> Vec<MetricsRecord> {
         .collect()
 }
 
+/// A run of `steps` steps straight through (`DIR/straight`), and one "killed" after step
+/// `killed_after` (`DIR/broken`: trained that far, then its last checkpoint removed, so that the
+/// checkpoint before survives with the metrics lines after it), handed to `before_resume`, then
+/// resumed to `steps`. `run_options` gives a run's options (without `resume`). Returns the two
+/// run directories.
+fn straight_and_resumed(
+    (config, vocab, device, dir): (&TrainConfig, &Vocabulary, &Device, &Path),
+    (steps, killed_after): (u64, u64),
+    run_options: impl Fn(&Path, u64) -> TrainOptions,
+    before_resume: impl FnOnce(&Path),
+) -> (PathBuf, PathBuf) {
+    let run = |dir: &Path, options: TrainOptions| {
+        train(config, vocab.clone(), &options, device, &mut ()).unwrap_or_else(|error| {
+            panic!("{}: {error}", dir.display());
+        });
+    };
+    let straight = dir.join("straight");
+    run(&straight, run_options(&straight, steps));
+    let broken = dir.join("broken");
+    run(&broken, run_options(&broken, killed_after));
+    let last = broken.join(format!("checkpoints/step-{killed_after:09}"));
+    std::fs::remove_dir_all(&last).unwrap();
+    before_resume(&broken);
+    let resumed = TrainOptions {
+        resume: true,
+        ..run_options(&broken, steps)
+    };
+    run(&broken, resumed);
+    (straight, broken)
+}
+
 #[test]
 fn tiny_model_overfits_a_few_sentences() {
     let _one = autodiff_one_at_a_time();
@@ -793,42 +824,24 @@ fn resume_reproduces_an_uninterrupted_run() {
             threshold: 0.9,
             patience: 0,
         };
-        let straight = dir.path().join("straight");
-        train(
-            &config,
-            vocab.clone(),
-            &options(&straight, &corpus, 7),
-            &device,
-            &mut (),
-        )
-        .unwrap();
-
-        let broken = dir.path().join("broken");
-        // "Killed" after step 4: the checkpoint of step 3 survives, step 4's metrics line too.
-        train(
-            &config,
-            vocab.clone(),
-            &options(&broken, &corpus, 4),
-            &device,
-            &mut (),
-        )
-        .unwrap();
-        let step4 = broken.join("checkpoints/step-000000004");
-        std::fs::remove_dir_all(&step4).unwrap();
-        // A fresh start into a directory with checkpoints is refused.
-        let err = train(
-            &config,
-            vocab.clone(),
-            &options(&broken, &corpus, 7),
-            &device,
-            &mut (),
-        )
-        .unwrap_err()
-        .to_string();
-        assert!(err.contains("--resume"), "{err}");
-        let mut resumed = options(&broken, &corpus, 7);
-        resumed.resume = true;
-        train(&config, vocab.clone(), &resumed, &device, &mut ()).unwrap();
+        let (straight, broken) = straight_and_resumed(
+            (&config, &vocab, &device, dir.path()),
+            (7, 4),
+            |run, steps| options(run, &corpus, steps),
+            |broken| {
+                // A fresh start into a directory with checkpoints is refused.
+                let err = train(
+                    &config,
+                    vocab.clone(),
+                    &options(broken, &corpus, 7),
+                    &device,
+                    &mut (),
+                )
+                .unwrap_err()
+                .to_string();
+                assert!(err.contains("--resume"), "{err}");
+            },
+        );
         assert_eq!(
             train_losses(&straight),
             train_losses(&broken),
@@ -1693,27 +1706,19 @@ fn a_mixed_precision_run_resumes_exactly_on_wgpu() {
         },
         ..options(run, &corpus, steps)
     };
-    let straight = dir.path().join("straight");
-    train(
-        &config,
-        vocab.clone(),
-        &mixed(&straight, 5),
-        &device,
-        &mut (),
-    )
-    .unwrap();
-    let broken = dir.path().join("broken");
-    train(&config, vocab.clone(), &mixed(&broken, 4), &device, &mut ()).unwrap();
-    std::fs::remove_dir_all(broken.join("checkpoints/step-000000004")).unwrap();
-    let mut in_f32 = options(&broken, &corpus, 5);
-    in_f32.resume = true;
-    let err = train(&config, vocab.clone(), &in_f32, &device, &mut ())
-        .unwrap_err()
-        .to_string();
-    assert!(err.contains("--precision"), "{err}");
-    let mut resumed = mixed(&broken, 5);
-    resumed.resume = true;
-    train(&config, vocab.clone(), &resumed, &device, &mut ()).unwrap();
+    let (straight, broken) = straight_and_resumed(
+        (&config, &vocab, &device, dir.path()),
+        (5, 4),
+        mixed,
+        |broken| {
+            let mut in_f32 = options(broken, &corpus, 5);
+            in_f32.resume = true;
+            let err = train(&config, vocab.clone(), &in_f32, &device, &mut ())
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("--precision"), "{err}");
+        },
+    );
     let records = train_losses(&straight);
     assert_eq!(records, train_losses(&broken));
     let scales: Vec<Option<f64>> = records
@@ -1914,31 +1919,13 @@ fn a_run_of_towers_resumes_exactly() {
         tower_devices: devices.clone(),
         ..options(run, &corpus, steps)
     };
-    let straight = dir.path().join("straight");
     let device = Device::flex();
-    train(
-        &config,
-        vocab.clone(),
-        &towers(&straight, 5),
-        &device,
-        &mut (),
-    )
-    .unwrap();
-    let broken = dir.path().join("broken");
-    train(
-        &config,
-        vocab.clone(),
-        &towers(&broken, 4),
-        &device,
-        &mut (),
-    )
-    .unwrap();
-    std::fs::remove_dir_all(broken.join("checkpoints/step-000000004")).unwrap();
-    let resumed = TrainOptions {
-        resume: true,
-        ..towers(&broken, 5)
-    };
-    train(&config, vocab.clone(), &resumed, &device, &mut ()).unwrap();
+    let (straight, broken) = straight_and_resumed(
+        (&config, &vocab, &device, dir.path()),
+        (5, 4),
+        towers,
+        |_| {},
+    );
     assert_eq!(train_losses(&straight), train_losses(&broken));
 
     let refused = dir.path().join("refused");

@@ -391,24 +391,7 @@ fn training_errors_name_the_problem() {
 
     // Towers: GPUs only through a GPU backend, one per tower, and not beside --gpu; each
     // refused before anything is written.
-    let towers = |extra: &[&str]| {
-        let mut args = vec![
-            "train",
-            "--preset",
-            "tiny",
-            "--tokenize",
-            "--train",
-            path(&corpus),
-            "--vocab",
-            path(&vocab),
-            "--out",
-            path(&run),
-            "--steps",
-            "2",
-        ];
-        args.extend(extra);
-        elmo(&args)
-    };
+    let towers = |extra: &[&str]| train_tiny(&corpus, &vocab, &run, extra);
     for (extra, expected) in [
         (&["--gpus", "0"][..], "--gpus picks GPUs of --backend wgpu"),
         (
@@ -433,7 +416,7 @@ fn training_errors_name_the_problem() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--gpu and --gpus both name GPUs"), "{err}");
     // Two towers on the one CPU device: the run's config says so.
-    let out = towers(&["--towers", "2", "--quiet"]);
+    let out = towers(&["--towers", "2"]);
     assert!(
         out.status.success(),
         "{}",
@@ -447,7 +430,7 @@ fn training_errors_name_the_problem() {
         err.contains("trains 2 tower(s); this command gives 3"),
         "{err}"
     );
-    let out = towers(&["--towers", "2", "--resume", "--quiet"]);
+    let out = towers(&["--towers", "2", "--resume"]);
     assert!(
         out.status.success(),
         "{}",
@@ -537,6 +520,28 @@ fn a_failed_checkpoint_write_keeps_the_previous_one() {
     );
 }
 
+/// `elmo train --quiet --preset tiny --tokenize` of `corpus` with `vocab` into `run` for 2 steps,
+/// then `extra`.
+fn train_tiny(corpus: &Path, vocab: &Path, run: &Path, extra: &[&str]) -> std::process::Output {
+    let mut args = vec![
+        "train",
+        "--quiet",
+        "--preset",
+        "tiny",
+        "--tokenize",
+        "--train",
+        path(corpus),
+        "--vocab",
+        path(vocab),
+        "--out",
+        path(run),
+        "--steps",
+        "2",
+    ];
+    args.extend_from_slice(extra);
+    elmo(&args)
+}
+
 /// `elmo train --precision mixed` is refused on a CPU backend before anything is written; on
 /// wgpu (lavapipe in CI) it trains with a loss scale in its metrics and records its precision,
 /// so that `--resume` without the flag is refused.
@@ -546,25 +551,7 @@ fn mixed_precision_training_runs_on_a_gpu_only() {
     let d = dir.path();
     let (corpus, vocab) = corpus_and_vocab(d);
     let run = d.join("run");
-    let train = |extra: &[&str]| {
-        let mut args = vec![
-            "train",
-            "--quiet",
-            "--preset",
-            "tiny",
-            "--tokenize",
-            "--train",
-            path(&corpus),
-            "--vocab",
-            path(&vocab),
-            "--out",
-            path(&run),
-            "--steps",
-            "2",
-        ];
-        args.extend_from_slice(extra);
-        elmo(&args)
-    };
+    let train = |extra: &[&str]| train_tiny(&corpus, &vocab, &run, extra);
     let refused = train(&["--precision", "mixed"]);
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(
