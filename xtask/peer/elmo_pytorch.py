@@ -4,7 +4,11 @@ length-sorted batch), random weights in the same shapes, batches of 15-25-token 
 (64 by default) on the CPU or a CUDA device, every layer read back to the host as `elmo embed`
 does.
 
-    python3 xtask/peer/elmo_pytorch.py SHAPE THREADS [BATCHES] [BATCH_SIZE] [DEVICE]
+    python3 xtask/peer/elmo_pytorch.py SHAPE THREADS [BATCHES] [BATCH_SIZE] [DEVICE] [PRECISION]
+
+PRECISION `f32` (the default) or `bf16`: the biLM under `torch.autocast(DEVICE, torch.bfloat16)`,
+as a user would wrap AllenNLP's module (its products in bf16, on AMX's tiles through oneDNN on
+an Intel Xeon that has them; the layers read back as float32).
 
 Prints `RESULT shape=... threads=... batch=... device=... tokens_per_s=... peak_rss_mib=...
 first_pass_s=...` (and `peak_gpu_mib` on CUDA; on CUDA the timed batches run once untimed first,
@@ -29,6 +33,8 @@ vocab_file = sys.argv.pop(4) if len(sys.argv) > 4 and sys.argv[3] == "tokens" el
 batches = int(sys.argv[3]) if len(sys.argv) > 3 and not vocab_file else 3
 batch_size = int(sys.argv[4]) if len(sys.argv) > 4 else (4096 if vocab_file else 64)
 device = torch.device(sys.argv[5] if len(sys.argv) > 5 else "cpu")
+precision = sys.argv[6] if len(sys.argv) > 6 else "f32"
+assert precision in ("f32", "bf16"), f"precision {precision}: f32 or bf16"
 torch.set_num_threads(threads)
 C, P, N_HIGHWAY = {"small": (1024, 128, 1), "medium": (2048, 256, 1), "original": (4096, 512, 2)}[shape]
 FILTERS = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]
@@ -88,7 +94,12 @@ def lstm_layer(x, lengths, p, forward):
 
 
 def bilm(ids, lengths):
-    """Every layer, read back to the host."""
+    """Every layer, read back to the host (float32)."""
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+        return [layer.float().cpu() for layer in bilm_layers(ids, lengths)]
+
+
+def bilm_layers(ids, lengths):
     x = token_encoder(ids.to(device))
     fwd, bwd = x, x
     layers = [torch.cat([x, x], -1)]
@@ -99,7 +110,7 @@ def bilm(ids, lengths):
             new_fwd, new_bwd = new_fwd + fwd, new_bwd + bwd
         fwd, bwd = new_fwd, new_bwd
         layers.append(torch.cat([fwd, bwd], -1))
-    return [layer.cpu() for layer in layers]
+    return layers
 
 
 def batch(seed):
@@ -155,7 +166,7 @@ seconds = time.perf_counter() - start
 rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 gpu = f" peak_gpu_mib={torch.cuda.max_memory_allocated() / 2**20:.0f}" if device.type == "cuda" else ""
 print(
-    f"RESULT shape={shape} threads={threads} batch={batch_size} device={device} tokens={tokens} "
+    f"RESULT shape={shape} threads={threads} batch={batch_size} device={device} precision={precision} tokens={tokens} "
     f"seconds={seconds:.3f} tokens_per_s={tokens / seconds:.1f} peak_rss_mib={rss:.0f}{gpu} "
     f"first_pass_s={first_pass:.3f}"
 )

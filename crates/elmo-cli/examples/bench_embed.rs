@@ -14,7 +14,9 @@
 //! batch; 0, the default, encodes every batch's words anew).
 //! `--peer PYTHON` also runs the PyTorch peer (`xtask/peer/elmo_pytorch.py`, AllenNLP's loop) on
 //! each shape and batch size in the same run, with `--threads` threads (default 2) on
-//! `--peer-device cpu|cuda` (default cpu), and prints its ratio; `--peer-instructions avx2`
+//! `--peer-device cpu|cuda` (default cpu), and prints its ratio; `--peer-precision f32,bf16`
+//! runs it in each precision listed (`bf16`: under `torch.autocast`; default `f32`), each
+//! elmo-rs row then giving its ratio to each; `--peer-instructions avx2`
 //! limits it to AVX2 (against `flex-avx2`, the host kernels limited alike: an AVX2 machine's
 //! code on an AVX-512 one).
 //! The first line names the CPU (model, cores, SIMD flags), so that every table says where it
@@ -309,6 +311,7 @@ fn main() {
     let peer = get("--peer", "");
     let peer_device = get("--peer-device", "cpu");
     let peer_instructions = get("--peer-instructions", "widest");
+    let peer_precisions = get("--peer-precision", "f32");
     let peer_script = get("--peer-script", &common::peer_script("elmo_pytorch.py"));
     let exe = std::env::current_exe().expect("own path");
     println!("{}", cpu_description());
@@ -329,8 +332,13 @@ fn main() {
     for (shape, batch_size) in
         (shapes.split(',')).flat_map(|shape| batch_sizes.iter().map(move |&b| (shape, b)))
     {
-        // The peer first, so that elmo-rs's rows can say their ratio to it.
-        let peer_speed = (!peer.is_empty()).then(|| {
+        // The peer first, so that elmo-rs's rows can say their ratio to it (to each of its
+        // precisions).
+        let peer_precisions: Vec<&str> = match peer.is_empty() {
+            true => Vec::new(),
+            false => peer_precisions.split(',').collect(),
+        };
+        let peer_speeds: Vec<(&str, Option<f64>)> = (peer_precisions.iter()).map(|&precision| {
             let peer_threads = if threads.is_empty() { "2" } else { &threads };
             let mut command = Command::new(&peer);
             command.args([
@@ -340,6 +348,7 @@ fn main() {
                 &batches.to_string(),
                 &batch_size.to_string(),
                 &peer_device,
+                precision,
             ]);
             let limited = common::limit_peer(&mut command, &peer_instructions);
             let output = command.output().expect("run the PyTorch peer");
@@ -352,22 +361,22 @@ fn main() {
                         other => other.to_string(),
                     };
                     println!(
-                        "| {shape} | {batch_size} | PyTorch peer ({on}) | {speed} | {} | | 1.00x | {} |",
+                        "| {shape} | {batch_size} | PyTorch peer ({on}, {precision}) | {speed} | {} | | 1.00x | {} |",
                         field(line, "peak_rss_mib"),
                         field(line, "first_pass_s")
                     );
-                    speed.parse::<f64>().ok()
+                    (precision, speed.parse::<f64>().ok())
                 }
                 None => {
                     println!(
-                        "| {shape} | {batch_size} | PyTorch peer | failed ({}): {} | | | | |",
+                        "| {shape} | {batch_size} | PyTorch peer ({precision}) | failed ({}): {} | | | | |",
                         output.status,
                         child_error(&output.stderr)
                     );
-                    None
+                    (precision, None)
                 }
             }
-        });
+        }).collect();
         for backend in backends.split(',') {
             let mut command = Command::new(&exe);
             command.args([
@@ -394,10 +403,17 @@ fn main() {
             match stdout.lines().find(|l| l.starts_with("RESULT")) {
                 Some(line) => {
                     let speed = field(line, "tokens_per_s");
-                    let ratio = match (speed.parse::<f64>(), peer_speed.flatten()) {
-                        (Ok(ours), Some(theirs)) => format!("{:.2}x", ours / theirs),
-                        _ => String::new(),
-                    };
+                    let ratios: Vec<String> = (peer_speeds.iter())
+                        .filter_map(|&(precision, theirs)| {
+                            let ours = speed.parse::<f64>().ok()?;
+                            let ratio = ours / theirs?;
+                            Some(match peer_speeds.len() {
+                                1 => format!("{ratio:.2}x"),
+                                _ => format!("{ratio:.2}x {precision}"),
+                            })
+                        })
+                        .collect();
+                    let ratio = ratios.join(", ");
                     println!(
                         "| {shape} | {batch_size} | {backend} | {speed} | {} | {} | {ratio} | {} |",
                         field(line, "peak_rss_mib"),

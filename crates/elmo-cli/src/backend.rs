@@ -248,22 +248,50 @@ pub enum PrecisionArg {
     /// `f32` throughout (AllenNLP's values).
     F32,
     /// The products' operands in 16-bit floats; results, LSTM state, weights and optimizer
-    /// state in `f32`; training scales the loss (GPU only).
+    /// state in `f32`; training scales the loss (GPU only). On a CPU with AMX (flex),
+    /// inference's LSTM products in `bf16`.
     Mixed,
 }
 
 impl PrecisionArg {
-    /// Refuses `mixed` on a CPU backend, where 16-bit products buy nothing.
+    /// Refuses `mixed` for inference where 16-bit products buy nothing: on `ndarray`, and on
+    /// `flex` unless this CPU has AMX's `bf16` tiles (Intel Xeon from the 4th generation,
+    /// [`elmo_kernels::host_bf16_products`]).
+    ///
+    /// # Errors
+    /// `mixed` with `--backend ndarray`, or with `flex` on a CPU without AMX.
+    pub fn check_inference_backend(self, backend: Backend) -> anyhow::Result<()> {
+        self.check(backend, elmo_kernels::host_bf16_products(), false)
+    }
+
+    /// Refuses `mixed` for training on a CPU backend (only a GPU's training products run in 16
+    /// bits).
     ///
     /// # Errors
     /// `mixed` with `--backend flex` or `ndarray`.
-    pub fn check_backend(self, backend: Backend) -> anyhow::Result<()> {
-        if self == Self::Mixed && !backend.is_gpu() {
-            anyhow::bail!(
-                "--precision mixed runs on a GPU backend (--backend wgpu, vulkan or cuda)"
-            );
+    pub fn check_training_backend(self, backend: Backend) -> anyhow::Result<()> {
+        self.check(backend, elmo_kernels::host_bf16_products(), true)
+    }
+
+    /// The rule for a CPU that has AMX (`amx`) or not.
+    fn check(self, backend: Backend, amx: bool, training: bool) -> anyhow::Result<()> {
+        if self == Self::F32 || backend.is_gpu() {
+            return Ok(());
         }
-        Ok(())
+        let gpus = "a GPU backend (--backend wgpu, vulkan or cuda)";
+        match (backend, training, amx) {
+            (_, true, _) => anyhow::bail!("--precision mixed trains on {gpus}"),
+            (Backend::Flex, false, true) => Ok(()),
+            (Backend::Flex, false, false) => anyhow::bail!(
+                "--precision mixed runs on {gpus}, or on flex with a CPU that has AMX's bf16 \
+                 tiles (Intel Xeon from the 4th generation, on Linux); this one has none"
+            ),
+            _ => anyhow::bail!(
+                "--precision mixed runs on {gpus}, or on flex with a CPU that has AMX's bf16 \
+                 tiles; not on {}",
+                backend.name()
+            ),
+        }
     }
 }
 
@@ -292,6 +320,38 @@ mod tests {
         assert!(error.to_string().contains("leaves 2 device(s)"), "{error}");
         let error = visible_cuda_device(Some(""), 0).expect_err("none visible");
         assert!(error.to_string().contains("leaves 0 device(s)"), "{error}");
+    }
+
+    #[test]
+    fn mixed_precision_runs_where_16_bit_products_pay() {
+        use PrecisionArg::{F32, Mixed};
+        for amx in [false, true] {
+            for training in [false, true] {
+                for backend in [
+                    Backend::Flex,
+                    Backend::Ndarray,
+                    Backend::Wgpu,
+                    Backend::Cuda,
+                ] {
+                    assert!(F32.check(backend, amx, training).is_ok());
+                    let mixed = Mixed.check(backend, amx, training);
+                    let runs = backend.is_gpu() || (backend == Backend::Flex && amx && !training);
+                    assert_eq!(
+                        mixed.is_ok(),
+                        runs,
+                        "{backend:?} amx {amx} training {training}"
+                    );
+                }
+            }
+        }
+        let error = Mixed
+            .check(Backend::Flex, false, false)
+            .expect_err("no AMX");
+        assert!(error.to_string().contains("this one has none"), "{error}");
+        let error = Mixed
+            .check(Backend::Flex, true, true)
+            .expect_err("training");
+        assert!(error.to_string().contains("trains on a GPU"), "{error}");
     }
 
     #[test]

@@ -10,6 +10,8 @@
 //! A burn CPU backend runs each of a step's ~15 operations as its own pass over memory with a
 //! scalar `exp`; this loop makes one pass with a vectorised one.
 
+use crate::Precision;
+use crate::host_amx::{Bf16Matrix, matmul_bf16, matmul_bf16_parallel};
 use crate::host_gemm::{
     HostInstructions, Isa, PackedMatrix, matmul_packed, matmul_packed_parallel,
 };
@@ -24,13 +26,15 @@ const CHUNK_ROWS: usize = 256;
 #[derive(Debug, Clone)]
 pub struct HostLstm {
     /// `[d_input, 4C]`.
-    input: PackedMatrix,
+    input: HostWeight,
     /// `[P, 4C]`.
-    state: PackedMatrix,
+    state: HostWeight,
     /// `[4C]`.
     bias: Vec<f32>,
     /// `[C, P]`.
-    projection: PackedMatrix,
+    projection: HostWeight,
+    /// The cell pass's instruction set.
+    isa: Isa,
     d_input: usize,
     d_cell: usize,
     d_projection: usize,
@@ -56,6 +60,42 @@ pub struct HostLstmWeights<'a> {
     pub projection_clip: Option<f64>,
     /// The widest instruction set the loop uses ([`crate::KernelSettings::host_instructions`]).
     pub instructions: HostInstructions,
+    /// [`Precision::Mixed`]: the three products in `bf16` on AMX's tiles where this CPU has
+    /// them ([`crate::host_bf16_products`]), sums, cells and state in `f32`; else, and with
+    /// [`Precision::F32`], in `f32`.
+    pub precision: Precision,
+}
+
+/// A weight packed for the products of one precision.
+#[derive(Debug, Clone)]
+enum HostWeight {
+    F32(PackedMatrix),
+    Bf16(Bf16Matrix),
+}
+
+impl HostWeight {
+    /// A row-major `[k, n]` weight packed for `weights`' precision and instructions.
+    fn pack(values: &[f32], n: usize, weights: &HostLstmWeights) -> Self {
+        let bf16 = match weights.precision {
+            Precision::Mixed => Bf16Matrix::pack(values, n),
+            Precision::F32 => None,
+        };
+        match bf16 {
+            Some(packed) => Self::Bf16(packed),
+            None => Self::F32(PackedMatrix::pack_limited(values, n, weights.instructions)),
+        }
+    }
+
+    /// `c = a · self` for `m` rows (`lda`, `ldc` the row strides), on rayon's threads where
+    /// `on_pool`.
+    fn product(&self, on_pool: bool, a: &[f32], lda: usize, m: usize, c: &mut [f32], ldc: usize) {
+        match (self, on_pool) {
+            (Self::F32(b), false) => matmul_packed(a, lda, m, b, c, ldc),
+            (Self::F32(b), true) => matmul_packed_parallel(a, lda, m, b, c, ldc),
+            (Self::Bf16(b), false) => matmul_bf16(a, lda, m, b, c, ldc),
+            (Self::Bf16(b), true) => matmul_bf16_parallel(a, lda, m, b, c, ldc),
+        }
+    }
 }
 
 /// A layer's outputs and final state on the host.
@@ -92,22 +132,11 @@ impl HostLstm {
             "weights of one LSTMP layer"
         );
         Self {
-            input: PackedMatrix::pack_limited(
-                weights.input_weight,
-                gates_width,
-                weights.instructions,
-            ),
-            state: PackedMatrix::pack_limited(
-                weights.state_weight,
-                gates_width,
-                weights.instructions,
-            ),
+            input: HostWeight::pack(weights.input_weight, gates_width, &weights),
+            state: HostWeight::pack(weights.state_weight, gates_width, &weights),
             bias: weights.bias.to_vec(),
-            projection: PackedMatrix::pack_limited(
-                weights.projection,
-                d_projection,
-                weights.instructions,
-            ),
+            projection: HostWeight::pack(weights.projection, d_projection, &weights),
+            isa: Isa::at_most(weights.instructions),
             d_input,
             d_cell,
             d_projection,
@@ -135,9 +164,8 @@ impl HostLstm {
         memory: Vec<f32>,
         on_pool: bool,
     ) -> HostLstmOutput {
-        let matmul = match on_pool {
-            true => matmul_packed_parallel,
-            false => matmul_packed,
+        let matmul = |b: &HostWeight, a: &[f32], lda, m, c: &mut [f32], ldc| {
+            b.product(on_pool, a, lda, m, c, ldc)
         };
         let batch = lengths.len();
         let (d_in, c, p) = (self.d_input, self.d_cell, self.d_projection);
@@ -181,10 +209,10 @@ impl HostLstm {
                 }
                 let n = steps.len() * chunk_rows;
                 matmul(
+                    &self.input,
                     &chunk_inputs,
                     d_in,
                     n,
-                    &self.input,
                     &mut projected_inputs,
                     4 * c,
                 );
@@ -195,7 +223,7 @@ impl HostLstm {
                 continue;
             }
             let x = &projected_inputs[(step % chunk_steps) * chunk_rows * 4 * c..];
-            matmul(&hidden, p, n_active, &self.state, &mut gates, 4 * c);
+            matmul(&self.state, &hidden, p, n_active, &mut gates, 4 * c);
             let rows = CellRows {
                 gates: &gates[..n_active * 4 * c],
                 inputs: &x[..n_active * 4 * c],
@@ -203,10 +231,10 @@ impl HostLstm {
                 cells: &mut cells[..n_active * c],
             };
             match on_pool {
-                true => rows.pass_on_pool(self.state.isa(), &self.bias, self.cell_clip),
-                false => rows.pass(self.state.isa(), &self.bias, self.cell_clip),
+                true => rows.pass_on_pool(self.isa, &self.bias, self.cell_clip),
+                false => rows.pass(self.isa, &self.bias, self.cell_clip),
             }
-            matmul(&cells, c, n_active, &self.projection, &mut projected, p);
+            matmul(&self.projection, &cells, c, n_active, &mut projected, p);
             let projected = &mut projected[..n_active * p];
             if let Some(clip) = self.projection_clip {
                 projected
@@ -519,6 +547,7 @@ mod tests {
                 cell_clip: Some(0.9),
                 projection_clip: Some(0.4),
                 instructions,
+                precision: Precision::F32,
             };
             let layer = HostLstm::new(weights);
             let (lengths, n_steps) = match c {
@@ -558,6 +587,62 @@ mod tests {
                 let last = if go_forward { n_steps - 1 } else { 0 };
                 assert_eq!(out.hidden[..p], out.outputs[last * p..(last + 1) * p]);
             }
+        }
+    }
+
+    #[test]
+    fn a_mixed_layer_stays_within_bf16_of_float64() {
+        let values = |n: usize, seed: u32, scale: f32| -> Vec<f32> {
+            (0..n as u32)
+                .map(|i| {
+                    (((i.wrapping_mul(2654435761) ^ seed) % 2001) as f32 / 1000.0 - 1.0) * scale
+                })
+                .collect()
+        };
+        let (d, c, p) = (40, 96, 33);
+        let (input_weight, state_weight) = (values(d * 4 * c, 1, 0.3), values(p * 4 * c, 2, 0.3));
+        let (bias, projection) = (values(4 * c, 3, 0.3), values(c * p, 4, 0.2));
+        let weights = |precision| HostLstmWeights {
+            input_weight: &input_weight,
+            state_weight: &state_weight,
+            bias: &bias,
+            projection: &projection,
+            cell_clip: Some(3.0),
+            projection_clip: Some(3.0),
+            instructions: HostInstructions::Widest,
+            precision,
+        };
+        let (lengths, n_steps) = (vec![12usize, 12, 9, 3, 1], 12);
+        let inputs = values(lengths.len() * n_steps * d, 5, 1.0);
+        let run = |precision| {
+            HostLstm::new(weights(precision)).forward(
+                &inputs,
+                &lengths,
+                n_steps,
+                true,
+                vec![0.0; lengths.len() * p],
+                vec![0.0; lengths.len() * c],
+                false,
+            )
+        };
+        let expected = reference(&weights(Precision::F32), &inputs, &lengths, n_steps, true);
+        let largest = expected.iter().fold(0.0f64, |a, b| a.max(b.abs()));
+        let worst = |out: &HostLstmOutput| {
+            (out.outputs.iter().zip(&expected))
+                .map(|(a, b)| (f64::from(*a) - b).abs())
+                .fold(0.0, f64::max)
+        };
+        let (mixed, exact) = (run(Precision::Mixed), run(Precision::F32));
+        assert!(worst(&exact) < 2e-6, "f32: {}", worst(&exact));
+        if crate::host_bf16_products() {
+            // bf16 operands (8 significant bits) over 12 steps of the recurrence.
+            let error = worst(&mixed) / largest;
+            assert!(
+                (1e-4..0.02).contains(&error),
+                "bf16: {error} of the largest value"
+            );
+        } else {
+            assert_eq!(mixed.outputs, exact.outputs, "f32 where the CPU has no AMX");
         }
     }
 }

@@ -24,6 +24,7 @@ mod dropout_mask;
 mod gate_activation;
 mod gemm_plan;
 mod gradient_scale;
+mod host_amx;
 mod host_gemm;
 mod host_lstm;
 mod host_lstm_cell;
@@ -58,6 +59,7 @@ pub use dropout_mask::{MaskKey, dropout_mask};
 pub use gate_activation::{EXP_LIMIT, GateActivation};
 pub use gemm_plan::{GemmPlan, StridedLayout, gemm_plan};
 pub use gradient_scale::{GradientScaling, device_gradient_scale};
+pub use host_amx::{Bf16Matrix, host_bf16_products, matmul_bf16, matmul_bf16_parallel};
 pub use host_gemm::{
     HostInstructions, PackedMatrix, host_threads, matmul_packed, matmul_packed_parallel,
 };

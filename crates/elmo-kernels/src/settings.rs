@@ -46,8 +46,9 @@ pub struct KernelSettings {
     /// With `shaped_matmul`: an inference step's unsplit products (256 rows and more) through
     /// the kernel of their shape too. Off (the default): burn's choice.
     pub shaped_step_products: bool,
-    /// The precision of the large products on a GPU, in inference and training ([`Precision`];
-    /// `F32` by default, as AllenNLP).
+    /// The precision of the large products on a GPU, in inference and training, and of the
+    /// LSTM's products in inference on a CPU with AMX ([`Precision`]; `F32` by default, as
+    /// AllenNLP).
     pub precision: Precision,
     /// With `fused`: the large products on a CUDA device through NVIDIA's cuBLAS, where this
     /// crate is built with its `cublas` feature and the library loads (`f32` without TF32; with
@@ -287,8 +288,9 @@ fn device_buffer_limit<const D: usize>(_tensor: &Tensor<D>) -> usize {
 /// their results and everything else in `f32`), as mixed-precision inference does on GPUs with
 /// tensor cores (Micikevicius et al. 2018, "Mixed Precision Training"). burn runs a 16-bit
 /// product on a CubeCL device with the `vulkan` (SPIR-V) compiler through cooperative-matrix
-/// kernels where the driver offers them; on a CPU half precision buys nothing, and
-/// [`Precision::half_for`] keeps `f32` there.
+/// kernels where the driver offers them. On a CPU [`Precision::half_for`] keeps `f32` (burn's
+/// CPU products gain nothing from 16 bits); only the LSTMP host loop of inference runs `bf16`
+/// products, on AMX's tiles ([`crate::Bf16Matrix`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Precision {
@@ -296,9 +298,11 @@ pub enum Precision {
     #[default]
     F32,
     /// The products' operands in `f16` (`bf16` where the device has no `f16` arithmetic),
-    /// results, state, weights and optimizer state in `f32`; on a CubeCL device only. In
-    /// training the backward products run in 16 bits too, and the gradients need loss scaling
-    /// (elmo-train's `LossScale`).
+    /// results, state, weights and optimizer state in `f32`, on a CubeCL device; in training
+    /// the backward products run in 16 bits too, and the gradients need loss scaling
+    /// (elmo-train's `LossScale`). On flex, inference's LSTMP host loop runs its products in
+    /// `bf16` on AMX's tiles where the CPU has them ([`crate::host_bf16_products`]); elsewhere
+    /// on a CPU everything stays `f32`.
     Mixed,
 }
 

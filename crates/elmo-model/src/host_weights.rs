@@ -19,7 +19,7 @@ use burn::backend::Flex;
 use burn::tensor::Tensor;
 #[cfg(feature = "flex")]
 use elmo_kernels::HostLstmWeights;
-use elmo_kernels::{HostInstructions, HostLstm};
+use elmo_kernels::{HostInstructions, HostLstm, Precision};
 
 use crate::fused_recurrence::GroupLayer;
 
@@ -43,6 +43,7 @@ impl Source {
 struct Packed {
     sources: Vec<Source>,
     instructions: HostInstructions,
+    precision: Precision,
     layer: Arc<HostLstm>,
 }
 
@@ -70,19 +71,22 @@ impl HostWeights {
         &self,
         _weights: &GroupLayer,
         _instructions: HostInstructions,
+        _precision: Precision,
     ) -> Option<Arc<HostLstm>> {
         None
     }
 
-    /// The packed layer for `weights` (this layer's, as the fused recurrence reads them) and
-    /// the widest instruction set up to `instructions`: the kept copy where the weights are the
-    /// buffers it was packed from for the same instructions, else packed now (and kept). `None`
-    /// where a weight is not a contiguous `f32` flex tensor.
+    /// The packed layer for `weights` (this layer's, as the fused recurrence reads them), the
+    /// widest instruction set up to `instructions` and the products' `precision`: the kept
+    /// copy where the weights are the buffers it was packed from for the same instructions and
+    /// precision, else packed now (and kept). `None` where a weight is not a contiguous `f32`
+    /// flex tensor.
     #[cfg(feature = "flex")]
     pub(crate) fn layer(
         &self,
         weights: &GroupLayer,
         instructions: HostInstructions,
+        precision: Precision,
     ) -> Option<Arc<HostLstm>> {
         let flex = |tensor: &Tensor<2>| tensor.clone().inner().try_into_primitive::<Flex>().ok();
         let bias = weights.bias.clone().unsqueeze_dim::<2>(0);
@@ -108,6 +112,7 @@ impl HostWeights {
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         let kept = slot.as_ref().filter(|packed| {
             packed.instructions == instructions
+                && packed.precision == precision
                 && packed.sources.len() == sources.len()
                 && packed.sources.iter().zip(&sources).all(|(a, b)| a.is(b))
         });
@@ -124,10 +129,12 @@ impl HostWeights {
                     cell_clip: weights.cell_clip,
                     projection_clip: weights.projection_clip,
                     instructions,
+                    precision,
                 }));
                 *slot = Some(Packed {
                     sources,
                     instructions,
+                    precision,
                     layer: layer.clone(),
                 });
                 layer

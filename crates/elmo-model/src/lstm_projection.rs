@@ -366,8 +366,11 @@ impl LstmWithProjection {
         let [batch, n_steps, _] = inputs.dims();
         let (d_cell, d_projection) = (self.d_cell(), self.d_projection());
         let host = |tensor: Tensor<2>| tensor.into_data().try_into_vec::<f32>().ok();
-        let layer =
-            (self.host_weights).layer(&self.group_layer(), self.kernels.host_instructions)?;
+        let layer = (self.host_weights).layer(
+            &self.group_layer(),
+            self.kernels.host_instructions,
+            self.kernels.precision,
+        )?;
         let out = layer.forward(
             &inputs.clone().into_data().try_into_vec::<f32>().ok()?,
             lengths,

@@ -997,7 +997,8 @@ fn difference(a: &[(String, Vec<f32>)], b: &[(String, Vec<f32>)]) -> (f32, f32) 
     (diff, scale)
 }
 
-/// `--precision mixed` is refused on a CPU; on wgpu (lavapipe in CI) its vectors differ from
+/// `--precision mixed` is refused on ndarray, and on flex where the CPU has no AMX; on flex with
+/// AMX (the LSTM's products in bf16) and on wgpu (lavapipe in CI) its vectors differ from
 /// `f32`'s by 16-bit rounding only. `--backend vulkan` needs the opt-in `vulkan` feature.
 #[test]
 fn mixed_precision_runs_on_a_gpu_within_its_tolerance() {
@@ -1012,12 +1013,28 @@ fn mixed_precision_runs_on_a_gpu_within_its_tolerance() {
         let (output, result) = embed(&sub, TEXT, &args);
         (output, result)
     };
-    let (_, refused) = run("cpu", &["--precision", "mixed"]);
+    let (_, refused) = run("ndarray", &["--backend", "ndarray", "--precision", "mixed"]);
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(
-        !refused.status.success() && stderr.contains("--precision mixed runs on a GPU"),
+        !refused.status.success() && stderr.contains("not on ndarray"),
         "{stderr}"
     );
+    let (cpu_mixed, cpu) = run("cpu", &["--precision", "mixed"]);
+    let stderr = String::from_utf8_lossy(&cpu.stderr);
+    if elmo_kernels::host_bf16_products() {
+        assert!(cpu.status.success(), "{stderr}");
+        let (f32_output, f32_run) = run("cpu-f32", &[]);
+        assert!(f32_run.status.success());
+        let (mixed, scale) = difference(&all_values(&f32_output), &all_values(&cpu_mixed));
+        eprintln!("mixed precision on AMX: largest difference {mixed:e} of values up to {scale}");
+        assert!(mixed > 0.0, "the mixed run computed in f32");
+        assert!(mixed <= 1e-2 * scale, "{mixed} of {scale}");
+    } else {
+        assert!(
+            !cpu.status.success() && stderr.contains("this one has none"),
+            "{stderr}"
+        );
+    }
     // A backend this build leaves out is refused with the feature that brings it.
     for (backend, built) in [
         ("vulkan", cfg!(feature = "vulkan")),

@@ -555,7 +555,7 @@ fn mixed_precision_training_runs_on_a_gpu_only() {
     let refused = train(&["--precision", "mixed"]);
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(
-        !refused.status.success() && stderr.contains("--precision mixed runs on a GPU"),
+        !refused.status.success() && stderr.contains("--precision mixed trains on a GPU"),
         "{stderr}"
     );
     assert!(!run.exists(), "a refused run wrote {}", run.display());
