@@ -19,6 +19,10 @@ const PANEL: usize = 32;
 const K_BLOCK: usize = 32;
 /// `u16` values of one `B` tile: 16 rows of 64 bytes.
 const TILE_VALUES: usize = 512;
+/// Bytes of the panels of `B` that every block of 32 rows passes before the next group: they
+/// stay in L2 (2 MiB a core on the Xeons with AMX) while the rows' blocks pass, and a block
+/// writes its rows of `c` across the group's columns (a few pages, not one per row).
+const GROUP_BYTES: usize = 512 * 1024;
 
 /// Whether this CPU and OS run AMX's `bf16` tile products (detected once; the first call asks
 /// Linux for the tiles' state).
@@ -243,7 +247,7 @@ mod x86 {
     use std::arch::asm;
     use std::ops::Range;
 
-    use super::{Bf16Matrix, Bf16Rows, K_BLOCK, Output, PANEL, TILE_VALUES};
+    use super::{Bf16Matrix, Bf16Rows, GROUP_BYTES, K_BLOCK, Output, PANEL, TILE_VALUES};
 
     /// XCR0, the OS-enabled state components.
     ///
@@ -312,7 +316,9 @@ mod x86 {
     }
 
     /// The product of `rows` and the panels `panels` of `b` into `out`, 32 rows by 32 columns
-    /// at a time (four `C` tiles over all of `K`), on the calling thread.
+    /// at a time (four `C` tiles over all of `K`), the panels in groups of [`GROUP_BYTES`] that
+    /// every block of rows passes in turn, on the calling thread. A block's loads and products
+    /// alternate, so that the tiles loaded first are multiplied while the others load.
     ///
     /// # Safety
     /// AMX is detected and granted to this process ([`super::host_bf16_products`]); `out`
@@ -331,73 +337,100 @@ mod x86 {
         // SAFETY: the configuration is a valid palette-1 layout (tiles of at most 16 rows × 64
         // bytes); AMX is available (the caller's promise).
         unsafe { asm!("ldtilecfg [{}]", in(reg) &config, options(nostack, readonly)) };
-        for p in panels {
-            let panel = &b.data[p * k_blocks * 2 * TILE_VALUES..][..k_blocks * 2 * TILE_VALUES];
+        let panel_values = k_blocks * 2 * TILE_VALUES;
+        let group = (GROUP_BYTES / (panel_values * 2)).max(1);
+        for group in (panels.start..panels.end)
+            .step_by(group)
+            .map(|first| first..(first + group).min(panels.end))
+        {
             for first in (0..rows.m).step_by(32) {
-                let a = &rows.data[first * rows.stride..][..32 * rows.stride];
-                // SAFETY: every tile load reads 16 rows of 64 bytes within `a` (32 rows of
-                // `stride ≥ 32` values from block `kb`) or within the panel's block; the stores
-                // write the 32 × 32 `tile`.
-                unsafe {
-                    asm!(
-                        "tilezero tmm0",
-                        "tilezero tmm1",
-                        "tilezero tmm2",
-                        "tilezero tmm3",
-                        options(nomem, nostack)
-                    );
-                    for kb in 0..k_blocks {
-                        let a0 = a.as_ptr().add(kb * K_BLOCK);
-                        let b0 = panel.as_ptr().add(kb * 2 * TILE_VALUES);
+                for p in group.clone() {
+                    let panel = &b.data[p * panel_values..][..panel_values];
+                    let a = &rows.data[first * rows.stride..][..32 * rows.stride];
+                    // SAFETY: every tile load reads 16 rows of 64 bytes within `a` (32 rows of
+                    // `stride ≥ 32` values from block `kb`) or within the panel's block.
+                    unsafe {
                         asm!(
-                            "tileloadd tmm4, [{a0} + {lda}*1]",
-                            "tileloadd tmm5, [{a1} + {lda}*1]",
-                            "tileloadd tmm6, [{b0} + {s}*1]",
-                            "tileloadd tmm7, [{b1} + {s}*1]",
-                            "tdpbf16ps tmm0, tmm4, tmm6",
-                            "tdpbf16ps tmm1, tmm4, tmm7",
-                            "tdpbf16ps tmm2, tmm5, tmm6",
-                            "tdpbf16ps tmm3, tmm5, tmm7",
-                            a0 = in(reg) a0,
-                            a1 = in(reg) a0.add(16 * rows.stride),
-                            b0 = in(reg) b0,
-                            b1 = in(reg) b0.add(TILE_VALUES),
-                            lda = in(reg) lda,
-                            s = in(reg) 64usize,
-                            options(nostack, readonly)
+                            "tilezero tmm0",
+                            "tilezero tmm1",
+                            "tilezero tmm2",
+                            "tilezero tmm3",
+                            options(nomem, nostack)
                         );
+                        for kb in 0..k_blocks {
+                            let a0 = a.as_ptr().add(kb * K_BLOCK);
+                            let b0 = panel.as_ptr().add(kb * 2 * TILE_VALUES);
+                            asm!(
+                                "tileloadd tmm4, [{a0} + {lda}*1]",
+                                "tileloadd tmm6, [{b0} + {s}*1]",
+                                "tdpbf16ps tmm0, tmm4, tmm6",
+                                "tileloadd tmm7, [{b1} + {s}*1]",
+                                "tdpbf16ps tmm1, tmm4, tmm7",
+                                "tileloadd tmm5, [{a1} + {lda}*1]",
+                                "tdpbf16ps tmm2, tmm5, tmm6",
+                                "tdpbf16ps tmm3, tmm5, tmm7",
+                                a0 = in(reg) a0,
+                                a1 = in(reg) a0.add(16 * rows.stride),
+                                b0 = in(reg) b0,
+                                b1 = in(reg) b0.add(TILE_VALUES),
+                                lda = in(reg) lda,
+                                s = in(reg) 64usize,
+                                options(nostack, readonly)
+                            );
+                        }
                     }
-                    let c0 = tile.as_mut_ptr().cast::<f32>();
-                    asm!(
-                        "tilestored [{c0} + {s}*1], tmm0",
-                        "tilestored [{c1} + {s}*1], tmm1",
-                        "tilestored [{c2} + {s}*1], tmm2",
-                        "tilestored [{c3} + {s}*1], tmm3",
-                        c0 = in(reg) c0,
-                        c1 = in(reg) c0.add(16),
-                        c2 = in(reg) c0.add(16 * PANEL),
-                        c3 = in(reg) c0.add(16 * PANEL + 16),
-                        s = in(reg) PANEL * 4,
-                        options(nostack)
-                    );
-                }
-                let real_rows = 32.min(out.m - first);
-                let columns = PANEL.min(out.n - p * PANEL);
-                for (i, values) in tile.iter().take(real_rows).enumerate() {
-                    // SAFETY: row `first + i < m` and columns `p·32 .. p·32 + columns ≤ N` are
-                    // within `c` (checked by `Output::of`) and this thread's (the contract).
-                    let to = unsafe {
-                        std::slice::from_raw_parts_mut(
-                            out.values.add((first + i) * out.ldc + p * PANEL),
-                            columns,
-                        )
-                    };
-                    to.copy_from_slice(&values[..columns]);
+                    let real_rows = 32.min(out.m - first);
+                    let columns = PANEL.min(out.n - p * PANEL);
+                    if real_rows == 32 && columns == PANEL {
+                        // A whole block: the tiles straight into `c`.
+                        // SAFETY: rows `first .. first + 32 ≤ m` and columns `p·32 .. p·32 + 32 ≤
+                        // N` are within `c` (checked by `Output::of`) and this thread's (the
+                        // contract).
+                        unsafe { store(out.values.add(first * out.ldc + p * PANEL), out.ldc) };
+                        continue;
+                    }
+                    // SAFETY: `tile` holds 32 rows of 32 values.
+                    unsafe { store(tile.as_mut_ptr().cast(), PANEL) };
+                    for (i, values) in tile.iter().take(real_rows).enumerate() {
+                        // SAFETY: row `first + i < m` and columns `p·32 .. p·32 + columns ≤ N` are
+                        // within `c` (checked by `Output::of`) and this thread's (the contract).
+                        let to = unsafe {
+                            std::slice::from_raw_parts_mut(
+                                out.values.add((first + i) * out.ldc + p * PANEL),
+                                columns,
+                            )
+                        };
+                        to.copy_from_slice(&values[..columns]);
+                    }
                 }
             }
         }
         // SAFETY: releases this thread's tile state (loaded above).
         unsafe { asm!("tilerelease", options(nomem, nostack)) };
+    }
+
+    /// The four `C` tiles as 32 rows of 32 `f32` at `c`, row stride `ldc` values.
+    ///
+    /// # Safety
+    /// The tiles are configured ([`TileConfig::all_full`]) and `c .. c + 31·ldc + 32` is
+    /// writable.
+    #[inline(always)]
+    unsafe fn store(c: *mut f32, ldc: usize) {
+        // SAFETY: each store writes 16 rows of 64 bytes within the caller's 32 × 32 block.
+        unsafe {
+            asm!(
+                "tilestored [{c0} + {s}*1], tmm0",
+                "tilestored [{c1} + {s}*1], tmm1",
+                "tilestored [{c2} + {s}*1], tmm2",
+                "tilestored [{c3} + {s}*1], tmm3",
+                c0 = in(reg) c,
+                c1 = in(reg) c.add(16),
+                c2 = in(reg) c.add(16 * ldc),
+                c3 = in(reg) c.add(16 * ldc + 16),
+                s = in(reg) ldc * 4,
+                options(nostack)
+            );
+        }
     }
 }
 
