@@ -215,12 +215,12 @@ pub fn matmul_bf16_parallel(
     });
 }
 
-/// Where a product writes: `c` with row stride `ldc`, its first `m` rows and `n` columns.
+/// Where a product writes: `c` with row stride `ldc`, its first `n` columns (of as many rows as
+/// the product has, checked by [`Output::of`]).
 #[derive(Debug, Clone, Copy)]
 struct Output {
     values: *mut f32,
     ldc: usize,
-    m: usize,
     n: usize,
 }
 
@@ -236,7 +236,6 @@ impl Output {
         Self {
             values: c.as_mut_ptr(),
             ldc,
-            m,
             n: b.n,
         }
     }
@@ -288,9 +287,10 @@ mod x86 {
         ret == 0
     }
 
-    /// The tile configuration (`LDTILECFG`'s 64 bytes, palette 1): tiles 0-3 the `C` blocks
-    /// (16 rows × 16 `f32`), 4-5 the `A` rows (16 rows × 32 `bf16`), 6-7 the `B` tiles (16
-    /// pairs × 16 columns), all 16 rows of 64 bytes.
+    /// The tile configuration (`LDTILECFG`'s 64 bytes, palette 1) for a block of `height`
+    /// rows: tiles 0-1 the `C` results of its first 16 rows (16 `f32` a row), 2-3 those of the
+    /// rest, 4 and 5 their `A` rows (32 `bf16` a row), 6-7 the `B` tiles (16 pairs × 16
+    /// columns); tiles of no rows are left unconfigured.
     #[repr(C, align(64))]
     struct TileConfig {
         palette: u8,
@@ -301,7 +301,7 @@ mod x86 {
     }
 
     impl TileConfig {
-        fn all_full() -> Self {
+        fn for_height(height: usize) -> Self {
             let mut config = Self {
                 palette: 1,
                 start_row: 0,
@@ -309,14 +309,23 @@ mod x86 {
                 bytes_per_row: [0; 16],
                 rows: [0; 16],
             };
-            config.bytes_per_row[..8].fill(64);
-            config.rows[..8].fill(16);
+            let (top, bottom) = (height.min(16) as u8, height.saturating_sub(16) as u8);
+            for (tile, rows) in [(0, top), (1, top), (4, top), (6, 16), (7, 16)]
+                .into_iter()
+                .chain([(2, bottom), (3, bottom), (5, bottom)])
+            {
+                if rows > 0 {
+                    config.rows[tile] = rows;
+                    config.bytes_per_row[tile] = 64;
+                }
+            }
             config
         }
     }
 
     /// The product of `rows` and the panels `panels` of `b` into `out`, 32 rows by 32 columns
-    /// at a time (four `C` tiles over all of `K`), the panels in groups of [`GROUP_BYTES`] that
+    /// at a time (four `C` tiles over all of `K`; a last block of fewer rows in tiles of as many
+    /// rows, two of them for 16 rows or fewer), the panels in groups of [`GROUP_BYTES`] that
     /// every block of rows passes in turn, on the calling thread. A block's loads and products
     /// alternate, so that the tiles loaded first are multiplied while the others load.
     ///
@@ -330,70 +339,59 @@ mod x86 {
         panels: Range<usize>,
         out: Output,
     ) {
-        let config = TileConfig::all_full();
         let k_blocks = b.k_blocks();
         let lda = rows.stride * 2;
         let mut tile = [[0.0f32; PANEL]; 32];
-        // SAFETY: the configuration is a valid palette-1 layout (tiles of at most 16 rows × 64
-        // bytes); AMX is available (the caller's promise).
-        unsafe { asm!("ldtilecfg [{}]", in(reg) &config, options(nostack, readonly)) };
         let panel_values = k_blocks * 2 * TILE_VALUES;
         let group = (GROUP_BYTES / (panel_values * 2)).max(1);
+        // The height the tiles are configured for (0: none yet).
+        let mut configured = 0;
         for group in (panels.start..panels.end)
             .step_by(group)
             .map(|first| first..(first + group).min(panels.end))
         {
             for first in (0..rows.m).step_by(32) {
+                let height = 32.min(rows.m - first);
+                if height != configured {
+                    let config = TileConfig::for_height(height);
+                    // SAFETY: a valid palette-1 layout (tiles of at most 16 rows × 64 bytes,
+                    // unused ones zero); AMX is available (the caller's promise).
+                    unsafe { asm!("ldtilecfg [{}]", in(reg) &config, options(nostack, readonly)) };
+                    configured = height;
+                }
+                let a = &rows.data[first * rows.stride..][..32 * rows.stride];
                 for p in group.clone() {
                     let panel = &b.data[p * panel_values..][..panel_values];
-                    let a = &rows.data[first * rows.stride..][..32 * rows.stride];
-                    // SAFETY: every tile load reads 16 rows of 64 bytes within `a` (32 rows of
-                    // `stride ≥ 32` values from block `kb`) or within the panel's block.
+                    // SAFETY: the tiles used are those configured for `height`; every load
+                    // reads at most 16 rows of 64 bytes within `a` (32 rows of `stride ≥ 32`
+                    // values from block `kb`) or 16 within the panel's block.
                     unsafe {
-                        asm!(
-                            "tilezero tmm0",
-                            "tilezero tmm1",
-                            "tilezero tmm2",
-                            "tilezero tmm3",
-                            options(nomem, nostack)
-                        );
-                        for kb in 0..k_blocks {
-                            let a0 = a.as_ptr().add(kb * K_BLOCK);
-                            let b0 = panel.as_ptr().add(kb * 2 * TILE_VALUES);
-                            asm!(
-                                "tileloadd tmm4, [{a0} + {lda}*1]",
-                                "tileloadd tmm6, [{b0} + {s}*1]",
-                                "tdpbf16ps tmm0, tmm4, tmm6",
-                                "tileloadd tmm7, [{b1} + {s}*1]",
-                                "tdpbf16ps tmm1, tmm4, tmm7",
-                                "tileloadd tmm5, [{a1} + {lda}*1]",
-                                "tdpbf16ps tmm2, tmm5, tmm6",
-                                "tdpbf16ps tmm3, tmm5, tmm7",
-                                a0 = in(reg) a0,
-                                a1 = in(reg) a0.add(16 * rows.stride),
-                                b0 = in(reg) b0,
-                                b1 = in(reg) b0.add(TILE_VALUES),
-                                lda = in(reg) lda,
-                                s = in(reg) 64usize,
-                                options(nostack, readonly)
-                            );
+                        match height > 16 {
+                            true => block(a.as_ptr(), lda, panel.as_ptr(), k_blocks),
+                            false => half_block(a.as_ptr(), lda, panel.as_ptr(), k_blocks),
                         }
                     }
-                    let real_rows = 32.min(out.m - first);
                     let columns = PANEL.min(out.n - p * PANEL);
-                    if real_rows == 32 && columns == PANEL {
+                    if height == 32 && columns == PANEL {
                         // A whole block: the tiles straight into `c`.
-                        // SAFETY: rows `first .. first + 32 ≤ m` and columns `p·32 .. p·32 + 32 ≤
-                        // N` are within `c` (checked by `Output::of`) and this thread's (the
-                        // contract).
+                        // SAFETY: rows `first .. first + 32 ≤ m` and columns `p·32 .. p·32 +
+                        // 32 ≤ N` are within `c` (checked by `Output::of`) and this thread's
+                        // (the contract).
                         unsafe { store(out.values.add(first * out.ldc + p * PANEL), out.ldc) };
                         continue;
                     }
-                    // SAFETY: `tile` holds 32 rows of 32 values.
-                    unsafe { store(tile.as_mut_ptr().cast(), PANEL) };
-                    for (i, values) in tile.iter().take(real_rows).enumerate() {
-                        // SAFETY: row `first + i < m` and columns `p·32 .. p·32 + columns ≤ N` are
-                        // within `c` (checked by `Output::of`) and this thread's (the contract).
+                    // SAFETY: `tile` holds 32 rows of 32 values; the tiles store their
+                    // configured rows, `height` in all.
+                    unsafe {
+                        match height > 16 {
+                            true => store(tile.as_mut_ptr().cast(), PANEL),
+                            false => store_half(tile.as_mut_ptr().cast(), PANEL),
+                        }
+                    }
+                    for (i, values) in tile.iter().take(height).enumerate() {
+                        // SAFETY: row `first + i < m` and columns `p·32 .. p·32 + columns ≤ N`
+                        // are within `c` (checked by `Output::of`) and this thread's (the
+                        // contract).
                         let to = unsafe {
                             std::slice::from_raw_parts_mut(
                                 out.values.add((first + i) * out.ldc + p * PANEL),
@@ -405,18 +403,108 @@ mod x86 {
                 }
             }
         }
-        // SAFETY: releases this thread's tile state (loaded above).
-        unsafe { asm!("tilerelease", options(nomem, nostack)) };
+        if configured > 0 {
+            // SAFETY: releases this thread's tile state (configured above).
+            unsafe { asm!("tilerelease", options(nomem, nostack)) };
+        }
     }
 
-    /// The four `C` tiles as 32 rows of 32 `f32` at `c`, row stride `ldc` values.
+    /// The four `C` tiles, zeroed, accumulate the products of `a`'s two row tiles and a panel's
+    /// two column tiles over `k_blocks` blocks of `K`.
     ///
     /// # Safety
-    /// The tiles are configured ([`TileConfig::all_full`]) and `c .. c + 31·ldc + 32` is
-    /// writable.
+    /// The tiles are configured for a block of more than 16 rows; `a + kb·32` read as tiles of
+    /// row stride `lda` bytes (two of them, the second 16 rows on) and `panel + kb·1024` as two
+    /// tiles of 16 rows of 64 bytes are readable for `kb < k_blocks`.
+    #[inline(always)]
+    unsafe fn block(a: *const u16, lda: usize, panel: *const u16, k_blocks: usize) {
+        // SAFETY: within the reads the caller guarantees, on configured tiles.
+        unsafe {
+            asm!(
+                "tilezero tmm0",
+                "tilezero tmm1",
+                "tilezero tmm2",
+                "tilezero tmm3",
+                options(nomem, nostack)
+            );
+            for kb in 0..k_blocks {
+                let a0 = a.add(kb * K_BLOCK);
+                let b0 = panel.add(kb * 2 * TILE_VALUES);
+                asm!(
+                    "tileloadd tmm4, [{a0} + {lda}*1]",
+                    "tileloadd tmm6, [{b0} + {s}*1]",
+                    "tdpbf16ps tmm0, tmm4, tmm6",
+                    "tileloadd tmm7, [{b1} + {s}*1]",
+                    "tdpbf16ps tmm1, tmm4, tmm7",
+                    "tileloadd tmm5, [{a1} + {lda}*1]",
+                    "tdpbf16ps tmm2, tmm5, tmm6",
+                    "tdpbf16ps tmm3, tmm5, tmm7",
+                    a0 = in(reg) a0,
+                    a1 = in(reg) a0.add(8 * lda),
+                    b0 = in(reg) b0,
+                    b1 = in(reg) b0.add(TILE_VALUES),
+                    lda = in(reg) lda,
+                    s = in(reg) 64usize,
+                    options(nostack, readonly)
+                );
+            }
+        }
+    }
+
+    /// [`block`] for a block of 16 rows or fewer: `C` tiles 0-1 from `A` tile 4.
+    ///
+    /// # Safety
+    /// As [`block`]'s, the tiles configured for 16 rows or fewer (one row tile of `a`).
+    #[inline(always)]
+    unsafe fn half_block(a: *const u16, lda: usize, panel: *const u16, k_blocks: usize) {
+        // SAFETY: within the reads the caller guarantees, on configured tiles.
+        unsafe {
+            asm!("tilezero tmm0", "tilezero tmm1", options(nomem, nostack));
+            for kb in 0..k_blocks {
+                let b0 = panel.add(kb * 2 * TILE_VALUES);
+                asm!(
+                    "tileloadd tmm4, [{a0} + {lda}*1]",
+                    "tileloadd tmm6, [{b0} + {s}*1]",
+                    "tdpbf16ps tmm0, tmm4, tmm6",
+                    "tileloadd tmm7, [{b1} + {s}*1]",
+                    "tdpbf16ps tmm1, tmm4, tmm7",
+                    a0 = in(reg) a.add(kb * K_BLOCK),
+                    b0 = in(reg) b0,
+                    b1 = in(reg) b0.add(TILE_VALUES),
+                    lda = in(reg) lda,
+                    s = in(reg) 64usize,
+                    options(nostack, readonly)
+                );
+            }
+        }
+    }
+
+    /// `C` tiles 0-1 (a block of 16 rows or fewer) at `c`, row stride `ldc` values.
+    ///
+    /// # Safety
+    /// The tiles are configured for 16 rows or fewer and `c .. c + 15·ldc + 32` is writable.
+    #[inline(always)]
+    unsafe fn store_half(c: *mut f32, ldc: usize) {
+        // SAFETY: each store writes at most 16 rows of 64 bytes within the caller's block.
+        unsafe {
+            asm!(
+                "tilestored [{c0} + {s}*1], tmm0",
+                "tilestored [{c1} + {s}*1], tmm1",
+                c0 = in(reg) c,
+                c1 = in(reg) c.add(16),
+                s = in(reg) ldc * 4,
+                options(nostack)
+            );
+        }
+    }
+
+    /// The four `C` tiles (a block of more than 16 rows) at `c`, row stride `ldc` values.
+    ///
+    /// # Safety
+    /// The tiles are configured for more than 16 rows and `c .. c + 31·ldc + 32` is writable.
     #[inline(always)]
     unsafe fn store(c: *mut f32, ldc: usize) {
-        // SAFETY: each store writes 16 rows of 64 bytes within the caller's 32 × 32 block.
+        // SAFETY: each store writes at most 16 rows of 64 bytes within the caller's block.
         unsafe {
             asm!(
                 "tilestored [{c0} + {s}*1], tmm0",
@@ -498,14 +586,19 @@ mod tests {
             assert!(Bf16Matrix::pack(&[1.0], 1).is_none(), "no AMX, no packing");
             return;
         }
-        // Edges: K and N not whole blocks or panels, rows not whole tiles; one row; several
-        // panels and row blocks.
+        // Edges: K and N not whole blocks or panels; blocks of one row, of 16 rows or fewer
+        // (two tiles) and of 17-31 (four), alone and after whole blocks; several panels, and
+        // several groups of them (`K` of 4,096: two panels a group).
         for (m, k, n) in [
             (1, 3, 5),
             (7, 40, 33),
+            (16, 32, 32),
+            (20, 48, 40),
             (33, 64, 64),
+            (50, 64, 33),
             (70, 100, 97),
             (64, 512, 96),
+            (40, 4096, 160),
         ] {
             let a = seeded(m * k, (m * k) as u64);
             let b = seeded(k * n, n as u64);
