@@ -6,7 +6,7 @@
 //! the host loop of the recurrence, burn's operations only; `wgpu`: the fused inference kernels,
 //! directions paired; `wgpu-apart`: not paired; `wgpu-whole`: step products not split;
 //! `wgpu-composed`: burn's operations only; `wgpu-burnmm`: large products through burn's matmul
-//! choice; `wgpu-mixed`: `--precision mixed`; `vulkan`: wgpu
+//! choice; `wgpu-mixed`, `flex-mixed`: `--precision mixed`; `vulkan`: wgpu
 //! pinned to Vulkan, SPIR-V kernels) `--batches N` `--batch-size B[,B...]` (one row per
 //! size; a batch is one call of the LSTM) `--text zipf|uniform` `--threads N` (sets
 //! RAYON_NUM_THREADS for the children)

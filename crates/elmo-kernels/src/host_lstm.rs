@@ -8,7 +8,9 @@
 //! the others keep their state and output zero.
 //!
 //! A burn CPU backend runs each of a step's ~15 operations as its own pass over memory with a
-//! scalar `exp`; this loop makes one pass with a vectorised one.
+//! scalar `exp`; this loop makes one pass with a vectorised one. With
+//! [`Precision::Mixed`](crate::Precision) on a CPU with AMX, the three products run in `bf16` on
+//! its tiles ([`crate::host_amx`]'s), the cells and state in `f32`.
 
 use crate::Precision;
 use crate::host_amx::{Bf16Matrix, matmul_bf16, matmul_bf16_parallel};
