@@ -86,7 +86,8 @@ pub struct Bf16Matrix {
 }
 
 impl Bf16Matrix {
-    /// Packs a row-major `[k, n]` matrix; `None` where this machine has no AMX.
+    /// Packs a row-major `[k, n]` matrix; `None` where this machine has no AMX, or for a
+    /// matrix of no rows.
     ///
     /// # Panics
     /// When the length of `values` is not a multiple of `n`.
@@ -96,7 +97,7 @@ impl Bf16Matrix {
             n > 0 && values.len().is_multiple_of(n),
             "whole rows of {n} columns"
         );
-        if !host_bf16_products() {
+        if values.is_empty() || !host_bf16_products() {
             return None;
         }
         let k = values.len() / n;
@@ -582,6 +583,7 @@ mod tests {
 
     #[test]
     fn tile_products_equal_the_rounded_operands_products() {
+        assert!(Bf16Matrix::pack(&[], 3).is_none(), "no rows, no packing");
         if !host_bf16_products() {
             assert!(Bf16Matrix::pack(&[1.0], 1).is_none(), "no AMX, no packing");
             return;
