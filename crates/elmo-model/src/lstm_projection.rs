@@ -610,6 +610,41 @@ mod tests {
         }
     }
 
+    /// The kept copy of the weights is packed for one precision: a call in another packs again
+    /// (bf16 on a CPU with AMX, else `f32` again), and the first precision's outputs come back
+    /// with it.
+    #[test]
+    fn the_host_loop_packs_again_for_another_precision() {
+        use elmo_kernels::Precision;
+        let device = Device::flex();
+        let layer = seeded_layer(&device, 4, [40, 64, 24], Some(3.0), Some(3.0));
+        let lengths = [7, 5];
+        let inputs = Tensor::<3>::from_data(values(2 * 7 * 40, 2.0, &[2, 7, 40]), &device);
+        let run = |precision| {
+            let kernels = KernelSettings {
+                precision,
+                ..KernelSettings::ALL
+            };
+            let layer = layer.clone().with_kernels(kernels);
+            layer.forward(inputs.clone(), &lengths, true, None).outputs
+        };
+        let exact = run(Precision::F32);
+        let mixed = run(Precision::Mixed);
+        let again = run(Precision::F32);
+        assert_eq!(max_abs_diff(exact.clone(), again), 0.0, "f32 after bf16");
+        let diff = max_abs_diff(exact.clone(), mixed);
+        let largest: f32 = exact.abs().max().into_scalar();
+        // The host loop runs with this crate's `flex` feature (the workspace's builds).
+        if cfg!(feature = "flex") && elmo_kernels::host_bf16_products() {
+            assert!(
+                diff > 0.0 && diff < 0.02 * largest,
+                "bf16: {diff} of {largest}"
+            );
+        } else {
+            assert_eq!(diff, 0.0, "f32 where the CPU has no AMX (or off flex)");
+        }
+    }
+
     /// The fused inference kernels (wgpu) equal burn's operations on the CPU on the `original`
     /// shape's proportions with the projection's product split (K = 512 in 4 slices), unsorted
     /// rows, a row of length 0, clips active and a carried state, both directions; the caller's

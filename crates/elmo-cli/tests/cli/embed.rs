@@ -1001,7 +1001,7 @@ fn difference(a: &[(String, Vec<f32>)], b: &[(String, Vec<f32>)]) -> (f32, f32) 
 /// AMX (the LSTM's products in bf16) and on wgpu (lavapipe in CI) its vectors differ from
 /// `f32`'s by 16-bit rounding only. `--backend vulkan` needs the opt-in `vulkan` feature.
 #[test]
-fn mixed_precision_runs_on_a_gpu_within_its_tolerance() {
+fn mixed_precision_runs_where_it_pays_within_its_tolerance() {
     let dir = tempfile::tempdir().expect("tempdir");
     let options = fixture("tiny/options.json");
     let weights = fixture("tiny/weights.hdf5");
