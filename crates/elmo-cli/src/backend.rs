@@ -261,7 +261,10 @@ impl PrecisionArg {
     /// # Errors
     /// `mixed` with `--backend ndarray`, or with `flex` on a CPU without AMX.
     pub fn check_inference_backend(self, backend: Backend) -> anyhow::Result<()> {
-        self.check(backend, elmo_kernels::host_bf16_products(), false)
+        // The probe (and Linux's grant of the tiles) only where mixed asks for them.
+        let amx =
+            self == Self::Mixed && backend == Backend::Flex && elmo_kernels::host_bf16_products();
+        self.check(backend, amx, false)
     }
 
     /// Refuses `mixed` for training on a CPU backend (only a GPU's training products run in 16

@@ -13,6 +13,8 @@
 
 use std::sync::OnceLock;
 
+use crate::host_gemm::panel_shares;
+
 /// Columns of a panel: two tiles of 16 `f32` results.
 const PANEL: usize = 32;
 /// Values of `K` per tile pass: a tile row of 64 bytes of `bf16`.
@@ -206,14 +208,13 @@ pub fn matmul_bf16_parallel(
     }
     let rows = Bf16Rows::round(a, lda, m, b);
     let out = Output::of(c, ldc, m, b);
-    let n_panels = b.n_panels();
-    let n_tasks = rayon::current_num_threads().min(n_panels).max(1);
-    (0..n_tasks).into_par_iter().for_each(|task| {
-        let panels = task * n_panels / n_tasks..(task + 1) * n_panels / n_tasks;
-        // SAFETY: as in `matmul_bf16`; the tasks' panels, hence their columns of `c`, are
-        // disjoint.
-        unsafe { x86::product(&rows, b, panels, out) };
-    });
+    panel_shares(b.n_panels())
+        .into_par_iter()
+        .for_each(|panels| {
+            // SAFETY: as in `matmul_bf16`; the tasks' panels, hence their columns of `c`, are
+            // disjoint.
+            unsafe { x86::product(&rows, b, panels, out) };
+        });
 }
 
 /// Where a product writes: `c` with row stride `ldc`, its first `n` columns (of as many rows as
@@ -366,29 +367,21 @@ mod x86 {
                     // SAFETY: the tiles used are those configured for `height`; every load
                     // reads at most 16 rows of 64 bytes within `a` (32 rows of `stride ≥ 32`
                     // values from block `kb`) or 16 within the panel's block.
-                    unsafe {
-                        match height > 16 {
-                            true => block(a.as_ptr(), lda, panel.as_ptr(), k_blocks),
-                            false => half_block(a.as_ptr(), lda, panel.as_ptr(), k_blocks),
-                        }
-                    }
+                    unsafe { block(a.as_ptr(), lda, panel.as_ptr(), k_blocks, height > 16) };
                     let columns = PANEL.min(out.n - p * PANEL);
                     if height == 32 && columns == PANEL {
                         // A whole block: the tiles straight into `c`.
                         // SAFETY: rows `first .. first + 32 ≤ m` and columns `p·32 .. p·32 +
                         // 32 ≤ N` are within `c` (checked by `Output::of`) and this thread's
                         // (the contract).
-                        unsafe { store(out.values.add(first * out.ldc + p * PANEL), out.ldc) };
+                        unsafe {
+                            store(out.values.add(first * out.ldc + p * PANEL), out.ldc, true)
+                        };
                         continue;
                     }
                     // SAFETY: `tile` holds 32 rows of 32 values; the tiles store their
                     // configured rows, `height` in all.
-                    unsafe {
-                        match height > 16 {
-                            true => store(tile.as_mut_ptr().cast(), PANEL),
-                            false => store_half(tile.as_mut_ptr().cast(), PANEL),
-                        }
-                    }
+                    unsafe { store(tile.as_mut_ptr().cast(), PANEL, height > 16) };
                     for (i, values) in tile.iter().take(height).enumerate() {
                         // SAFETY: row `first + i < m` and columns `p·32 .. p·32 + columns ≤ N`
                         // are within `c` (checked by `Output::of`) and this thread's (the
@@ -410,24 +403,23 @@ mod x86 {
         }
     }
 
-    /// The four `C` tiles, zeroed, accumulate the products of `a`'s two row tiles and a panel's
-    /// two column tiles over `k_blocks` blocks of `K`.
+    /// The `C` tiles of a block, zeroed, accumulate the products of `a`'s row tiles and a
+    /// panel's two column tiles over `k_blocks` blocks of `K`: tiles 0-1 from `A` tile 4 (the
+    /// first 16 rows), and where `tall` (more than 16 rows) tiles 2-3 from `A` tile 5 too.
     ///
     /// # Safety
-    /// The tiles are configured for a block of more than 16 rows; `a + kb·32` read as tiles of
-    /// row stride `lda` bytes (two of them, the second 16 rows on) and `panel + kb·1024` as two
-    /// tiles of 16 rows of 64 bytes are readable for `kb < k_blocks`.
+    /// The tiles are configured for the block's height (more than 16 rows where `tall`, else 16
+    /// or fewer); `a + kb·32` read as tiles of row stride `lda` bytes (the second 16 rows on,
+    /// where `tall`) and `panel + kb·1024` as two tiles of 16 rows of 64 bytes are readable for
+    /// `kb < k_blocks`.
     #[inline(always)]
-    unsafe fn block(a: *const u16, lda: usize, panel: *const u16, k_blocks: usize) {
+    unsafe fn block(a: *const u16, lda: usize, panel: *const u16, k_blocks: usize, tall: bool) {
         // SAFETY: within the reads the caller guarantees, on configured tiles.
         unsafe {
-            asm!(
-                "tilezero tmm0",
-                "tilezero tmm1",
-                "tilezero tmm2",
-                "tilezero tmm3",
-                options(nomem, nostack)
-            );
+            asm!("tilezero tmm0", "tilezero tmm1", options(nomem, nostack));
+            if tall {
+                asm!("tilezero tmm2", "tilezero tmm3", options(nomem, nostack));
+            }
             for kb in 0..k_blocks {
                 let a0 = a.add(kb * K_BLOCK);
                 let b0 = panel.add(kb * 2 * TILE_VALUES);
@@ -437,88 +429,56 @@ mod x86 {
                     "tdpbf16ps tmm0, tmm4, tmm6",
                     "tileloadd tmm7, [{b1} + {s}*1]",
                     "tdpbf16ps tmm1, tmm4, tmm7",
-                    "tileloadd tmm5, [{a1} + {lda}*1]",
-                    "tdpbf16ps tmm2, tmm5, tmm6",
-                    "tdpbf16ps tmm3, tmm5, tmm7",
                     a0 = in(reg) a0,
-                    a1 = in(reg) a0.add(8 * lda),
                     b0 = in(reg) b0,
                     b1 = in(reg) b0.add(TILE_VALUES),
                     lda = in(reg) lda,
                     s = in(reg) 64usize,
                     options(nostack, readonly)
                 );
+                if tall {
+                    // The second row tile, while the first's products run.
+                    asm!(
+                        "tileloadd tmm5, [{a1} + {lda}*1]",
+                        "tdpbf16ps tmm2, tmm5, tmm6",
+                        "tdpbf16ps tmm3, tmm5, tmm7",
+                        a1 = in(reg) a0.add(8 * lda),
+                        lda = in(reg) lda,
+                        options(nostack, readonly)
+                    );
+                }
             }
         }
     }
 
-    /// [`block`] for a block of 16 rows or fewer: `C` tiles 0-1 from `A` tile 4.
+    /// A block's `C` tiles at `c`, row stride `ldc` values: tiles 0-1 (its first 16 rows), and
+    /// where `tall` tiles 2-3 (the rows after them).
     ///
     /// # Safety
-    /// As [`block`]'s, the tiles configured for 16 rows or fewer (one row tile of `a`).
+    /// The tiles are configured as for [`block`] with the same `tall`, and `c .. c + 31·ldc +
+    /// 32` (`c .. c + 15·ldc + 32` unless `tall`) is writable.
     #[inline(always)]
-    unsafe fn half_block(a: *const u16, lda: usize, panel: *const u16, k_blocks: usize) {
-        // SAFETY: within the reads the caller guarantees, on configured tiles.
+    unsafe fn store(c: *mut f32, ldc: usize, tall: bool) {
+        // SAFETY: each store writes at most 16 rows of 64 bytes within the caller's block.
         unsafe {
-            asm!("tilezero tmm0", "tilezero tmm1", options(nomem, nostack));
-            for kb in 0..k_blocks {
-                let b0 = panel.add(kb * 2 * TILE_VALUES);
+            asm!(
+                "tilestored [{c0} + {s}*1], tmm0",
+                "tilestored [{c1} + {s}*1], tmm1",
+                c0 = in(reg) c,
+                c1 = in(reg) c.add(16),
+                s = in(reg) ldc * 4,
+                options(nostack)
+            );
+            if tall {
                 asm!(
-                    "tileloadd tmm4, [{a0} + {lda}*1]",
-                    "tileloadd tmm6, [{b0} + {s}*1]",
-                    "tdpbf16ps tmm0, tmm4, tmm6",
-                    "tileloadd tmm7, [{b1} + {s}*1]",
-                    "tdpbf16ps tmm1, tmm4, tmm7",
-                    a0 = in(reg) a.add(kb * K_BLOCK),
-                    b0 = in(reg) b0,
-                    b1 = in(reg) b0.add(TILE_VALUES),
-                    lda = in(reg) lda,
-                    s = in(reg) 64usize,
-                    options(nostack, readonly)
+                    "tilestored [{c2} + {s}*1], tmm2",
+                    "tilestored [{c3} + {s}*1], tmm3",
+                    c2 = in(reg) c.add(16 * ldc),
+                    c3 = in(reg) c.add(16 * ldc + 16),
+                    s = in(reg) ldc * 4,
+                    options(nostack)
                 );
             }
-        }
-    }
-
-    /// `C` tiles 0-1 (a block of 16 rows or fewer) at `c`, row stride `ldc` values.
-    ///
-    /// # Safety
-    /// The tiles are configured for 16 rows or fewer and `c .. c + 15·ldc + 32` is writable.
-    #[inline(always)]
-    unsafe fn store_half(c: *mut f32, ldc: usize) {
-        // SAFETY: each store writes at most 16 rows of 64 bytes within the caller's block.
-        unsafe {
-            asm!(
-                "tilestored [{c0} + {s}*1], tmm0",
-                "tilestored [{c1} + {s}*1], tmm1",
-                c0 = in(reg) c,
-                c1 = in(reg) c.add(16),
-                s = in(reg) ldc * 4,
-                options(nostack)
-            );
-        }
-    }
-
-    /// The four `C` tiles (a block of more than 16 rows) at `c`, row stride `ldc` values.
-    ///
-    /// # Safety
-    /// The tiles are configured for more than 16 rows and `c .. c + 31·ldc + 32` is writable.
-    #[inline(always)]
-    unsafe fn store(c: *mut f32, ldc: usize) {
-        // SAFETY: each store writes at most 16 rows of 64 bytes within the caller's block.
-        unsafe {
-            asm!(
-                "tilestored [{c0} + {s}*1], tmm0",
-                "tilestored [{c1} + {s}*1], tmm1",
-                "tilestored [{c2} + {s}*1], tmm2",
-                "tilestored [{c3} + {s}*1], tmm3",
-                c0 = in(reg) c,
-                c1 = in(reg) c.add(16),
-                c2 = in(reg) c.add(16 * ldc),
-                c3 = in(reg) c.add(16 * ldc + 16),
-                s = in(reg) ldc * 4,
-                options(nostack)
-            );
         }
     }
 }

@@ -373,8 +373,7 @@ pub(crate) fn matmul_view_parallel(
     }
     assert!(a.holds(m, b.k), "a is [m, K]");
     check_output(m, b, c.len(), ldc);
-    let n_panels = b.n_panels();
-    let n_tasks = rayon::current_num_threads().min(n_panels).max(1);
+    let shares = panel_shares(b.n_panels());
     let out = Output::of(c, ldc);
     for first_row in (0..m).step_by(PASS_ROWS) {
         let pass = PASS_ROWS.min(m - first_row);
@@ -382,15 +381,24 @@ pub(crate) fn matmul_view_parallel(
             offset: a.offset + first_row * a.row_stride,
             ..a
         };
-        let rows = PackedRows::pack(view, pass, b, n_tasks > 1);
+        let rows = PackedRows::pack(view, pass, b, shares.len() > 1);
         let out = Output { first_row, ..out };
-        (0..n_tasks).into_par_iter().for_each(|task| {
-            let panels = task * n_panels / n_tasks..(task + 1) * n_panels / n_tasks;
+        shares.par_iter().for_each(|panels| {
             // SAFETY: `c` holds the `[m, N]` product (checked) and is borrowed mutably for the
             // call; the tasks' panels, hence the columns they write, are disjoint.
-            unsafe { dispatch(&rows, b, panels, out) };
+            unsafe { dispatch(&rows, b, panels.clone(), out) };
         });
     }
+}
+
+/// `n_panels` panels cut into one contiguous share per thread of rayon's pool (fewer where
+/// there are fewer panels, at least one): the tasks of a product whose threads each write
+/// their own panels' columns.
+pub(crate) fn panel_shares(n_panels: usize) -> Vec<Range<usize>> {
+    let n_tasks = rayon::current_num_threads().min(n_panels).max(1);
+    (0..n_tasks)
+        .map(|task| task * n_panels / n_tasks..(task + 1) * n_panels / n_tasks)
+        .collect()
 }
 
 /// Where [`run`] writes the product: `c`, its row `first_row + i` for row `i` of the packed

@@ -465,6 +465,13 @@ mod tests {
         assert!(exp(-1000.0).is_finite() && exp(1000.0).is_finite());
     }
 
+    /// `n` deterministic values in `[-scale, scale]` drawn from `seed`.
+    fn values(n: usize, seed: u32, scale: f32) -> Vec<f32> {
+        (0..n as u32)
+            .map(|i| (((i.wrapping_mul(2654435761) ^ seed) % 2001) as f32 / 1000.0 - 1.0) * scale)
+            .collect()
+    }
+
     /// A step-by-step float64 LSTMP, row by row (the definition).
     fn reference(
         w: &HostLstmWeights,
@@ -520,13 +527,6 @@ mod tests {
 
     #[test]
     fn a_layer_equals_a_float64_reference_in_both_directions_with_clips() {
-        let values = |n: usize, seed: u32, scale: f32| -> Vec<f32> {
-            (0..n as u32)
-                .map(|i| {
-                    (((i.wrapping_mul(2654435761) ^ seed) % 2001) as f32 / 1000.0 - 1.0) * scale
-                })
-                .collect()
-        };
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(3)
             .build()
@@ -594,13 +594,6 @@ mod tests {
 
     #[test]
     fn a_mixed_layer_stays_within_bf16_of_float64() {
-        let values = |n: usize, seed: u32, scale: f32| -> Vec<f32> {
-            (0..n as u32)
-                .map(|i| {
-                    (((i.wrapping_mul(2654435761) ^ seed) % 2001) as f32 / 1000.0 - 1.0) * scale
-                })
-                .collect()
-        };
         let (d, c, p) = (40, 96, 33);
         let (input_weight, state_weight) = (values(d * 4 * c, 1, 0.3), values(p * 4 * c, 2, 0.3));
         let (bias, projection) = (values(4 * c, 3, 0.3), values(c * p, 4, 0.2));
