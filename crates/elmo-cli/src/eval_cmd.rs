@@ -19,8 +19,8 @@ pub struct EvalArgs {
     #[arg(long, value_name = "FILE")]
     pub data: PathBuf,
     /// Rows per batch (default: the run's batch size).
-    #[arg(long, value_name = "N")]
-    pub batch_size: Option<usize>,
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub batch_size: Option<u32>,
     /// How to lay the text out in batches (default: as the run was trained). `packed` gives each
     /// row every B-th sentence, so the carried state holds unrelated sentences; `contiguous`
     /// gives each row one contiguous part of the text, so it holds the document's previous
@@ -83,7 +83,7 @@ pub fn run(args: &EvalArgs) -> Result<()> {
     let config = &run.config;
     let trained = config.batch_shape();
     let shape = BatchShape {
-        n_rows: args.batch_size.unwrap_or(config.batch_size),
+        n_rows: args.batch_size.map_or(config.batch_size, |n| n as usize),
         mode: args.batching.map_or(trained.mode, Batching::mode),
         ..trained
     };

@@ -132,10 +132,10 @@ pub struct TaskTrainArgs {
     #[arg(long, value_enum, default_value_t = PlaceArg::Input)]
     elmo_at: PlaceArg,
     /// Dropout on ELMo.
-    #[arg(long, default_value_t = 0.5)]
+    #[arg(long, default_value_t = 0.5, value_parser = probability)]
     elmo_dropout: f64,
     /// λ of the λ‖s‖² penalty on the mix weights.
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, value_parser = non_negative)]
     lambda: f64,
     /// Seed of initialisation, data order and dropout.
     #[arg(long, default_value_t = 1)]
@@ -154,7 +154,7 @@ pub struct TaskTrainArgs {
     #[arg(long, default_value_t = 32)]
     batch_size: usize,
     /// Adam learning rate.
-    #[arg(long, default_value_t = 0.001)]
+    #[arg(long, default_value_t = 0.001, value_parser = positive)]
     lr: f64,
     /// Task word embedding width.
     #[arg(long, default_value_t = 100)]
@@ -164,10 +164,10 @@ pub struct TaskTrainArgs {
     #[arg(long)]
     char_cnn: bool,
     /// Task BiLSTM width per direction.
-    #[arg(long, default_value_t = 128)]
-    d_hidden: usize,
+    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..))]
+    d_hidden: u32,
     /// Dropout in the task model.
-    #[arg(long, default_value_t = 0.3)]
+    #[arg(long, default_value_t = 0.3, value_parser = probability)]
     dropout: f64,
     /// Task words seen fewer times are unknown.
     #[arg(long, default_value_t = 1)]
@@ -252,6 +252,33 @@ pub fn run(args: &TaskArgs) -> Result<()> {
         TaskCommand::Train(a) => train(a),
         TaskCommand::Eval(a) => eval(a),
         TaskCommand::Predict(a) => predict(a),
+    }
+}
+
+/// A dropout probability (`--dropout`, `--elmo-dropout`): finite, in `[0, 1)`.
+fn probability(text: &str) -> std::result::Result<f64, String> {
+    let value: f64 = text.parse().map_err(|e| format!("{e}"))?;
+    match value.is_finite() && (0.0..1.0).contains(&value) {
+        true => Ok(value),
+        false => Err("a dropout probability is in [0, 1)".into()),
+    }
+}
+
+/// A positive finite number (`--lr`).
+fn positive(text: &str) -> std::result::Result<f64, String> {
+    let value: f64 = text.parse().map_err(|e| format!("{e}"))?;
+    match value.is_finite() && value > 0.0 {
+        true => Ok(value),
+        false => Err("a positive number".into()),
+    }
+}
+
+/// A finite number ≥ 0 (`--lambda`).
+fn non_negative(text: &str) -> std::result::Result<f64, String> {
+    let value: f64 = text.parse().map_err(|e| format!("{e}"))?;
+    match value.is_finite() && value >= 0.0 {
+        true => Ok(value),
+        false => Err("a number ≥ 0".into()),
     }
 }
 
@@ -406,7 +433,7 @@ fn train(args: &TaskTrainArgs) -> Result<()> {
             encoder: SentenceEncoderConfig {
                 n_words: words.len(),
                 d_word: args.d_word,
-                d_hidden: args.d_hidden,
+                d_hidden: args.d_hidden as usize,
                 dropout: args.dropout,
                 elmo: cache.as_ref().map(|c| ElmoSettings {
                     n_layers: c.n_layers,

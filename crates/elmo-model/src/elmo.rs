@@ -77,9 +77,47 @@ pub struct ElmoOutput {
 }
 
 impl ElmoConfig {
+    /// Checks the settings against a biLM of `n_layers` mixed layers (`L + 1`): at least one
+    /// output, a dropout probability in `[0, 1)`, and fixed mix weights, where given, one
+    /// finite value per layer.
+    ///
+    /// # Errors
+    /// [`ElmoError::InvalidConfig`], naming the field as this struct does.
+    pub fn validate(&self, n_layers: usize) -> Result<()> {
+        let bad = |message: String| Err(ElmoError::InvalidConfig(message));
+        if self.n_outputs == 0 {
+            return bad("n_outputs is 0: ELMo gives at least one representation".into());
+        }
+        if !(self.dropout.is_finite() && (0.0..1.0).contains(&self.dropout)) {
+            return bad(format!(
+                "dropout is {}; a dropout probability is in [0, 1)",
+                self.dropout
+            ));
+        }
+        if let Some(weights) = &self.scalar_mix_parameters {
+            if weights.len() != n_layers {
+                return bad(format!(
+                    "scalar_mix_parameters has {} values for the biLM's {n_layers} \
+                     layers",
+                    weights.len()
+                ));
+            }
+            if let Some(value) = weights.iter().find(|w| !w.is_finite()) {
+                return bad(format!(
+                    "scalar_mix_parameters holds {value}, not a finite number"
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Builds ELMo around an existing biLM.
-    pub fn init_with(&self, bilm: BiLm, device: &Device) -> Elmo {
+    ///
+    /// # Errors
+    /// Where [`Self::validate`] refuses the settings for this biLM.
+    pub fn init_with(&self, bilm: BiLm, device: &Device) -> Result<Elmo> {
         let n_layers = bilm.n_layers() + 1;
+        self.validate(n_layers)?;
         let mix = ScalarMixConfig {
             n_layers,
             do_layer_norm: self.do_layer_norm,
@@ -92,16 +130,21 @@ impl ElmoConfig {
         } else {
             bilm.freeze()
         };
-        Elmo {
+        Ok(Elmo {
             bilm,
             scalar_mixes: (0..self.n_outputs).map(|_| mix.init(device)).collect(),
             dropout: DropoutConfig::new(self.dropout).init(),
             keep_sentence_boundaries: self.keep_sentence_boundaries,
-        }
+        })
     }
 
     /// ELMo over a randomly initialised biLM of the given architecture.
-    pub fn init(&self, options: &BiLmOptions, device: &Device) -> Elmo {
+    ///
+    /// # Errors
+    /// Where [`Self::validate`] refuses the settings for this architecture; checked before
+    /// the biLM is made.
+    pub fn init(&self, options: &BiLmOptions, device: &Device) -> Result<Elmo> {
+        self.validate(options.lstm.n_layers + 1)?;
         let bilm = BiLmConfig {
             options: options.clone(),
         }
@@ -117,7 +160,7 @@ impl ElmoConfig {
         device: &Device,
     ) -> Result<Elmo> {
         let bilm = crate::weights::load_bilm(options_file, weight_file, device)?;
-        Ok(self.init_with(bilm, device))
+        self.init_with(bilm, device)
     }
 }
 
@@ -233,5 +276,66 @@ impl Elmo {
                 path: path.to_path_buf(),
                 source,
             })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DEMO: &str = include_str!("../../../fixtures/allennlp/options.json");
+
+    /// Settings that burn's modules would panic on, or that do not fit the biLM, are refused
+    /// with the field named, before a biLM is made; the default ones build (the demo biLM has
+    /// 2 LSTM layers: 3 mixed layers).
+    #[test]
+    fn settings_that_cannot_build_are_refused_by_name() {
+        let device = Device::flex();
+        let options = BiLmOptions::from_json_str(DEMO, "options.json").expect("demo options");
+        let refused = |config: ElmoConfig, words: &[&str]| {
+            let error = config.init(&options, &device).expect_err("refused");
+            assert!(matches!(error, ElmoError::InvalidConfig(_)), "{error:?}");
+            let message = error.to_string();
+            for word in words {
+                assert!(message.contains(word), "{message:?} does not name {word:?}");
+            }
+        };
+        let base = ElmoConfig::default();
+        for dropout in [1.0, 1.5, -0.1, f64::NAN] {
+            let config = ElmoConfig {
+                dropout,
+                ..base.clone()
+            };
+            refused(config, &["dropout", &dropout.to_string()]);
+        }
+        refused(
+            ElmoConfig {
+                n_outputs: 0,
+                ..base.clone()
+            },
+            &["n_outputs"],
+        );
+        let weights = |w: Vec<f32>| ElmoConfig {
+            scalar_mix_parameters: Some(w),
+            ..base.clone()
+        };
+        refused(
+            weights(vec![0.0, 1.0]),
+            &["scalar_mix_parameters", "2 values", "3 layers"],
+        );
+        refused(weights(vec![0.0; 4]), &["4 values"]);
+        refused(weights(vec![0.0, f32::NAN, 1.0]), &["NaN"]);
+        let elmo = weights(vec![0.0, 1.0, -1.0])
+            .init(&options, &device)
+            .expect("one weight per layer");
+        assert_eq!(elmo.scalar_mixes.len(), 1);
+        let elmo = ElmoConfig {
+            dropout: 0.0,
+            n_outputs: 2,
+            ..base
+        }
+        .init(&options, &device)
+        .expect("no dropout, two mixes");
+        assert_eq!(elmo.scalar_mixes.len(), 2);
     }
 }

@@ -114,6 +114,10 @@ pub enum ElmoError {
     /// A tensor's values could not be read back from the device.
     #[error("reading tensor data: {0}")]
     TensorData(String),
+    /// A setting of a model's configuration cannot be used (a dropout outside `[0, 1)`, fixed
+    /// mix weights of the wrong count...), named by its field.
+    #[error("invalid configuration: {0}")]
+    InvalidConfig(String),
     /// An input batch is malformed (wrong rank or width).
     #[error("invalid input: {0}")]
     InvalidInput(String),

@@ -17,6 +17,7 @@ fn tiny_elmo(device: &Device, do_layer_norm: bool) -> Elmo {
         ..ElmoConfig::default()
     }
     .init_with(tiny_bilm(device), device)
+    .expect("ELMo")
 }
 
 #[test]

@@ -235,7 +235,8 @@ fn cached_token_embeddings_leave_the_outputs_unchanged() {
         dropout: 0.0,
         ..ElmoConfig::default()
     }
-    .init_with(bilm.clone(), &device);
+    .init_with(bilm.clone(), &device)
+    .expect("ELMo");
     let plain = elmo.forward_batch(&batches[2], &device, None);
     let cached = elmo
         .forward_batch_cached(&batches[2], &device, None, Some(&mut cache))

@@ -194,7 +194,7 @@ fn burn_record_round_trip() {
     let path = dir.path().join("elmo.bpk");
     elmo.save_record(&path).expect("save");
     let options = BiLmOptions::from_file(fixture("tiny/options.json")).expect("options");
-    let fresh = config.init(&options, &device);
+    let fresh = config.init(&options, &device).expect("ELMo");
     let restored = fresh.load_record(&path).expect("load record");
     let sentences = tiny_sentences("edge");
     let a = elmo.forward_sentences(&sentences, &device);
@@ -211,6 +211,7 @@ fn fresh_mismatch_load(path: &std::path::Path, device: &Device) -> ElmoError {
     options.lstm.dim = 8;
     ElmoConfig::default()
         .init(&options, device)
+        .expect("ELMo")
         .load_record(path)
         .map(|_| ())
         .expect_err("shape mismatch must fail")

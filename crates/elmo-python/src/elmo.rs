@@ -107,20 +107,6 @@ impl Elmo {
         }
         .load()?;
         let bilm = loaded.bilm();
-        let n_layers = bilm.n_layers() + 1;
-        if let Some(weights) = &scalar_mix_parameters {
-            if weights.len() != n_layers {
-                return Err(PyValueError::new_err(format!(
-                    "scalar_mix_parameters: {} values for the model's {n_layers} layers",
-                    weights.len()
-                )));
-            }
-            if let Some(bad) = weights.iter().find(|w| !w.is_finite()) {
-                return Err(PyValueError::new_err(format!(
-                    "scalar_mix_parameters: {bad} is not a finite number"
-                )));
-            }
-        }
         let cache = TokenEmbeddingCache::with_memory(
             token_cache_mib.saturating_mul(1 << 20),
             bilm.token_encoder.d_output(),
@@ -134,7 +120,12 @@ impl Elmo {
             scalar_mix_parameters,
             bilm_requires_grad: false,
         }
-        .init_with(bilm, &loaded.device);
+        .init_with(bilm, &loaded.device)
+        .map_err(|error| match error {
+            // The fixed mix weights' count and values, named as the argument.
+            elmo_model::ElmoError::InvalidConfig(message) => PyValueError::new_err(message),
+            other => to_python(other),
+        })?;
         Ok(Self {
             elmo,
             device: loaded.device,

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::bilstm::{BiLstmLayer, BiLstmLayerConfig};
 use crate::elmo_mix::{ElmoMixer, ElmoMixerConfig, ElmoPlace, MixKind};
+use crate::error::{Result, TaskError};
 
 /// How ELMo enters a task model.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -84,8 +85,80 @@ impl CharCnnSettings {
     }
 }
 
+/// `Err` naming `field` unless `p` is a dropout probability, finite and in `[0, 1)` (what
+/// burn's `Dropout` takes).
+pub(crate) fn check_probability(field: &str, p: f64) -> Result<()> {
+    if p.is_finite() && (0.0..1.0).contains(&p) {
+        return Ok(());
+    }
+    Err(TaskError::InvalidConfig(format!(
+        "{field} is {p}; a dropout probability is in [0, 1)"
+    )))
+}
+
 impl SentenceEncoderConfig {
+    /// Checks every setting [`Self::init`] builds from (`task.json`'s `model.encoder`, read
+    /// from a file or made by a caller): dropout probabilities in `[0, 1)`, a word vocabulary,
+    /// a BiLSTM of at least one unit, an input to it of at least one feature, ELMo's layers
+    /// and width, and the character CNN's filters.
+    ///
+    /// # Errors
+    /// [`TaskError::InvalidConfig`], naming the setting.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |message: String| Err(TaskError::InvalidConfig(message));
+        check_probability("encoder.dropout", self.dropout)?;
+        if self.n_words == 0 {
+            return bad("encoder.n_words is 0: the word vocabulary holds at least padding".into());
+        }
+        if self.d_hidden == 0 {
+            return bad("encoder.d_hidden is 0: the BiLSTM needs at least one unit".into());
+        }
+        if let Some(elmo) = &self.elmo {
+            check_probability("encoder.elmo.dropout", elmo.dropout)?;
+            if elmo.n_layers == 0 || elmo.d_layer == 0 {
+                return bad(format!(
+                    "encoder.elmo has {} layers of width {}; both must be positive",
+                    elmo.n_layers, elmo.d_layer
+                ));
+            }
+        }
+        if let Some(chars) = &self.chars {
+            let max_width = elmo_model::char_ids::MAX_CHARS_PER_TOKEN;
+            let filters_ok = !chars.filters.is_empty()
+                && (chars.filters.iter())
+                    .all(|&[width, n]| (1..=max_width).contains(&width) && n > 0);
+            if chars.d_char == 0 || chars.d_output == 0 || !filters_ok {
+                return bad(format!(
+                    "encoder.chars: d_char {}, d_output {} and filters {:?} must be positive, \
+                     with at least one filter of width 1-{max_width}",
+                    chars.d_char, chars.d_output, chars.filters
+                ));
+            }
+        }
+        if self.lstm_input_width() == 0 {
+            return bad(
+                "encoder: the BiLSTM has no input (d_word is 0, without characters or ELMo at \
+                 the input)"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
+
+    /// Width of the BiLSTM's input: the word embedding, the characters' output and ELMo where
+    /// it enters at the input.
+    fn lstm_input_width(&self) -> usize {
+        let d_chars = self.chars.as_ref().map_or(0, |c| c.d_output);
+        let d_elmo = (self.elmo.as_ref())
+            .filter(|e| e.place.at_input())
+            .map_or(0, |e| e.d_layer);
+        self.d_word + d_chars + d_elmo
+    }
+
     /// Creates the encoder with random weights.
+    ///
+    /// # Panics
+    /// Where [`Self::validate`] fails.
     pub fn init(&self, device: &Device) -> SentenceEncoder {
         let mixer = |used: bool| {
             self.elmo.as_ref().filter(|_| used).map(|e| {
@@ -100,14 +173,13 @@ impl SentenceEncoderConfig {
         let elmo_input = self.elmo.as_ref().is_some_and(|e| e.place.at_input());
         let elmo_output = self.elmo.as_ref().is_some_and(|e| e.place.at_output());
         let d_elmo = self.elmo.as_ref().map_or(0, |e| e.d_layer);
-        let d_chars = self.chars.as_ref().map_or(0, |c| c.d_output);
         SentenceEncoder {
             words: EmbeddingConfig::new(self.n_words, self.d_word).init(device),
             chars: self.chars.as_ref().map(|c| c.encoder_config().init(device)),
             input_mix: mixer(elmo_input),
             output_mix: mixer(elmo_output),
             lstm: BiLstmLayerConfig {
-                d_input: self.d_word + d_chars + if elmo_input { d_elmo } else { 0 },
+                d_input: self.lstm_input_width(),
                 d_hidden: self.d_hidden,
             }
             .init(device),

@@ -8,6 +8,7 @@ use crate::batch::{GoldIds, TaskBatch};
 use crate::classifier::Classifier;
 use crate::dataset::TaskKind;
 use crate::encoder::SentenceEncoderConfig;
+use crate::error::{Result, TaskError};
 use crate::pair::PairClassifier;
 use crate::tagger::Tagger;
 
@@ -23,7 +24,25 @@ pub struct TaskModelConfig {
 }
 
 impl TaskModelConfig {
+    /// Checks the settings [`Self::init`] builds from: the encoder's
+    /// ([`SentenceEncoderConfig::validate`]) and at least one label.
+    ///
+    /// # Errors
+    /// [`TaskError::InvalidConfig`], naming the setting.
+    pub fn validate(&self) -> Result<()> {
+        self.encoder.validate()?;
+        if self.n_labels == 0 {
+            return Err(TaskError::InvalidConfig(
+                "n_labels is 0: a task has at least one label".into(),
+            ));
+        }
+        Ok(())
+    }
+
     /// Creates the model with random weights.
+    ///
+    /// # Panics
+    /// Where [`Self::validate`] fails.
     pub fn init(&self, device: &Device) -> TaskModel {
         match self.kind {
             TaskKind::Tag => TaskModel::Tagger(Tagger::init(&self.encoder, self.n_labels, device)),

@@ -160,6 +160,12 @@ impl TaskDirectory {
             )));
         }
         let mut spec: TaskSpec = read_json(&self.spec_file())?;
+        spec.model.validate().map_err(|error| match error {
+            TaskError::InvalidConfig(message) => {
+                TaskError::InvalidConfig(format!("{}: model.{message}", self.spec_file().display()))
+            }
+            other => other,
+        })?;
         spec.words.rebuild();
         spec.labels.rebuild();
         Ok(spec)
@@ -172,6 +178,7 @@ impl TaskDirectory {
 
     /// The best model (on a plain device: no dropout).
     pub fn load_model(&self, spec: &TaskSpec, device: &Device) -> Result<TaskModel> {
+        spec.model.validate()?;
         let path = self.model_file();
         spec.model
             .init(device)

@@ -38,6 +38,33 @@ pub struct TaskTrainOptions {
     pub break_stale_lock: bool,
 }
 
+impl TaskTrainOptions {
+    /// Checks the settings: at least one epoch and one example a batch, a positive finite
+    /// learning rate and a finite `λ ≥ 0`.
+    ///
+    /// # Errors
+    /// [`TaskError::InvalidConfig`], naming the setting.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |message: String| Err(TaskError::InvalidConfig(message));
+        if self.epochs == 0 || self.batch_size == 0 {
+            return bad("epochs and batch size must be positive".into());
+        }
+        if !(self.lr.is_finite() && self.lr > 0.0) {
+            return bad(format!(
+                "the learning rate is {}; it must be positive",
+                self.lr
+            ));
+        }
+        if !(self.lambda.is_finite() && self.lambda >= 0.0) {
+            return bad(format!(
+                "lambda (of the penalty λ‖s‖²) is {}; it must be 0 or more",
+                self.lambda
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// Progress callbacks (the CLI draws bars).
 pub trait TaskObserver {
     /// An epoch of `n_batches` batches begins.
@@ -134,11 +161,9 @@ pub fn train_task(
     device: &Device,
     observer: &mut dyn TaskObserver,
 ) -> Result<BestEpoch> {
-    if options.epochs == 0 || options.batch_size == 0 {
-        return Err(TaskError::InvalidConfig(
-            "epochs and batch size must be positive".into(),
-        ));
-    }
+    // Before the task directory is made: a refused run writes nothing.
+    options.validate()?;
+    spec.model.validate()?;
     let _lock = dir.lock(options.break_stale_lock)?;
     dir.create(spec)?;
     let metrics_path = dir.metrics_file();

@@ -70,7 +70,8 @@ fn cached_layers_mixed_equal_elmo_output() {
         scalar_mix_parameters: Some(vec![0.3, -0.2, 0.5]),
         bilm_requires_grad: false,
     }
-    .init_with(bilm, &device);
+    .init_with(bilm, &device)
+    .expect("ELMo");
     let expected = elmo.forward_sentences(&sentences, &device);
     let mut mixer = ElmoMixerConfig {
         n_layers: 3,
@@ -316,5 +317,123 @@ fn heads_learn_small_tasks_and_reload() {
         assert_eq!(predicted, gold, "{kind:?}");
         let lines = std::fs::read_to_string(task.metrics_file()).unwrap();
         assert!(lines.lines().count() >= best.epoch);
+    }
+}
+
+/// Settings that burn's modules would panic on (a dropout of 1, no BiLSTM units, no input
+/// features) or that cannot train (a negative or NaN learning rate or λ) are refused with the
+/// setting named, before the task directory exists; a `task.json` edited to hold one is
+/// refused with its path named.
+#[test]
+fn refused_settings_name_the_setting_and_write_nothing() {
+    let device = Device::flex();
+    let examples = tag_examples();
+    let good = spec_for(TaskKind::Tag, &examples, None, None);
+    let options = TaskTrainOptions {
+        epochs: 1,
+        patience: 1,
+        batch_size: 4,
+        lr: 0.01,
+        lambda: 0.0,
+        seed: 1,
+        break_stale_lock: false,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let task = TaskDirectory::new(dir.path().join("task"));
+    let refused = |spec: &TaskSpec, options: &TaskTrainOptions, words: &[&str]| {
+        let error = train_task(
+            spec,
+            &examples,
+            &examples,
+            None,
+            options,
+            &task,
+            &device,
+            &mut (),
+        )
+        .expect_err("refused")
+        .to_string();
+        for word in words {
+            assert!(error.contains(word), "{error:?} does not name {word:?}");
+        }
+        assert!(
+            !dir.path().join("task").exists(),
+            "{error}: nothing written"
+        );
+    };
+    let with = |edit: &dyn Fn(&mut SentenceEncoderConfig)| {
+        let mut spec = good.clone();
+        edit(&mut spec.model.encoder);
+        spec
+    };
+    for dropout in [1.0, -0.5, f64::NAN] {
+        let spec = with(&|e| e.dropout = dropout);
+        refused(&spec, &options, &["encoder.dropout", &dropout.to_string()]);
+    }
+    let elmo = |dropout| ElmoSettings {
+        n_layers: 3,
+        d_layer: 8,
+        mix: MixKind::All,
+        place: ElmoPlace::Output,
+        dropout,
+    };
+    refused(
+        &with(&|e| e.elmo = Some(elmo(1.5))),
+        &options,
+        &["encoder.elmo.dropout", "1.5"],
+    );
+    refused(&with(&|e| e.d_hidden = 0), &options, &["d_hidden"]);
+    // ELMo at the output only: the BiLSTM reads the word embedding alone.
+    let no_input = with(&|e| {
+        e.d_word = 0;
+        e.elmo = Some(elmo(0.5));
+    });
+    refused(&no_input, &options, &["no input", "d_word"]);
+    refused(
+        &with(&|e| {
+            e.chars = Some(CharCnnSettings {
+                filters: vec![],
+                ..small_chars()
+            })
+        }),
+        &options,
+        &["encoder.chars"],
+    );
+    for (lr, lambda, word) in [
+        (-1.0, 0.0, "learning rate"),
+        (f64::NAN, 0.0, "learning rate"),
+        (0.01, -1.0, "lambda"),
+        (0.01, f64::NAN, "lambda"),
+    ] {
+        refused(
+            &good,
+            &TaskTrainOptions {
+                lr,
+                lambda,
+                ..options.clone()
+            },
+            &[word],
+        );
+    }
+
+    // Trained with good settings, then `task.json` edited by hand.
+    train_task(
+        &good,
+        &examples,
+        &examples,
+        None,
+        &options,
+        &task,
+        &device,
+        &mut (),
+    )
+    .unwrap();
+    let text = std::fs::read_to_string(task.spec_file()).unwrap();
+    let mut json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    json["model"]["encoder"]["dropout"] = serde_json::json!(1.0);
+    std::fs::write(task.spec_file(), json.to_string()).unwrap();
+    let error = task.spec().expect_err("a dropout of 1").to_string();
+    for word in ["task.json", "model.encoder.dropout"] {
+        assert!(error.contains(word), "{error:?} does not name {word:?}");
     }
 }

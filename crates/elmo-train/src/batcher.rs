@@ -450,6 +450,11 @@ pub enum BatchMode {
     Sentences,
 }
 
+/// The most token positions one training step or evaluation batch may read (`batch_size ×
+/// towers × unroll_steps`, or `max_sentence_tokens` in the sentence mode): 2^24, 6,553 times
+/// bilm-tf's 128 × 20.
+pub const MAX_STEP_POSITIONS: usize = 1 << 24;
+
 /// How to batch: grid size and mode.
 #[derive(Debug, Clone, Copy)]
 pub struct BatchShape {
@@ -463,6 +468,42 @@ pub struct BatchShape {
     pub n_mixed_shards: usize,
     /// Longest piece in sentence mode.
     pub max_sentence_tokens: usize,
+}
+
+impl BatchShape {
+    /// Checks the shape before a batcher allocates its rows: at least one row and one step
+    /// (pieces of at least 2 tokens in sentence mode, one shard a stream), and a batch of at
+    /// most [`MAX_STEP_POSITIONS`] positions.
+    ///
+    /// # Errors
+    /// [`TrainError::InvalidConfig`] naming the value.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |message: String| Err(TrainError::InvalidConfig(message));
+        if self.n_rows == 0 || self.n_steps == 0 || self.n_mixed_shards == 0 {
+            return bad(format!(
+                "a batch of {} rows of {} steps over {} shards a stream: each must be positive",
+                self.n_rows, self.n_steps, self.n_mixed_shards
+            ));
+        }
+        if self.max_sentence_tokens < 2 {
+            return bad(format!(
+                "pieces of at most {} tokens: a sentence piece holds at least 2",
+                self.max_sentence_tokens
+            ));
+        }
+        let length = match self.mode {
+            BatchMode::Sentences => self.max_sentence_tokens,
+            BatchMode::Packed | BatchMode::Contiguous => self.n_steps,
+        };
+        let limit = MAX_STEP_POSITIONS;
+        if self.n_rows.checked_mul(length).is_none_or(|n| n > limit) {
+            return bad(format!(
+                "a batch of {} rows × {length} positions is more than {limit}: fewer rows",
+                self.n_rows
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl Batcher {
@@ -599,6 +640,71 @@ mod tests {
         Arc::new(Vocabulary::from_tokens(
             ["a", "b", "c", "d", "e"].map(String::from),
         ))
+    }
+
+    /// A shape of no rows, no steps, no shards, pieces of one token or a batch past the bound
+    /// is refused with its values named (`elmo eval --batch-size 0` panicked in the model).
+    #[test]
+    fn shapes_that_cannot_batch_are_refused() {
+        let good = BatchShape {
+            n_rows: 4,
+            n_steps: 1,
+            mode: BatchMode::Packed,
+            n_mixed_shards: 1,
+            max_sentence_tokens: 2,
+        };
+        good.validate().expect("4 rows of 1 step");
+        let refused = |shape: BatchShape, word: &str| {
+            let error = shape.validate().expect_err("refused").to_string();
+            assert!(error.contains(word), "{error:?} does not name {word:?}");
+        };
+        refused(BatchShape { n_rows: 0, ..good }, "0 rows");
+        refused(BatchShape { n_steps: 0, ..good }, "0 steps");
+        refused(
+            BatchShape {
+                n_mixed_shards: 0,
+                ..good
+            },
+            "0 shards",
+        );
+        refused(
+            BatchShape {
+                max_sentence_tokens: 1,
+                ..good
+            },
+            "at most 1 tokens",
+        );
+        let limit = MAX_STEP_POSITIONS;
+        refused(
+            BatchShape {
+                n_rows: limit,
+                n_steps: 2,
+                ..good
+            },
+            "more than",
+        );
+        refused(
+            BatchShape {
+                n_rows: usize::MAX,
+                n_steps: 2,
+                ..good
+            },
+            "more than",
+        );
+        // Sentence mode bounds its pieces, not its steps.
+        let sentences = BatchShape {
+            mode: BatchMode::Sentences,
+            n_rows: limit / 2,
+            ..good
+        };
+        sentences.validate().expect("pieces of 2 tokens");
+        refused(
+            BatchShape {
+                max_sentence_tokens: 3,
+                ..sentences
+            },
+            "more than",
+        );
     }
 
     #[test]

@@ -8,7 +8,7 @@ use elmo_model::options::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::batcher::{BatchMode, BatchShape};
+use crate::batcher::{BatchMode, BatchShape, MAX_STEP_POSITIONS};
 use crate::error::{Result, TrainError, io_error};
 
 /// Everything that defines a training run except the data paths.
@@ -293,10 +293,6 @@ fn options(
         },
     }
 }
-
-/// The most token positions one training step may read (`batch_size × towers × unroll_steps`,
-/// or `max_sentence_tokens` in the sentence mode): 2^24, 6,553 times bilm-tf's 128 × 20.
-pub const MAX_STEP_POSITIONS: usize = 1 << 24;
 
 /// Names accepted by [`TrainConfig::preset`].
 pub const PRESETS: [&str; 4] = ["tiny", "small", "medium", "original"];

@@ -44,6 +44,10 @@ pub fn perplexity(nll: f64, n: u64) -> f64 {
 
 /// Evaluates `model` (on a device without autodiff: no dropout) over `files`.
 /// `on_batch(targets)` is called after every batch (progress).
+///
+/// # Errors
+/// A `shape` that [`BatchShape::validate`] refuses, the corpus' errors, and text without a
+/// sentence.
 pub fn evaluate(
     model: &BiLanguageModel,
     files: Vec<PathBuf>,
@@ -53,6 +57,7 @@ pub fn evaluate(
     device: &Device,
     mut on_batch: impl FnMut(u64),
 ) -> Result<Perplexity> {
+    shape.validate()?;
     let names = crate::corpus::display_paths(&files);
     let mut batcher = Batcher::new(files, tokenize, vocab, shape, None);
     let mut state: Option<CarriedState> = None;

@@ -118,6 +118,10 @@ fn step(x: &Tensor<3>, t: usize) -> Tensor<2> {
 /// `[initial; x_0 … x_{T−2}]`: every step's previous value (`[T, B, d]`).
 fn previous(initial: Tensor<2>, x: &Tensor<3>) -> Tensor<3> {
     let n_steps = x.dims()[0];
+    if n_steps == 1 {
+        // burn narrows to no steps by no operation.
+        return initial.unsqueeze_dim(0);
+    }
     Tensor::cat(
         vec![
             initial.unsqueeze_dim(0),
@@ -1171,14 +1175,16 @@ mod tests {
 
     fn check_against_autodiff(device: &Device) {
         let device = device.clone();
-        // The last case saturates the gates (`exp` overflows to infinity in `σ(z) = 1/(1 + e⁻ᶻ)`).
-        for (cell_clip, projection_clip, input_scale) in [
-            (Some(0.5), Some(0.08), 2.5),
-            (None, None, 2.5),
-            (None, None, 400.0),
+        // The third case saturates the gates (`exp` overflows to infinity in `σ(z) = 1/(1 + e⁻ᶻ)`);
+        // the last has one step (`elmo train --unroll-steps 1`, which panicked in `previous`).
+        for (cell_clip, projection_clip, input_scale, n_steps) in [
+            (Some(0.5), Some(0.08), 2.5, 6),
+            (None, None, 2.5, 6),
+            (None, None, 400.0, 6),
+            (None, None, 2.5, 1),
         ] {
             let layer = seeded_layer(&device, 3, [5, 7, 4], cell_clip, projection_clip);
-            let (batch, n_steps) = (3, 6);
+            let batch = 3;
             let data = |n: usize, scale: f32, phase: f32, shape: Vec<usize>| {
                 TensorData::new(values(n, scale, phase), shape)
             };

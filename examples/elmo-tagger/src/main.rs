@@ -212,7 +212,8 @@ fn train_tagger() -> Outcome {
         dropout: 0.0,
         ..ElmoConfig::default()
     }
-    .init_with(bilm, &device);
+    .init_with(bilm, &device)
+    .expect("ELMo's settings");
     let head = LinearConfig::new(options.d_output(), TAGS.len()).init(&device);
     let model = Tagger { elmo, head };
     let (mix_before, bilm_before) = (

@@ -118,6 +118,33 @@ fn tag_train_eval_predict_and_errors() {
         "--no-elmo",
     ]);
     assert!(error.contains("bad.conll:2"), "{error}");
+    // Settings burn's modules would panic on, or that cannot train, are refused by flag before
+    // anything is read or written.
+    for (flag, value) in [
+        ("--dropout", "1"),
+        ("--elmo-dropout", "-0.1"),
+        ("--lr", "nan"),
+        ("--lambda", "-1"),
+        ("--d-hidden", "0"),
+    ] {
+        let refused = d.join("refused");
+        let error = fails(&[
+            "task",
+            "train",
+            "--quiet",
+            "--task",
+            "tag",
+            "--train",
+            path(&data),
+            "--dev",
+            path(&data),
+            "--out",
+            path(&refused),
+            &format!("{flag}={value}"),
+        ]);
+        assert!(error.contains(&format!("'{value}' for '{flag}")), "{error}");
+        assert!(!refused.exists(), "{flag}={value}");
+    }
     let error = fails(&[
         "task",
         "eval",
