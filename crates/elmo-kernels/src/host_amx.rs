@@ -62,12 +62,13 @@ fn detect() -> bool {
 }
 
 /// `x` rounded to the nearest `bf16` (ties to even; a NaN stays a NaN).
+#[inline(always)]
 pub(crate) fn bf16_bits(x: f32) -> u16 {
     let bits = x.to_bits();
-    if x.is_nan() {
-        return ((bits >> 16) | 0x40) as u16;
-    }
-    (bits.wrapping_add(0x7fff + ((bits >> 16) & 1)) >> 16) as u16
+    let rounded = (bits.wrapping_add(0x7fff + ((bits >> 16) & 1)) >> 16) as u16;
+    let quiet = ((bits >> 16) | 0x40) as u16;
+    // A select, not a branch, so that loops of it vectorise.
+    if x.is_nan() { quiet } else { rounded }
 }
 
 /// The `f32` value of `bf16` bits.
@@ -109,19 +110,13 @@ impl Bf16Matrix {
         (data.par_chunks_mut(panel_values).enumerate()).for_each(|(p, panel)| {
             for (t, tile) in panel.chunks_exact_mut(TILE_VALUES).enumerate() {
                 let (block, half) = (t / 2, t % 2);
-                for pair in 0..16 {
-                    for e in 0..2 {
-                        let row = block * K_BLOCK + 2 * pair + e;
-                        if row >= k {
-                            continue;
-                        }
-                        for col in 0..16 {
-                            let j = p * PANEL + half * 16 + col;
-                            if j < n {
-                                tile[pair * 32 + col * 2 + e] = bf16_bits(values[row * n + j]);
-                            }
-                        }
-                    }
+                let first = p * PANEL + half * 16;
+                let cols = n.saturating_sub(first).min(16);
+                for (pair, out) in tile.chunks_exact_mut(32).enumerate() {
+                    let row = block * K_BLOCK + 2 * pair;
+                    let source =
+                        |r: usize| (r < k && cols > 0).then(|| &values[r * n + first..][..cols]);
+                    pack_pair(source(row), source(row + 1), out);
                 }
             }
         });
@@ -144,6 +139,28 @@ impl Bf16Matrix {
 
     fn n_panels(&self) -> usize {
         self.n.div_ceil(PANEL)
+    }
+}
+
+/// One tile row of a [`Bf16Matrix`]: rows `k` and `k + 1` of up to 16 columns (`None` past
+/// `K`) rounded and interleaved as `(k, k+1)` pairs, the rest left zero. Full rows run as one
+/// branch-free loop that the compiler vectorises.
+#[inline(always)]
+fn pack_pair(even: Option<&[f32]>, odd: Option<&[f32]>, out: &mut [u16]) {
+    fn full(row: Option<&[f32]>) -> Option<&[f32; 16]> {
+        row.and_then(|r| r.try_into().ok())
+    }
+    if let (Some(even), Some(odd)) = (full(even), full(odd)) {
+        for (col, pair) in out.chunks_exact_mut(2).enumerate() {
+            pair[0] = bf16_bits(even[col]);
+            pair[1] = bf16_bits(odd[col]);
+        }
+        return;
+    }
+    for (e, row) in [even, odd].into_iter().enumerate() {
+        for (col, &x) in row.unwrap_or(&[]).iter().enumerate() {
+            out[col * 2 + e] = bf16_bits(x);
+        }
     }
 }
 

@@ -6,6 +6,7 @@
 
 use burn::tensor::Tensor;
 
+use crate::host_amx::{Bf16Matrix, matmul_bf16_parallel};
 use crate::host_gemm::{HostInstructions, PackedMatrix, Strided, matmul_view_parallel};
 use crate::host_tensor::HostTensor;
 
@@ -58,6 +59,25 @@ pub(crate) fn host_product<const D: usize>(
     // transposed operand first (flex reshapes only contiguous tensors in place).
     let packed = read_in_place(rhs, |view| PackedMatrix::pack_view(view, k, n, limit))?;
     grouped_product(&[packed], lhs)
+}
+
+/// `lhs · b` with `lhs` rounded to `bf16` and the sums in `f32` on AMX's tiles
+/// ([`crate::host_amx`]; `b` is packed and rounded already), where `lhs` is a two-dimensional
+/// `f32` flex tensor outside autodiff with `b.k()` columns; `None` otherwise (the caller runs
+/// the product in `f32`). [`crate::Precision::Mixed`]'s dense products on the host (the char
+/// CNN's highways and projection in inference), whose weights the caller keeps packed.
+///
+/// # Shapes
+/// - lhs: `[M, K]`; output: `[M, N]`
+pub fn bf16_product(lhs: &Tensor<2>, b: &Bf16Matrix) -> Option<Tensor<2>> {
+    let [m, k] = lhs.dims();
+    if m == 0 || k != b.k() {
+        return None;
+    }
+    let lhs = HostTensor::of(lhs)?.contiguous();
+    let mut out = HostTensor::zeros([m, b.n()]);
+    matmul_bf16_parallel(lhs.values(), k, m, b, out.values_mut(), b.n());
+    Some(out.into_tensor())
 }
 
 /// Each group's rows of `lhs` times its packed weight (`packed[g]` for rows `g·B .. (g+1)·B`),

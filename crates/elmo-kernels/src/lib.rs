@@ -67,6 +67,7 @@ pub use host_lstm::{HostLstm, HostLstmOutput, HostLstmWeights};
 pub use host_lstm_cell::{
     HostRecords, HostStepGradients, HostSteps, host_backward_steps, host_forward_steps,
 };
+pub use host_product::bf16_product;
 pub use host_softmax::{SoftmaxRows, host_softmax_rows};
 pub use host_window_max::{
     HostWindowGradients, HostWindowMax, host_window_max, host_window_max_backward,

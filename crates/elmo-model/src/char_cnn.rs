@@ -16,6 +16,7 @@ use elmo_kernels::{
 use crate::char_ids::MAX_CHARS_PER_TOKEN;
 use crate::convolution_record::{ConvolutionRecord, PaddingWindow, RecordedWindows};
 use crate::highway::{Highway, HighwayConfig, HighwayRecord, linear_in};
+use crate::host_weights::HostBf16Weight;
 use crate::options::{BiLmOptions, CnnActivation};
 
 /// Configuration of a [`CharCnnEncoder`], taken from [`BiLmOptions`].
@@ -117,6 +118,7 @@ impl CharCnnEncoderConfig {
             projection: LinearConfig::new(n_filters, self.d_output).init(device),
             activation: self.activation,
             kernels: self.kernels,
+            projection_bf16: HostBf16Weight::default(),
         }
     }
 }
@@ -436,6 +438,12 @@ pub struct CharCnnEncoder {
     /// Which custom kernels run on a CubeCL device.
     #[module(skip)]
     pub kernels: KernelSettings,
+    /// The projection weight's `bf16` copy for [`Precision::Mixed`]'s products on a CPU with
+    /// AMX ([`HostBf16Weight`]; empty elsewhere).
+    ///
+    /// [`Precision::Mixed`]: elmo_kernels::Precision::Mixed
+    #[module(skip)]
+    pub projection_bf16: HostBf16Weight,
 }
 
 /// The encoder's highways and projection over given convolutions
@@ -582,7 +590,12 @@ impl CharCnnEncoder {
             highways.push(layer.forward_recorded(x, self.kernels));
         }
         let highway = highways.last().map_or(convolutions, |r| r.output.clone());
-        let token_embedding = linear_in(&self.projection, highway.clone(), self.kernels);
+        let token_embedding = linear_in(
+            &self.projection,
+            highway.clone(),
+            self.kernels,
+            &self.projection_bf16,
+        );
         DenseRecord {
             highways,
             highway,

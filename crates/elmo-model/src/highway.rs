@@ -10,6 +10,8 @@ use burn::tensor::activation::{relu, sigmoid};
 use burn::tensor::{Device, Tensor};
 use elmo_kernels::{KernelSettings, product};
 
+use crate::host_weights::HostBf16Weight;
+
 /// Configuration of a [`Highway`] layer.
 #[derive(Debug, Clone)]
 pub struct HighwayConfig {
@@ -24,6 +26,12 @@ pub struct Highway {
     pub carry: Linear,
     /// Transform: `[d_model, d_model]` (bilm-tf `W_transform`).
     pub transform: Linear,
+    /// The `bf16` copies of the carry and transform weights for [`Precision::Mixed`]'s
+    /// products on a CPU with AMX ([`HostBf16Weight`]; empty elsewhere).
+    ///
+    /// [`Precision::Mixed`]: elmo_kernels::Precision::Mixed
+    #[module(skip)]
+    pub host_bf16: [HostBf16Weight; 2],
 }
 
 impl HighwayConfig {
@@ -33,6 +41,7 @@ impl HighwayConfig {
         Highway {
             carry: linear.init(device),
             transform: linear.init(device),
+            host_bf16: Default::default(),
         }
     }
 }
@@ -62,8 +71,9 @@ impl Highway {
     /// # Shapes
     /// - input: `[n, d_model]`; every tensor of the output: `[n, d_model]`
     pub fn forward_recorded(&self, x: Tensor<2>, kernels: KernelSettings) -> HighwayRecord {
-        let gate = sigmoid(linear_in(&self.carry, x.clone(), kernels));
-        let transform = linear_in(&self.transform, x.clone(), kernels);
+        let [carry, transform] = &self.host_bf16;
+        let gate = sigmoid(linear_in(&self.carry, x.clone(), kernels, carry));
+        let transform = linear_in(&self.transform, x.clone(), kernels, transform);
         let output = x.clone() + gate.clone() * (relu(transform.clone()) - x.clone());
         HighwayRecord {
             input: x,
@@ -87,14 +97,116 @@ pub struct HighwayRecord {
     pub output: Tensor<2>,
 }
 
-/// `layer`'s `x·W + b` with the product run as `kernels` asks ([`product`]).
+/// `layer`'s `x·W + b` with the product run as `kernels` asks: in `bf16` on AMX's tiles with
+/// the weight's copy kept in `host_bf16` where [`HostBf16Weight::product`] runs, else as
+/// [`product`] runs it.
 ///
 /// # Shapes
 /// - x: `[n, d_input]`; output: `[n, d_output]`
-pub fn linear_in(layer: &Linear, x: Tensor<2>, kernels: KernelSettings) -> Tensor<2> {
-    let out = product(x, layer.weight.val(), kernels);
+pub fn linear_in(
+    layer: &Linear,
+    x: Tensor<2>,
+    kernels: KernelSettings,
+    host_bf16: &HostBf16Weight,
+) -> Tensor<2> {
+    let weight = layer.weight.val();
+    let out = match host_bf16.product(&x, &weight, kernels) {
+        Some(out) => out,
+        None => product(x, weight, kernels),
+    };
     match &layer.bias {
         Some(bias) => out + bias.val().unsqueeze_dim(0),
         None => out,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use burn::module::Param;
+    use burn::tensor::{Distribution, TensorData};
+    use elmo_kernels::Precision;
+
+    use super::*;
+
+    fn max_abs_diff(a: &Tensor<2>, b: &Tensor<2>) -> f32 {
+        (a.clone() - b.clone()).abs().max().into_scalar()
+    }
+
+    /// With [`Precision::Mixed`] on flex, on a CPU with AMX, the two products run in `bf16`:
+    /// within bf16's rounding of `f32` and not equal to it; the weights are packed once and kept
+    /// across calls and batch sizes, and packed again for new weights, whose outputs they then
+    /// give. In `f32`, under autodiff, and on a CPU without AMX, nothing is packed and the
+    /// outputs equal `f32`'s.
+    #[test]
+    fn mixed_precision_keeps_bf16_weights_on_amx() {
+        let device = Device::flex();
+        let mut layer = HighwayConfig { d_model: 96 }.init(&device);
+        let x =
+            |rows: usize| Tensor::<2>::random([rows, 96], Distribution::Normal(0.0, 1.0), &device);
+        let mixed = KernelSettings {
+            precision: Precision::Mixed,
+            ..KernelSettings::ALL
+        };
+        let exact = KernelSettings::ALL;
+        let amx = cfg!(feature = "flex") && elmo_kernels::host_bf16_products();
+        let packed = |layer: &Highway| {
+            layer
+                .host_bf16
+                .iter()
+                .map(HostBf16Weight::is_packed)
+                .collect::<Vec<_>>()
+        };
+
+        let input = x(37);
+        let f32_out = layer.forward_in(input.clone(), exact);
+        assert_eq!(packed(&layer), [false, false], "f32 packs nothing");
+        let bf16_out = layer.forward_in(input.clone(), mixed);
+        let diff = max_abs_diff(&f32_out, &bf16_out);
+        let largest: f32 = f32_out.clone().abs().max().into_scalar();
+        if amx {
+            assert!(
+                diff > 0.0 && diff < 0.02 * largest,
+                "bf16: {diff} of {largest}"
+            );
+            assert_eq!(packed(&layer), [true, true]);
+        } else {
+            assert_eq!(diff, 0.0, "f32 without AMX");
+            assert_eq!(packed(&layer), [false, false]);
+        }
+        // Kept: the same outputs from the kept copies, for another batch size too.
+        assert_eq!(
+            max_abs_diff(&bf16_out, &layer.forward_in(input.clone(), mixed)),
+            0.0
+        );
+        let other = x(5);
+        let rows = layer.forward_in(Tensor::cat(vec![other.clone(), input.clone()], 0), mixed);
+        assert_eq!(max_abs_diff(&rows.narrow(0, 5, 37), &bf16_out), 0.0);
+
+        // New weights: packed again, the new layer's own outputs.
+        let weight = layer.carry.weight.val().mul_scalar(-1.5);
+        layer.carry.weight = Param::from_tensor(weight);
+        let new_exact = layer.forward_in(input.clone(), exact);
+        let new_mixed = layer.forward_in(input.clone(), mixed);
+        let limit = 0.02 * new_exact.clone().abs().max().into_scalar::<f32>();
+        assert!(max_abs_diff(&new_exact, &new_mixed) <= limit);
+        if amx {
+            assert!(
+                max_abs_diff(&new_mixed, &bf16_out) > limit,
+                "the old copy was used"
+            );
+        }
+
+        // Under autodiff the products stay f32 (and differentiable).
+        let train = Device::flex().autodiff();
+        let layer = HighwayConfig { d_model: 8 }.init(&train);
+        let input = Tensor::<2>::from_data(TensorData::new(vec![0.5f32; 24], [3, 8]), &train);
+        let a = layer.forward_in(input.clone(), mixed);
+        let b = layer.forward_in(input, exact);
+        assert_eq!(max_abs_diff(&a, &b), 0.0);
+        assert_eq!(
+            packed(&layer),
+            [false, false],
+            "nothing packed under autodiff"
+        );
     }
 }
