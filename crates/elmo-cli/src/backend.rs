@@ -249,7 +249,7 @@ pub enum PrecisionArg {
     F32,
     /// The products' operands in 16-bit floats; results, LSTM state, weights and optimizer
     /// state in `f32`; training scales the loss (GPU only). On a CPU with AMX (flex),
-    /// inference's LSTM products in `bf16`.
+    /// inference's LSTM products and the char CNN's highways and projection in `bf16`.
     Mixed,
 }
 

@@ -38,7 +38,8 @@ use crate::{ElmoError, to_python};
 /// with that feature, else `wgpu`; choose the GPU with `CUDA_VISIBLE_DEVICES`). `backend` names
 /// one instead: `flex` (CPU, the default), `ndarray`, `wgpu`, or `vulkan` / `cuda` in builds
 /// with those features. `precision="mixed"` runs a GPU's large products in 16-bit floats, and
-/// on `flex` the LSTM's products in bf16 on a CPU with AMX (Intel Xeon from the 4th generation).
+/// on `flex` the LSTM's products and the char CNN's highways and projection in bf16 on a CPU
+/// with AMX (Intel Xeon from the 4th generation).
 #[pyclass(module = "elmo_rs")]
 pub struct ElmoEmbedder {
     embedder: Embedder,
