@@ -62,7 +62,7 @@ pub(crate) fn host_product<const D: usize>(
 }
 
 /// `lhs · b` with `lhs` rounded to `bf16` and the sums in `f32` on AMX's tiles
-/// ([`crate::host_amx`]; `b` is packed and rounded already), where `lhs` is a two-dimensional
+/// ([`crate::matmul_bf16_parallel`]; `b` is packed and rounded already), where `lhs` is a two-dimensional
 /// `f32` flex tensor outside autodiff with `b.k()` columns; `None` otherwise (the caller runs
 /// the product in `f32`). [`crate::Precision::Mixed`]'s dense products on the host (the char
 /// CNN's highways and projection in inference), whose weights the caller keeps packed.

@@ -98,8 +98,10 @@ pub struct HighwayRecord {
 }
 
 /// `layer`'s `x·W + b` with the product run as `kernels` asks: in `bf16` on AMX's tiles with
-/// the weight's copy kept in `host_bf16` where [`HostBf16Weight::product`] runs, else as
-/// [`product`] runs it.
+/// the weight's copy kept in `host_bf16` ([`HostBf16Weight`]: with [`Precision::Mixed`] on
+/// flex outside autodiff, on a CPU with AMX), else as [`product`] runs it.
+///
+/// [`Precision::Mixed`]: elmo_kernels::Precision::Mixed
 ///
 /// # Shapes
 /// - x: `[n, d_input]`; output: `[n, d_output]`

@@ -58,7 +58,7 @@ pub use elmo::{Elmo, ElmoConfig, ElmoOutput};
 pub use elmo_kernels::{HostInstructions, KernelSettings, Precision};
 pub use embedder::{Embedder, EmbedderConfig, LayerSelection, SentenceVectors, SentenceView};
 pub use error::{ElmoError, Result};
-pub use host_weights::HostWeights;
+pub use host_weights::{HostBf16Weight, HostWeights};
 pub use lstm_projection::{LstmState, LstmWithProjection, LstmWithProjectionConfig};
 pub use options::BiLmOptions;
 pub use run_lock::RunLock;
