@@ -255,31 +255,36 @@ pub fn run(args: &TaskArgs) -> Result<()> {
     }
 }
 
+/// A finite number for which `holds` is true, else `what` it must be (clap's value parser).
+fn finite_where(
+    text: &str,
+    holds: fn(f64) -> bool,
+    what: &str,
+) -> std::result::Result<f64, String> {
+    let value: f64 = text.parse().map_err(|e| format!("{e}"))?;
+    match value.is_finite() && holds(value) {
+        true => Ok(value),
+        false => Err(what.into()),
+    }
+}
+
 /// A dropout probability (`--dropout`, `--elmo-dropout`): finite, in `[0, 1)`.
 fn probability(text: &str) -> std::result::Result<f64, String> {
-    let value: f64 = text.parse().map_err(|e| format!("{e}"))?;
-    match value.is_finite() && (0.0..1.0).contains(&value) {
-        true => Ok(value),
-        false => Err("a dropout probability is in [0, 1)".into()),
-    }
+    finite_where(
+        text,
+        |v| (0.0..1.0).contains(&v),
+        "a dropout probability is in [0, 1)",
+    )
 }
 
 /// A positive finite number (`--lr`).
 fn positive(text: &str) -> std::result::Result<f64, String> {
-    let value: f64 = text.parse().map_err(|e| format!("{e}"))?;
-    match value.is_finite() && value > 0.0 {
-        true => Ok(value),
-        false => Err("a positive number".into()),
-    }
+    finite_where(text, |v| v > 0.0, "a positive number")
 }
 
 /// A finite number ≥ 0 (`--lambda`).
 fn non_negative(text: &str) -> std::result::Result<f64, String> {
-    let value: f64 = text.parse().map_err(|e| format!("{e}"))?;
-    match value.is_finite() && value >= 0.0 {
-        true => Ok(value),
-        false => Err("a number ≥ 0".into()),
-    }
+    finite_where(text, |v| v >= 0.0, "a number ≥ 0")
 }
 
 fn read(format: &DataFormat, path: &Path, what: &str) -> Result<Vec<Example>> {

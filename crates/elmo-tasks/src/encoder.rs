@@ -87,7 +87,7 @@ impl CharCnnSettings {
 
 /// `Err` naming `field` unless `p` is a dropout probability, finite and in `[0, 1)` (what
 /// burn's `Dropout` takes).
-pub(crate) fn check_probability(field: &str, p: f64) -> Result<()> {
+fn check_probability(field: &str, p: f64) -> Result<()> {
     if p.is_finite() && (0.0..1.0).contains(&p) {
         return Ok(());
     }
