@@ -519,6 +519,8 @@ mod tests {
     #[test]
     fn split_products_equal_the_whole_product() {
         let devices = flex_and_wgpu("split_products_equal_the_whole_product");
+        // Sums of 600 products of N(0, 1) values reach ~80 in another order of additions: 1e-4
+        // was within their rounding (a run failed by 1.1e-4); a lost or repeated slice is ~10.
         for device in devices {
             let lhs = Tensor::<2>::random([5, 600], Distribution::Normal(0.0, 1.0), &device);
             let weight = Tensor::<2>::random([600, 7], Distribution::Normal(0.0, 1.0), &device);
@@ -528,7 +530,7 @@ mod tests {
                 split
                     .left_product(lhs.clone())
                     .into_data()
-                    .assert_approx_eq::<f32>(&expected, Tolerance::absolute(1e-4));
+                    .assert_approx_eq::<f32>(&expected, Tolerance::absolute(1e-3));
             }
             // A transposed (strided) weight and a row of a larger tensor, as in the LSTM loop.
             let transposed = weight.clone().transpose().transpose();
@@ -536,7 +538,7 @@ mod tests {
             SplitWeight::new(transposed, 4)
                 .left_product(rows)
                 .into_data()
-                .assert_approx_eq::<f32>(&expected, Tolerance::absolute(1e-4));
+                .assert_approx_eq::<f32>(&expected, Tolerance::absolute(1e-3));
         }
     }
 
