@@ -51,13 +51,83 @@ impl Source {
     }
 }
 
-/// A packed layer's weights and the buffers they were packed from.
+/// The last packed copy of a weight (or a layer's weights) and the key it was packed for (the
+/// buffers it was read from, and the settings it was packed with), shared by clones of the
+/// module that keeps it.
+struct KeptCopy<K, V> {
+    slot: Arc<Mutex<Option<Kept<K, V>>>>,
+}
+
+/// A packed copy and its key.
+struct Kept<K, V> {
+    key: K,
+    value: Arc<V>,
+}
+
+impl<K, V> Clone for KeptCopy<K, V> {
+    fn clone(&self) -> Self {
+        Self {
+            slot: self.slot.clone(),
+        }
+    }
+}
+
+impl<K, V> Default for KeptCopy<K, V> {
+    fn default() -> Self {
+        Self {
+            slot: Arc::default(),
+        }
+    }
+}
+
 #[cfg_attr(not(feature = "flex"), allow(dead_code))]
-struct Packed {
+impl<K, V> KeptCopy<K, V> {
+    /// The kept copy where its key and `key` are the same (`same(kept, key)`), else `pack`'s,
+    /// kept with `key` (the previous copy dropped first, so that two are never held at once;
+    /// nothing kept where `pack` gives none).
+    fn get_or_pack(
+        &self,
+        key: K,
+        same: impl FnOnce(&K, &K) -> bool,
+        pack: impl FnOnce() -> Option<V>,
+    ) -> Option<Arc<V>> {
+        let mut slot = self
+            .slot
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(kept) = slot.as_ref()
+            && same(&kept.key, &key)
+        {
+            return Some(kept.value.clone());
+        }
+        *slot = None;
+        let value = Arc::new(pack()?);
+        *slot = Some(Kept {
+            key,
+            value: value.clone(),
+        });
+        Some(value)
+    }
+
+    /// Whether a copy is kept.
+    fn is_packed(&self) -> bool {
+        self.slot.lock().map(|slot| slot.is_some()).unwrap_or(false)
+    }
+
+    /// `name { packed: bool }`, the `Debug` form of the modules' copies.
+    fn debug(&self, name: &str, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct(name)
+            .field("packed", &self.is_packed())
+            .finish()
+    }
+}
+
+/// What a layer's packed weights were packed from and with.
+#[cfg_attr(not(feature = "flex"), allow(dead_code))]
+struct LayerKey {
     sources: Vec<Source>,
     instructions: HostInstructions,
     precision: Precision,
-    layer: Arc<HostLstm>,
 }
 
 /// The last packed copy of a layer's weights (empty until the first inference call on
@@ -65,15 +135,12 @@ struct Packed {
 /// stay held until the next inference call packs the new ones.
 #[derive(Clone, Default)]
 pub struct HostWeights {
-    slot: Arc<Mutex<Option<Packed>>>,
+    kept: KeptCopy<LayerKey, HostLstm>,
 }
 
 impl fmt::Debug for HostWeights {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let packed = self.slot.lock().map(|slot| slot.is_some()).unwrap_or(false);
-        f.debug_struct("HostWeights")
-            .field("packed", &packed)
-            .finish()
+        self.kept.debug("HostWeights", f)
     }
 }
 
@@ -116,47 +183,36 @@ impl HostWeights {
             sources.push(source);
             values.push(slice);
         }
-        let mut slot = self
-            .slot
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let kept = slot.as_ref().filter(|packed| {
-            packed.instructions == instructions
-                && packed.precision == precision
-                && packed.sources.len() == sources.len()
-                && packed.sources.iter().zip(&sources).all(|(a, b)| a.is(b))
-        });
-        let layer = match kept {
-            Some(packed) => packed.layer.clone(),
-            None => {
-                // The previous copy goes first, so that two are never held at once.
-                *slot = None;
-                let layer = Arc::new(HostLstm::new(HostLstmWeights {
-                    input_weight: values[0],
-                    state_weight: values[1],
-                    bias: values[2],
-                    projection: values[3],
-                    cell_clip: weights.cell_clip,
-                    projection_clip: weights.projection_clip,
-                    instructions,
-                    precision,
-                }));
-                *slot = Some(Packed {
-                    sources,
-                    instructions,
-                    precision,
-                    layer: layer.clone(),
-                });
-                layer
-            }
+        let same = |kept: &LayerKey, key: &LayerKey| {
+            kept.instructions == key.instructions
+                && kept.precision == key.precision
+                && kept.sources.len() == key.sources.len()
+                && kept.sources.iter().zip(&key.sources).all(|(a, b)| a.is(b))
         };
-        Some(layer)
+        let pack = || {
+            Some(HostLstm::new(HostLstmWeights {
+                input_weight: values[0],
+                state_weight: values[1],
+                bias: values[2],
+                projection: values[3],
+                cell_clip: weights.cell_clip,
+                projection_clip: weights.projection_clip,
+                instructions,
+                precision,
+            }))
+        };
+        let key = LayerKey {
+            sources,
+            instructions,
+            precision,
+        };
+        self.kept.get_or_pack(key, same, pack)
     }
 
     /// Whether a packed copy is kept (for tests).
     #[cfg(test)]
     pub(crate) fn is_packed(&self) -> bool {
-        self.slot.lock().map(|slot| slot.is_some()).unwrap_or(false)
+        self.kept.is_packed()
     }
 }
 
@@ -166,23 +222,12 @@ impl HostWeights {
 /// Valid for the storage it was packed from, as [`HostWeights`] is.
 #[derive(Clone, Default)]
 pub struct HostBf16Weight {
-    #[cfg_attr(not(feature = "flex"), allow(dead_code))]
-    slot: Arc<Mutex<Option<PackedBf16>>>,
-}
-
-/// A packed `bf16` weight and the buffer it was packed from.
-#[cfg_attr(not(feature = "flex"), allow(dead_code))]
-struct PackedBf16 {
-    source: Source,
-    packed: Arc<Bf16Matrix>,
+    kept: KeptCopy<Source, Bf16Matrix>,
 }
 
 impl fmt::Debug for HostBf16Weight {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let packed = self.slot.lock().map(|slot| slot.is_some()).unwrap_or(false);
-        f.debug_struct("HostBf16Weight")
-            .field("packed", &packed)
-            .finish()
+        self.kept.debug("HostBf16Weight", f)
     }
 }
 
@@ -211,24 +256,7 @@ impl HostBf16Weight {
         let flex = weight.clone().try_into_primitive::<Flex>().ok()?;
         let (source, values) = Source::of(&flex)?;
         let n = weight.dims()[1];
-        let mut slot = self
-            .slot
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let packed = match slot.as_ref().filter(|kept| kept.source.is(&source)) {
-            Some(kept) => kept.packed.clone(),
-            None => {
-                // The previous copy goes first, so that two are never held at once.
-                *slot = None;
-                let packed = Arc::new(Bf16Matrix::pack(values, n)?);
-                *slot = Some(PackedBf16 {
-                    source,
-                    packed: packed.clone(),
-                });
-                packed
-            }
-        };
-        drop(slot);
+        let packed = (self.kept).get_or_pack(source, Source::is, || Bf16Matrix::pack(values, n))?;
         elmo_kernels::bf16_product(x, &packed)
     }
 
@@ -246,6 +274,6 @@ impl HostBf16Weight {
     /// Whether a packed copy is kept (for tests).
     #[cfg(test)]
     pub(crate) fn is_packed(&self) -> bool {
-        self.slot.lock().map(|slot| slot.is_some()).unwrap_or(false)
+        self.kept.is_packed()
     }
 }

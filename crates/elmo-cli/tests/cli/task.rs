@@ -22,6 +22,31 @@ fn on_data(command: &str, model: &Path, data: &Path) -> String {
     ])
 }
 
+/// The arguments of `elmo task train --quiet --task tag` on `train` and `dev` into `out`, then
+/// `extra`.
+fn tag_train_args<'a>(
+    train: &'a Path,
+    dev: &'a Path,
+    out: &'a Path,
+    extra: &[&'a str],
+) -> Vec<&'a str> {
+    let mut args = vec![
+        "task",
+        "train",
+        "--quiet",
+        "--task",
+        "tag",
+        "--train",
+        path(train),
+        "--dev",
+        path(dev),
+        "--out",
+        path(out),
+    ];
+    args.extend_from_slice(extra);
+    args
+}
+
 #[test]
 fn tag_train_eval_predict_and_errors() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -30,25 +55,8 @@ fn tag_train_eval_predict_and_errors() {
     std::fs::write(&data, NER).expect("write data");
     let out = d.join("ner-task");
     let train = |extra: &[&str]| {
-        let mut args = vec![
-            "task",
-            "train",
-            "--quiet",
-            "--task",
-            "tag",
-            "--train",
-            path(&data),
-            "--dev",
-            path(&data),
-            "--out",
-            path(&out),
-            "--epochs",
-            "2",
-            "--d-word",
-            "8",
-            "--d-hidden",
-            "8",
-        ];
+        let small = ["--epochs", "2", "--d-word", "8", "--d-hidden", "8"];
+        let mut args = tag_train_args(&data, &data, &out, &small);
         args.extend_from_slice(extra);
         ok(&args)
     };
@@ -77,23 +85,12 @@ fn tag_train_eval_predict_and_errors() {
 
     // The baseline writes a task without ELMo.
     let base = d.join("base");
-    ok(&[
-        "task",
-        "train",
-        "--quiet",
-        "--task",
-        "tag",
-        "--train",
-        path(&data),
-        "--dev",
-        path(&data),
-        "--out",
-        path(&base),
-        "--epochs",
-        "1",
-        "--no-elmo",
-        "--char-cnn",
-    ]);
+    ok(&tag_train_args(
+        &data,
+        &data,
+        &base,
+        &["--epochs", "1", "--no-elmo", "--char-cnn"],
+    ));
     let spec = std::fs::read_to_string(base.join("task.json")).expect("task.json");
     assert!(spec.contains("\"elmo\": null"), "{spec}");
     assert!(spec.contains("\"chars\": {"), "{spec}");
@@ -103,20 +100,7 @@ fn tag_train_eval_predict_and_errors() {
     // Errors name the file and line.
     let bad = d.join("bad.conll");
     std::fs::write(&bad, "Alice\tB-PER\nlonely\n").expect("write");
-    let error = fails(&[
-        "task",
-        "train",
-        "--quiet",
-        "--task",
-        "tag",
-        "--train",
-        path(&bad),
-        "--dev",
-        path(&data),
-        "--out",
-        path(&d.join("x")),
-        "--no-elmo",
-    ]);
+    let error = fails(&tag_train_args(&bad, &data, &d.join("x"), &["--no-elmo"]));
     assert!(error.contains("bad.conll:2"), "{error}");
     // Settings burn's modules would panic on, or that cannot train, are refused by flag before
     // anything is read or written.
@@ -128,20 +112,8 @@ fn tag_train_eval_predict_and_errors() {
         ("--d-hidden", "0"),
     ] {
         let refused = d.join("refused");
-        let error = fails(&[
-            "task",
-            "train",
-            "--quiet",
-            "--task",
-            "tag",
-            "--train",
-            path(&data),
-            "--dev",
-            path(&data),
-            "--out",
-            path(&refused),
-            &format!("{flag}={value}"),
-        ]);
+        let setting = format!("{flag}={value}");
+        let error = fails(&tag_train_args(&data, &data, &refused, &[&setting]));
         assert!(error.contains(&format!("'{value}' for '{flag}")), "{error}");
         assert!(!refused.exists(), "{flag}={value}");
     }
