@@ -18,7 +18,8 @@
 //! runs it in each precision listed (`bf16`: under `torch.autocast`; default `f32`), each
 //! elmo-rs row then giving its ratio to each; `--peer-instructions avx2`
 //! limits it to AVX2 (against `flex-avx2`, the host kernels limited alike: an AVX2 machine's
-//! code on an AVX-512 one).
+//! code on an AVX-512 one), `avx512` to AVX-512 with bf16 dot products and without AMX
+//! (against `flex-mixed-avx512`: a Zen 4's instructions on a Xeon with AMX).
 //! The first line names the CPU (model, cores, SIMD flags), so that every table says where it
 //! was measured.
 //! On a GPU backend (and the peer on CUDA) the timed batches are the steady state of a long run:

@@ -2,8 +2,10 @@
 //! `cargo xtask bench`. `cargo run -p elmo-cli --example bench_matmul -- flex [--packed]`
 //! (`--packed`: with `elmo_model::cpu_matmul::pack_small_batch_weights`, as the CLI runs flex;
 //! `host`: the host LSTM loop's kernel, `elmo_kernels::matmul_packed`, on one thread, its weights
-//! packed once as the loop packs them; `--instructions avx2|portable`: the kernel of that
-//! instruction set at most, `elmo_kernels::PackedMatrix::pack_limited`).
+//! packed once as the loop packs them; `--instructions avx512|avx2|portable`: the kernel of that
+//! instruction set at most, `elmo_kernels::PackedMatrix::pack_limited`; `--bf16`: the same
+//! shapes' `bf16` products, `elmo_kernels::matmul_bf16`, on the unit this CPU has within the
+//! limit, AMX's tiles or AVX512-BF16).
 use std::time::Instant;
 
 use burn::tensor::{Device, Distribution, Tensor};
@@ -25,10 +27,17 @@ fn main() {
             .map(String::as_str)
         {
             None | Some("widest") => HostInstructions::Widest,
+            Some("avx512") => HostInstructions::Avx512,
             Some("avx2") => HostInstructions::Avx2,
             Some("portable") => HostInstructions::Portable,
-            Some(other) => panic!("--instructions takes widest, avx2 or portable, not {other}"),
+            Some(other) => {
+                panic!("--instructions takes widest, avx512, avx2 or portable, not {other}")
+            }
         };
+        if args.iter().any(|a| a == "--bf16") {
+            bf16_products(limit);
+            return;
+        }
         host_products(limit);
         return;
     }
@@ -118,6 +127,41 @@ fn host_products(limit: HostInstructions) {
         let b = elmo_kernels::PackedMatrix::pack_limited(&b, n, limit);
         time_product("host parallel, packed once", [m, k, n], 3, || {
             elmo_kernels::matmul_packed_parallel(&a, k, m, &b, &mut c, n)
+        });
+    }
+}
+
+/// GFLOP/s of [`elmo_kernels::matmul_bf16`] (one thread) and `matmul_bf16_parallel` on the
+/// host LSTM loop's shapes (as [`host_products`]) and the char CNN's highway at inference's
+/// batches, on the `bf16` unit this CPU has within `limit`.
+fn bf16_products(limit: HostInstructions) {
+    let Some(unit) = elmo_kernels::Bf16Unit::at_most(limit) else {
+        panic!("this CPU has no unit for bf16 products within {limit:?}");
+    };
+    let values = |len: usize, seed: usize| -> Vec<f32> {
+        (0..len)
+            .map(|i| ((i * 7919 + seed) % 1000) as f32 / 1000.0 - 0.5)
+            .collect()
+    };
+    for (m, k, n) in [
+        (1usize, 512usize, 16384usize),
+        (1, 4096, 512),
+        (4, 512, 16384),
+        (64, 512, 16384),
+        (64, 4096, 512),
+        (256, 512, 16384),
+        (256, 4096, 512),
+        (512, 512, 16384),
+        (1408, 2048, 2048),
+    ] {
+        let b = elmo_kernels::Bf16Matrix::pack(&values(k * n, 1), n, limit).expect("a unit");
+        let a = values(m * k, 2);
+        let mut c = vec![0.0f32; m * n];
+        time_product(&format!("bf16 {unit:?}"), [m, k, n], 3, || {
+            elmo_kernels::matmul_bf16(&a, k, m, &b, &mut c, n)
+        });
+        time_product(&format!("bf16 {unit:?} parallel"), [m, k, n], 3, || {
+            elmo_kernels::matmul_bf16_parallel(&a, k, m, &b, &mut c, n)
         });
     }
 }

@@ -248,23 +248,25 @@ pub enum PrecisionArg {
     /// `f32` throughout (AllenNLP's values).
     F32,
     /// The products' operands in 16-bit floats; results, LSTM state, weights and optimizer
-    /// state in `f32`; training scales the loss (GPU only). On a CPU with AMX (flex),
-    /// inference's LSTM products and the char CNN's highways and projection in `bf16`.
+    /// state in `f32`; training scales the loss (GPU only). On a CPU with AMX or AVX512-BF16
+    /// (flex), inference's LSTM products and the char CNN's highways and projection in `bf16`.
     Mixed,
 }
 
 impl PrecisionArg {
     /// Refuses `mixed` for inference where 16-bit products buy nothing: on `ndarray`, and on
-    /// `flex` unless this CPU has AMX's `bf16` tiles (Intel Xeon from the 4th generation,
+    /// `flex` unless this CPU has a unit for `bf16` products (AMX's tiles: Intel Xeon from the
+    /// 4th generation; AVX512-BF16: AMD Zen 4 and 5, Intel Cooper Lake;
     /// [`elmo_kernels::host_bf16_products`]).
     ///
     /// # Errors
-    /// `mixed` with `--backend ndarray`, or with `flex` on a CPU without AMX.
+    /// `mixed` with `--backend ndarray`, or with `flex` on a CPU without such a unit.
     pub fn check_inference_backend(self, backend: Backend) -> anyhow::Result<()> {
         // The probe (and Linux's grant of the tiles) only where mixed asks for them.
-        let amx =
-            self == Self::Mixed && backend == Backend::Flex && elmo_kernels::host_bf16_products();
-        self.check(backend, amx, false)
+        let bf16 = self == Self::Mixed
+            && backend == Backend::Flex
+            && elmo_kernels::host_bf16_products(elmo_kernels::HostInstructions::Widest);
+        self.check(backend, bf16, false)
     }
 
     /// Refuses `mixed` for training on a CPU backend (only a GPU's training products run in 16
@@ -277,22 +279,23 @@ impl PrecisionArg {
         self.check(backend, false, true)
     }
 
-    /// The rule for a CPU that has AMX (`amx`) or not.
-    fn check(self, backend: Backend, amx: bool, training: bool) -> anyhow::Result<()> {
+    /// The rule for a CPU that has a unit for `bf16` products (`bf16`) or not.
+    fn check(self, backend: Backend, bf16: bool, training: bool) -> anyhow::Result<()> {
         if self == Self::F32 || backend.is_gpu() {
             return Ok(());
         }
         let gpus = "a GPU backend (--backend wgpu, vulkan or cuda)";
-        match (backend, training, amx) {
+        match (backend, training, bf16) {
             (_, true, _) => anyhow::bail!("--precision mixed trains on {gpus}"),
             (Backend::Flex, false, true) => Ok(()),
             (Backend::Flex, false, false) => anyhow::bail!(
-                "--precision mixed runs on {gpus}, or on flex with a CPU that has AMX's bf16 \
-                 tiles (Intel Xeon from the 4th generation, on Linux); this one has none"
+                "--precision mixed runs on {gpus}, or on flex with a CPU that has bf16 products \
+                 (AMX's tiles: Intel Xeon from the 4th generation, on Linux; AVX512-BF16: AMD \
+                 Zen 4 and later, Intel Cooper Lake); this one has none"
             ),
             _ => anyhow::bail!(
-                "--precision mixed runs on {gpus}, or on flex with a CPU that has AMX's bf16 \
-                 tiles; not on {}",
+                "--precision mixed runs on {gpus}, or on flex with a CPU that has bf16 products \
+                 (AMX or AVX512-BF16); not on {}",
                 backend.name()
             ),
         }
@@ -329,7 +332,7 @@ mod tests {
     #[test]
     fn mixed_precision_runs_where_16_bit_products_pay() {
         use PrecisionArg::{F32, Mixed};
-        for amx in [false, true] {
+        for bf16 in [false, true] {
             for training in [false, true] {
                 for backend in [
                     Backend::Flex,
@@ -337,20 +340,20 @@ mod tests {
                     Backend::Wgpu,
                     Backend::Cuda,
                 ] {
-                    assert!(F32.check(backend, amx, training).is_ok());
-                    let mixed = Mixed.check(backend, amx, training);
-                    let runs = backend.is_gpu() || (backend == Backend::Flex && amx && !training);
+                    assert!(F32.check(backend, bf16, training).is_ok());
+                    let mixed = Mixed.check(backend, bf16, training);
+                    let runs = backend.is_gpu() || (backend == Backend::Flex && bf16 && !training);
                     assert_eq!(
                         mixed.is_ok(),
                         runs,
-                        "{backend:?} amx {amx} training {training}"
+                        "{backend:?} bf16 {bf16} training {training}"
                     );
                 }
             }
         }
         let error = Mixed
             .check(Backend::Flex, false, false)
-            .expect_err("no AMX");
+            .expect_err("no bf16 unit");
         assert!(error.to_string().contains("this one has none"), "{error}");
         let error = Mixed
             .check(Backend::Flex, true, true)

@@ -101,9 +101,9 @@ pub struct EmbedArgs {
     pub cuda_device: Option<i64>,
     /// Precision of the large products: `mixed` runs their operands in 16-bit floats (tensor
     /// cores with `--backend vulkan` or `cuda` where the GPU offers them; the LSTM's products
-    /// and the char CNN's highways and projection in `bf16` on AMX's tiles with `--backend
-    /// flex` on a CPU that has them, Intel Xeon from the 4th generation), vectors within ~1e-2
-    /// of `f32`'s (docs/benchmarks.md).
+    /// and the char CNN's highways and projection in `bf16` with `--backend flex` on a CPU
+    /// with AMX's tiles, Intel Xeon from the 4th generation, or AVX512-BF16, AMD Zen 4 and 5),
+    /// vectors within ~1e-2 of `f32`'s (docs/benchmarks.md).
     #[arg(long, value_enum, default_value_t = PrecisionArg::F32)]
     pub precision: PrecisionArg,
     /// With `--backend cuda`: the products through CubeCL's kernels instead of NVIDIA's cuBLAS

@@ -20,9 +20,12 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum HostInstructions {
-    /// The widest this CPU has (the default).
+    /// The widest this CPU has (the default), AMX's tiles included.
     #[default]
     Widest,
+    /// AVX-512 at most, AMX's tiles left out (for `bf16` products, AVX-512's `bf16` dot
+    /// products where the CPU has them: AMD's Zen 4 and 5 have no wider).
+    Avx512,
     /// AVX2 with FMA at most (AMD's Zen 1-3 and Intel's CPUs before AVX-512 have no wider).
     Avx2,
     /// What the target compiles to by default (SSE2 on x86-64).
@@ -31,7 +34,7 @@ pub enum HostInstructions {
 
 impl HostInstructions {
     /// Every limit, widest first: for running each kernel this CPU has (tests, benchmarks).
-    pub const EVERY: [Self; 3] = [Self::Widest, Self::Avx2, Self::Portable];
+    pub const EVERY: [Self; 4] = [Self::Widest, Self::Avx512, Self::Avx2, Self::Portable];
 }
 
 /// Which instruction set the micro-kernels (and `host_lstm`'s cell pass) use.
@@ -51,7 +54,7 @@ impl Isa {
     /// The widest this CPU has up to `limit`.
     pub(crate) fn at_most(limit: HostInstructions) -> Self {
         match limit {
-            HostInstructions::Widest => Self::detect(),
+            HostInstructions::Widest | HostInstructions::Avx512 => Self::detect(),
             #[cfg(target_arch = "x86_64")]
             HostInstructions::Avx2 if Self::detect() != Isa::Portable => Isa::Avx2,
             _ => Isa::Portable,

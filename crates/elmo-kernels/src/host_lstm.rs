@@ -9,11 +9,12 @@
 //!
 //! A burn CPU backend runs each of a step's ~15 operations as its own pass over memory with a
 //! scalar `exp`; this loop makes one pass with a vectorised one. With
-//! [`Precision::Mixed`](crate::Precision) on a CPU with AMX, the three products run in `bf16` on
-//! its tiles ([`crate::host_amx`]'s), the cells and state in `f32`.
+//! [`Precision::Mixed`](crate::Precision) on a CPU with AMX or AVX512-BF16, the three products
+//! run in `bf16` ([`crate::host_bf16`]'s), the cells and state in `f32`.
 
 use crate::Precision;
-use crate::host_amx::{Bf16Matrix, matmul_bf16, matmul_bf16_parallel};
+use crate::host_bf16::Bf16Matrix;
+use crate::host_bf16_product::{matmul_bf16, matmul_bf16_parallel};
 use crate::host_gemm::{
     HostInstructions, Isa, PackedMatrix, matmul_packed, matmul_packed_parallel,
 };
@@ -62,9 +63,9 @@ pub struct HostLstmWeights<'a> {
     pub projection_clip: Option<f64>,
     /// The widest instruction set the loop uses ([`crate::KernelSettings::host_instructions`]).
     pub instructions: HostInstructions,
-    /// [`Precision::Mixed`]: the three products in `bf16` on AMX's tiles where this CPU has
-    /// them ([`crate::host_bf16_products`]), sums, cells and state in `f32`; else, and with
-    /// [`Precision::F32`], in `f32`.
+    /// [`Precision::Mixed`]: the three products in `bf16` where this CPU has a unit for them
+    /// within `instructions` ([`crate::Bf16Unit::at_most`]), sums, cells and state in `f32`;
+    /// else, and with [`Precision::F32`], in `f32`.
     pub precision: Precision,
 }
 
@@ -79,7 +80,7 @@ impl HostWeight {
     /// A row-major `[k, n]` weight packed for `weights`' precision and instructions.
     fn pack(values: &[f32], n: usize, weights: &HostLstmWeights) -> Self {
         let bf16 = match weights.precision {
-            Precision::Mixed => Bf16Matrix::pack(values, n),
+            Precision::Mixed => Bf16Matrix::pack(values, n, weights.instructions),
             Precision::F32 => None,
         };
         match bf16 {
@@ -597,20 +598,20 @@ mod tests {
         let (d, c, p) = (40, 96, 33);
         let (input_weight, state_weight) = (values(d * 4 * c, 1, 0.3), values(p * 4 * c, 2, 0.3));
         let (bias, projection) = (values(4 * c, 3, 0.3), values(c * p, 4, 0.2));
-        let weights = |precision| HostLstmWeights {
+        let weights = |precision, instructions| HostLstmWeights {
             input_weight: &input_weight,
             state_weight: &state_weight,
             bias: &bias,
             projection: &projection,
             cell_clip: Some(3.0),
             projection_clip: Some(3.0),
-            instructions: HostInstructions::Widest,
+            instructions,
             precision,
         };
         let (lengths, n_steps) = (vec![12usize, 12, 9, 3, 1], 12);
         let inputs = values(lengths.len() * n_steps * d, 5, 1.0);
-        let run = |precision| {
-            HostLstm::new(weights(precision)).forward(
+        let run = |precision, instructions| {
+            HostLstm::new(weights(precision, instructions)).forward(
                 &inputs,
                 &lengths,
                 n_steps,
@@ -620,24 +621,37 @@ mod tests {
                 false,
             )
         };
-        let expected = reference(&weights(Precision::F32), &inputs, &lengths, n_steps, true);
+        let expected = reference(
+            &weights(Precision::F32, HostInstructions::Widest),
+            &inputs,
+            &lengths,
+            n_steps,
+            true,
+        );
         let largest = expected.iter().fold(0.0f64, |a, b| a.max(b.abs()));
         let worst = |out: &HostLstmOutput| {
             (out.outputs.iter().zip(&expected))
                 .map(|(a, b)| (f64::from(*a) - b).abs())
                 .fold(0.0, f64::max)
         };
-        let (mixed, exact) = (run(Precision::Mixed), run(Precision::F32));
+        let exact = run(Precision::F32, HostInstructions::Widest);
         assert!(worst(&exact) < 2e-6, "f32: {}", worst(&exact));
-        if crate::host_bf16_products() {
-            // bf16 operands (8 significant bits) over 12 steps of the recurrence.
-            let error = worst(&mixed) / largest;
-            assert!(
-                (1e-4..0.02).contains(&error),
-                "bf16: {error} of the largest value"
-            );
-        } else {
-            assert_eq!(mixed.outputs, exact.outputs, "f32 where the CPU has no AMX");
+        // Each unit's products where this CPU has it (AMX, AVX512-BF16), `f32` where not.
+        for limit in [HostInstructions::Widest, HostInstructions::Avx512] {
+            let mixed = run(Precision::Mixed, limit);
+            if crate::host_bf16_products(limit) {
+                // bf16 operands (8 significant bits) over 12 steps of the recurrence.
+                let error = worst(&mixed) / largest;
+                assert!(
+                    (1e-4..0.02).contains(&error),
+                    "bf16 ({limit:?}): {error} of the largest value"
+                );
+            } else {
+                assert_eq!(
+                    mixed.outputs, exact.outputs,
+                    "f32 where the CPU has no unit"
+                );
+            }
         }
     }
 }

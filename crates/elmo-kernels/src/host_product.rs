@@ -6,7 +6,8 @@
 
 use burn::tensor::Tensor;
 
-use crate::host_amx::{Bf16Matrix, matmul_bf16_parallel};
+use crate::host_bf16::Bf16Matrix;
+use crate::host_bf16_product::matmul_bf16_parallel;
 use crate::host_gemm::{HostInstructions, PackedMatrix, Strided, matmul_view_parallel};
 use crate::host_tensor::HostTensor;
 
@@ -61,10 +62,10 @@ pub(crate) fn host_product<const D: usize>(
     grouped_product(&[packed], lhs)
 }
 
-/// `lhs · b` with `lhs` rounded to `bf16` and the sums in `f32` on AMX's tiles
-/// ([`crate::matmul_bf16_parallel`]; `b` is packed and rounded already), where `lhs` is a two-dimensional
-/// `f32` flex tensor outside autodiff with `b.k()` columns; `None` otherwise (the caller runs
-/// the product in `f32`). [`crate::Precision::Mixed`]'s dense products on the host (the char
+/// `lhs · b` with `lhs` rounded to `bf16` and the sums in `f32` on `b`'s unit (AMX's tiles or
+/// AVX512-BF16, [`crate::matmul_bf16_parallel`]; `b` is packed and rounded already), where
+/// `lhs` is a two-dimensional `f32` flex tensor outside autodiff with `b.k()` columns; `None`
+/// otherwise (the caller runs the product in `f32`). [`crate::Precision::Mixed`]'s dense products on the host (the char
 /// CNN's highways and projection in inference), whose weights the caller keeps packed.
 ///
 /// # Shapes

@@ -25,6 +25,10 @@ mod gate_activation;
 mod gemm_plan;
 mod gradient_scale;
 mod host_amx;
+mod host_bf16;
+mod host_bf16_dot;
+mod host_bf16_product;
+mod host_bf16_unit;
 mod host_gemm;
 mod host_lstm;
 mod host_lstm_cell;
@@ -59,7 +63,9 @@ pub use dropout_mask::{MaskKey, dropout_mask};
 pub use gate_activation::{EXP_LIMIT, GateActivation};
 pub use gemm_plan::{GemmPlan, StridedLayout, gemm_plan};
 pub use gradient_scale::{GradientScaling, device_gradient_scale};
-pub use host_amx::{Bf16Matrix, host_bf16_products, matmul_bf16, matmul_bf16_parallel};
+pub use host_bf16::Bf16Matrix;
+pub use host_bf16_product::{matmul_bf16, matmul_bf16_parallel};
+pub use host_bf16_unit::{Bf16Unit, host_bf16_products};
 pub use host_gemm::{
     HostInstructions, PackedMatrix, host_threads, matmul_packed, matmul_packed_parallel,
 };

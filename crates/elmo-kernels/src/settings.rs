@@ -289,8 +289,9 @@ fn device_buffer_limit<const D: usize>(_tensor: &Tensor<D>) -> usize {
 /// tensor cores (Micikevicius et al. 2018, "Mixed Precision Training"). burn runs a 16-bit
 /// product on a CubeCL device with the `vulkan` (SPIR-V) compiler through cooperative-matrix
 /// kernels where the driver offers them. On a CPU [`Precision::half_for`] keeps `f32` (burn's
-/// CPU products gain nothing from 16 bits); only the LSTMP host loop of inference runs `bf16`
-/// products, on AMX's tiles ([`crate::Bf16Matrix`]).
+/// CPU products gain nothing from 16 bits); the host loops of inference (the LSTMP recurrence,
+/// the char CNN's highways and projection) run `bf16` products on AMX's tiles or AVX512-BF16
+/// ([`crate::Bf16Matrix`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Precision {
@@ -300,9 +301,10 @@ pub enum Precision {
     /// The products' operands in `f16` (`bf16` where the device has no `f16` arithmetic),
     /// results, state, weights and optimizer state in `f32`, on a CubeCL device; in training
     /// the backward products run in 16 bits too, and the gradients need loss scaling
-    /// (elmo-train's `LossScale`). On flex, inference's LSTMP host loop runs its products in
-    /// `bf16` on AMX's tiles where the CPU has them ([`crate::host_bf16_products`]); elsewhere
-    /// on a CPU everything stays `f32`.
+    /// (elmo-train's `LossScale`). On flex, inference's host loops run their products in
+    /// `bf16` where the CPU has a unit for them within
+    /// [`KernelSettings::host_instructions`] (AMX's tiles or AVX512-BF16,
+    /// [`crate::host_bf16_products`]); elsewhere on a CPU everything stays `f32`.
     Mixed,
 }
 

@@ -439,7 +439,7 @@ pub struct CharCnnEncoder {
     #[module(skip)]
     pub kernels: KernelSettings,
     /// The projection weight's `bf16` copy for [`Precision::Mixed`]'s products on a CPU with
-    /// AMX ([`HostBf16Weight`]; empty elsewhere).
+    /// AMX or AVX512-BF16 ([`HostBf16Weight`]; empty elsewhere).
     ///
     /// [`Precision::Mixed`]: elmo_kernels::Precision::Mixed
     #[module(skip)]

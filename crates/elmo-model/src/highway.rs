@@ -27,7 +27,7 @@ pub struct Highway {
     /// Transform: `[d_model, d_model]` (bilm-tf `W_transform`).
     pub transform: Linear,
     /// The `bf16` copies of the carry and transform weights for [`Precision::Mixed`]'s
-    /// products on a CPU with AMX ([`HostBf16Weight`]; empty elsewhere).
+    /// products on a CPU with AMX or AVX512-BF16 ([`HostBf16Weight`]; empty elsewhere).
     ///
     /// [`Precision::Mixed`]: elmo_kernels::Precision::Mixed
     #[module(skip)]
@@ -97,9 +97,9 @@ pub struct HighwayRecord {
     pub output: Tensor<2>,
 }
 
-/// `layer`'s `x·W + b` with the product run as `kernels` asks: in `bf16` on AMX's tiles with
-/// the weight's copy kept in `host_bf16` ([`HostBf16Weight`]: with [`Precision::Mixed`] on
-/// flex outside autodiff, on a CPU with AMX), else as [`product`] runs it.
+/// `layer`'s `x·W + b` with the product run as `kernels` asks: in `bf16` with the weight's copy
+/// kept in `host_bf16` ([`HostBf16Weight`]: with [`Precision::Mixed`] on flex outside autodiff,
+/// on a CPU with AMX or AVX512-BF16), else as [`product`] runs it.
 ///
 /// [`Precision::Mixed`]: elmo_kernels::Precision::Mixed
 ///
@@ -134,13 +134,14 @@ mod tests {
         (a.clone() - b.clone()).abs().max().into_scalar()
     }
 
-    /// With [`Precision::Mixed`] on flex, on a CPU with AMX, the two products run in `bf16`:
-    /// within bf16's rounding of `f32` and not equal to it; the weights are packed once and kept
-    /// across calls and batch sizes, and packed again for new weights, whose outputs they then
-    /// give. In `f32`, under autodiff, and on a CPU without AMX, nothing is packed and the
-    /// outputs equal `f32`'s.
+    /// With [`Precision::Mixed`] on flex, on a CPU with AMX or AVX512-BF16, the two products
+    /// run in `bf16`: within bf16's rounding of `f32` and not equal to it; the weights are
+    /// packed once and kept across calls and batch sizes, packed again for the other unit
+    /// (where the CPU has both) and for new weights, whose outputs they then give. In `f32`,
+    /// under autodiff, and on a CPU without either, nothing is packed and the outputs equal
+    /// `f32`'s.
     #[test]
-    fn mixed_precision_keeps_bf16_weights_on_amx() {
+    fn mixed_precision_keeps_bf16_weights() {
         let device = Device::flex();
         let mut layer = HighwayConfig { d_model: 96 }.init(&device);
         let x =
@@ -150,7 +151,8 @@ mod tests {
             ..KernelSettings::ALL
         };
         let exact = KernelSettings::ALL;
-        let amx = cfg!(feature = "flex") && elmo_kernels::host_bf16_products();
+        let bf16 = cfg!(feature = "flex")
+            && elmo_kernels::host_bf16_products(elmo_kernels::HostInstructions::Widest);
         let packed = |layer: &Highway| {
             layer
                 .host_bf16
@@ -165,14 +167,14 @@ mod tests {
         let bf16_out = layer.forward_in(input.clone(), mixed);
         let diff = max_abs_diff(&f32_out, &bf16_out);
         let largest: f32 = f32_out.clone().abs().max().into_scalar();
-        if amx {
+        if bf16 {
             assert!(
                 diff > 0.0 && diff < 0.02 * largest,
                 "bf16: {diff} of {largest}"
             );
             assert_eq!(packed(&layer), [true, true]);
         } else {
-            assert_eq!(diff, 0.0, "f32 without AMX");
+            assert_eq!(diff, 0.0, "f32 without a bf16 unit");
             assert_eq!(packed(&layer), [false, false]);
         }
         // Kept: the same outputs from the kept copies, for another batch size too.
@@ -184,6 +186,35 @@ mod tests {
         let rows = layer.forward_in(Tensor::cat(vec![other.clone(), input.clone()], 0), mixed);
         assert_eq!(max_abs_diff(&rows.narrow(0, 5, 37), &bf16_out), 0.0);
 
+        // AVX-512 at most: AVX512-BF16's products where the CPU has them (packed again where
+        // the tiles ran the first), the same rounded operands summed in another order; then
+        // the tiles' outputs again.
+        let avx512 = KernelSettings {
+            host_instructions: elmo_kernels::HostInstructions::Avx512,
+            ..mixed
+        };
+        let vector_out = layer.forward_in(input.clone(), avx512);
+        if cfg!(feature = "flex")
+            && elmo_kernels::host_bf16_products(elmo_kernels::HostInstructions::Avx512)
+        {
+            let diff = max_abs_diff(&vector_out, &bf16_out);
+            assert!(
+                diff < 1e-4 * largest,
+                "AVX512-BF16 against the first unit: {diff}"
+            );
+            assert!(max_abs_diff(&vector_out, &f32_out) > 0.0, "bf16, not f32");
+        } else {
+            assert_eq!(
+                max_abs_diff(&vector_out, &f32_out),
+                0.0,
+                "f32 without the unit"
+            );
+        }
+        assert_eq!(
+            max_abs_diff(&layer.forward_in(input.clone(), mixed), &bf16_out),
+            0.0
+        );
+
         // New weights: packed again, the new layer's own outputs.
         let weight = layer.carry.weight.val().mul_scalar(-1.5);
         layer.carry.weight = Param::from_tensor(weight);
@@ -191,7 +222,7 @@ mod tests {
         let new_mixed = layer.forward_in(input.clone(), mixed);
         let limit = 0.02 * new_exact.clone().abs().max().into_scalar::<f32>();
         assert!(max_abs_diff(&new_exact, &new_mixed) <= limit);
-        if amx {
+        if bf16 {
             assert!(
                 max_abs_diff(&new_mixed, &bf16_out) > limit,
                 "the old copy was used"

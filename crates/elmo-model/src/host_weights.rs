@@ -2,7 +2,7 @@
 //! kept with their module between calls: an LSTMP layer's (`W_x`, `W_h`, bias, projection) for
 //! its loop (`elmo_kernels::HostLstm`, AllenNLP's `LstmCellWithProjection` recurrence),
 //! [`HostWeights`]; a dense layer's weight rounded to `bf16` for
-//! [`Precision::Mixed`]'s products on AMX (the char CNN's highways and projection),
+//! [`Precision::Mixed`]'s products on AMX or AVX512-BF16 (the char CNN's highways and projection),
 //! [`HostBf16Weight`]. Each copy is a pass over fresh memory (72 MiB per layer and direction
 //! at the `original` size, 16 MiB a highway weight), so an embedding run packs them once, not
 //! once per batch.
@@ -21,7 +21,7 @@ use burn::backend::Flex;
 use burn::tensor::Tensor;
 #[cfg(feature = "flex")]
 use elmo_kernels::HostLstmWeights;
-use elmo_kernels::{Bf16Matrix, HostInstructions, HostLstm, KernelSettings, Precision};
+use elmo_kernels::{Bf16Matrix, Bf16Unit, HostInstructions, HostLstm, KernelSettings, Precision};
 
 use crate::fused_recurrence::GroupLayer;
 
@@ -216,13 +216,14 @@ impl HostWeights {
     }
 }
 
-/// The last `bf16` copy of a dense layer's weight `[K, N]`, packed for AMX's tiles
-/// ([`elmo_kernels::bf16_product`]), kept between inference calls (empty until the first
-/// product with [`Precision::Mixed`] on flex on a CPU with AMX). Clones of a layer share it.
-/// Valid for the storage it was packed from, as [`HostWeights`] is.
+/// The last `bf16` copy of a dense layer's weight `[K, N]`, packed for the CPU's `bf16` unit
+/// (AMX's tiles or AVX512-BF16, [`elmo_kernels::bf16_product`]), kept between inference calls
+/// (empty until the first product with [`Precision::Mixed`] on flex on a CPU with such a unit).
+/// Clones of a layer share it. Valid for the storage and the unit it was packed for, as
+/// [`HostWeights`] is.
 #[derive(Clone, Default)]
 pub struct HostBf16Weight {
-    kept: KeptCopy<Source, Bf16Matrix>,
+    kept: KeptCopy<(Source, Bf16Unit), Bf16Matrix>,
 }
 
 impl fmt::Debug for HostBf16Weight {
@@ -232,10 +233,11 @@ impl fmt::Debug for HostBf16Weight {
 }
 
 impl HostBf16Weight {
-    /// `x · weight` in `bf16` on AMX's tiles, `f32` sums ([`elmo_kernels::bf16_product`]),
-    /// `weight` packed once and kept: where `kernels` asks for [`Precision::Mixed`] on the
-    /// host, `x` and `weight` are `f32` flex tensors outside autodiff (`weight` contiguous)
-    /// and this CPU has AMX; `None` otherwise (the caller runs the product in `f32`).
+    /// `x · weight` in `bf16`, `f32` sums ([`elmo_kernels::bf16_product`]), `weight` packed
+    /// once and kept: where `kernels` asks for [`Precision::Mixed`] on the host, `x` and
+    /// `weight` are `f32` flex tensors outside autodiff (`weight` contiguous) and this CPU has
+    /// a `bf16` unit within `kernels.host_instructions` ([`Bf16Unit::at_most`]); `None`
+    /// otherwise (the caller runs the product in `f32`).
     ///
     /// # Shapes
     /// - x: `[M, K]`; weight: `[K, N]`; output: `[M, N]`
@@ -250,13 +252,16 @@ impl HostBf16Weight {
         if !mixed || x.device().is_autodiff() || !kernels.host_for(x) {
             return None;
         }
-        if !elmo_kernels::host_bf16_products() {
-            return None;
-        }
+        let limit = kernels.host_instructions;
+        let unit = Bf16Unit::at_most(limit)?;
         let flex = weight.clone().try_into_primitive::<Flex>().ok()?;
         let (source, values) = Source::of(&flex)?;
         let n = weight.dims()[1];
-        let packed = (self.kept).get_or_pack(source, Source::is, || Bf16Matrix::pack(values, n))?;
+        let same = |kept: &(Source, Bf16Unit), key: &(Source, Bf16Unit)| {
+            kept.0.is(&key.0) && kept.1 == key.1
+        };
+        let packed =
+            (self.kept).get_or_pack((source, unit), same, || Bf16Matrix::pack(values, n, limit))?;
         elmo_kernels::bf16_product(x, &packed)
     }
 

@@ -39,7 +39,7 @@ use crate::{ElmoError, to_python};
 /// one instead: `flex` (CPU, the default), `ndarray`, `wgpu`, or `vulkan` / `cuda` in builds
 /// with those features. `precision="mixed"` runs a GPU's large products in 16-bit floats, and
 /// on `flex` the LSTM's products and the char CNN's highways and projection in bf16 on a CPU
-/// with AMX (Intel Xeon from the 4th generation).
+/// with AMX (Intel Xeon from the 4th generation) or AVX512-BF16 (AMD Zen 4 and 5).
 #[pyclass(module = "elmo_rs")]
 pub struct ElmoEmbedder {
     embedder: Embedder,

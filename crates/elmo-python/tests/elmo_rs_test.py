@@ -361,7 +361,8 @@ def main(tiny, tmp):
            lambda: elmo_rs.ElmoEmbedder(backend="flex", cuda_device=0), "not both")
     raises("mixed on ndarray", elmo_rs.ElmoError,
            lambda: elmo_rs.ElmoEmbedder(backend="ndarray", precision="mixed"), "mixed")
-    # On flex, mixed runs where the CPU has AMX (bf16 products), else names what it lacks.
+    # On flex, mixed runs where the CPU has bf16 products (AMX, or AVX512-BF16 on AMD), else
+    # names what it lacks.
     try:
         bf16 = elmo_rs.ElmoEmbedder(precision="mixed").embed_sentence(["a", "b", "c"])
     except elmo_rs.ElmoError as error:

@@ -22,9 +22,10 @@ mod kernel_cache;
 /// `vendor_blas_step_min`) and `-chunkN` (the char CNN's calls of N distinct tokens on a GPU,
 /// `cube_encoder_chunk_tokens`) are the
 /// GPU backend (`wgpu`, `cuda`) with one setting changed each, in the order named
-/// (`cuda-mixed-cubek`); `-avx2` and `-portable` are a CPU backend whose host kernels use AVX2
-/// (or the target's default) at most (`flex-avx2`: an AVX2 machine's kernels on an AVX-512
-/// one); a name without a variant is a backend with every kernel.
+/// (`cuda-mixed-cubek`); `-avx512`, `-avx2` and `-portable` are a CPU backend whose host kernels
+/// use AVX-512 without AMX's tiles, AVX2 (or the target's default) at most (`flex-avx2`: an AVX2
+/// machine's kernels on an AVX-512 one; `flex-mixed-avx512`: `bf16` products on AVX512-BF16, as
+/// a CPU without AMX runs them); a name without a variant is a backend with every kernel.
 pub fn backend_and_kernels(name: &str) -> (&str, KernelSettings) {
     let mut parts = name.split('-');
     let backend = parts.next().unwrap_or(name);
@@ -64,6 +65,10 @@ pub fn backend_and_kernels(name: &str) -> (&str, KernelSettings) {
                 vendor_blas_step_min: usize::MAX,
                 ..kernels
             },
+            "avx512" => KernelSettings {
+                host_instructions: HostInstructions::Avx512,
+                ..kernels
+            },
             "avx2" => KernelSettings {
                 host_instructions: HostInstructions::Avx2,
                 ..kernels
@@ -86,8 +91,10 @@ pub fn backend_and_kernels(name: &str) -> (&str, KernelSettings) {
 
 /// Limits the PyTorch peer run by `command` to the instruction sets of an AVX2 machine where
 /// `instructions` is `avx2` (MKL's products, ATen's vector kernels and oneDNN's, through their
-/// documented environment variables), so that it is measured against `flex-avx2`; `widest`
-/// leaves it as it is. What it is called in the table: `""` or `", AVX2"`.
+/// documented environment variables), so that it is measured against `flex-avx2`, or to AVX-512
+/// with its `bf16` dot products and without AMX's tiles where it is `avx512` (oneDNN's
+/// `AVX512_CORE_BF16`: a Zen 4's instructions, against `flex-mixed-avx512`); `widest` leaves it
+/// as it is. What it is called in the table: `""`, `", AVX2"` or `", no AMX"`.
 ///
 /// # Panics
 /// On any other name.
@@ -102,7 +109,15 @@ pub fn limit_peer(command: &mut Command, instructions: &str) -> &'static str {
             ]);
             ", AVX2"
         }
-        other => panic!("--peer-instructions takes widest or avx2, not {other}"),
+        "avx512" => {
+            command.envs([
+                ("MKL_ENABLE_INSTRUCTIONS", "AVX512"),
+                ("ATEN_CPU_CAPABILITY", "avx512"),
+                ("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_BF16"),
+            ]);
+            ", no AMX"
+        }
+        other => panic!("--peer-instructions takes widest, avx512 or avx2, not {other}"),
     }
 }
 
