@@ -88,21 +88,7 @@ fn time_product(name: &str, [m, k, n]: [usize; 3], min_reps: usize, mut product:
 /// twice its GFLOP/s in GB/s), `h·W_h` at 4 rows, and a chunk's input projection; the kernel
 /// of the widest instruction set up to `limit`.
 fn host_products(limit: HostInstructions) {
-    for (m, k, n) in [
-        (1usize, 512usize, 16384usize),
-        (1, 4096, 512),
-        (4, 512, 16384),
-        (64, 512, 16384),
-        (64, 4096, 512),
-        (256, 512, 16384),
-        (256, 4096, 512),
-        (512, 512, 16384),
-    ] {
-        let values = |len: usize, seed: usize| -> Vec<f32> {
-            (0..len)
-                .map(|i| ((i * 7919 + seed) % 1000) as f32 / 1000.0 - 0.5)
-                .collect()
-        };
+    for (m, k, n) in HOST_SHAPES {
         let b = elmo_kernels::PackedMatrix::pack_limited(&values(k * n, 1), n, limit);
         let a = values(m * k, 2);
         let mut c = vec![0.0f32; m * n];
@@ -113,11 +99,6 @@ fn host_products(limit: HostInstructions) {
     // A training step's products at `original` 32 x 20 (per step, then over all steps), on
     // every thread, the weights packed at each call as a large product packs them.
     for (m, k, n) in TRAINING_SHAPES {
-        let values = |len: usize, seed: usize| -> Vec<f32> {
-            (0..len)
-                .map(|i| ((i * 7919 + seed) % 1000) as f32 / 1000.0 - 0.5)
-                .collect()
-        };
         let (a, b) = (values(m * k, 2), values(k * n, 1));
         let mut c = vec![0.0f32; m * n];
         time_product("host parallel", [m, k, n], 3, || {
@@ -138,22 +119,7 @@ fn bf16_products(limit: HostInstructions) {
     let Some(unit) = elmo_kernels::Bf16Unit::at_most(limit) else {
         panic!("this CPU has no unit for bf16 products within {limit:?}");
     };
-    let values = |len: usize, seed: usize| -> Vec<f32> {
-        (0..len)
-            .map(|i| ((i * 7919 + seed) % 1000) as f32 / 1000.0 - 0.5)
-            .collect()
-    };
-    for (m, k, n) in [
-        (1usize, 512usize, 16384usize),
-        (1, 4096, 512),
-        (4, 512, 16384),
-        (64, 512, 16384),
-        (64, 4096, 512),
-        (256, 512, 16384),
-        (256, 4096, 512),
-        (512, 512, 16384),
-        (1408, 2048, 2048),
-    ] {
+    for (m, k, n) in HOST_SHAPES.into_iter().chain([(1408, 2048, 2048)]) {
         let b = elmo_kernels::Bf16Matrix::pack(&values(k * n, 1), n, limit).expect("a unit");
         let a = values(m * k, 2);
         let mut c = vec![0.0f32; m * n];
@@ -164,6 +130,25 @@ fn bf16_products(limit: HostInstructions) {
             elmo_kernels::matmul_bf16_parallel(&a, k, m, &b, &mut c, n)
         });
     }
+}
+
+/// `[M, K, N]` of the host LSTM loop's products ([`host_products`]).
+const HOST_SHAPES: [(usize, usize, usize); 8] = [
+    (1, 512, 16384),
+    (1, 4096, 512),
+    (4, 512, 16384),
+    (64, 512, 16384),
+    (64, 4096, 512),
+    (256, 512, 16384),
+    (256, 4096, 512),
+    (512, 512, 16384),
+];
+
+/// `len` values in `[-0.5, 0.5)`, a fixed pattern per `seed`.
+fn values(len: usize, seed: usize) -> Vec<f32> {
+    (0..len)
+        .map(|i| ((i * 7919 + seed) % 1000) as f32 / 1000.0 - 0.5)
+        .collect()
 }
 
 /// `[M, K, N]` of a training step's products at `original` 32 x 20: a highway's product, its
