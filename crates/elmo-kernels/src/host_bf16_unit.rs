@@ -32,10 +32,12 @@ impl Bf16Unit {
     pub fn at_most(limit: HostInstructions) -> Option<Self> {
         static AMX: OnceLock<bool> = OnceLock::new();
         static DOT: OnceLock<bool> = OnceLock::new();
+        // CPUID traps to the hypervisor in a VM: each answer is read once.
+        static AMD: OnceLock<bool> = OnceLock::new();
         let dot = || *DOT.get_or_init(dot_available);
         match limit {
             HostInstructions::Widest if *AMX.get_or_init(amx_available) => Some(Self::Amx),
-            HostInstructions::Widest if on_amd() && dot() => Some(Self::Avx512Bf16),
+            HostInstructions::Widest if *AMD.get_or_init(on_amd) && dot() => Some(Self::Avx512Bf16),
             HostInstructions::Avx512 if dot() => Some(Self::Avx512Bf16),
             _ => None,
         }

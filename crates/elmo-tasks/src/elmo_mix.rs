@@ -56,6 +56,10 @@ pub struct ElmoMixerConfig {
 
 impl ElmoMixerConfig {
     /// Creates the mixer (`γ = 1`; `s = 0` for `all` and `average`, one-hot on the top for `top`).
+    ///
+    /// # Panics
+    /// When `dropout` is not in `[0, 1)` (burn's `Dropout` refuses it;
+    /// [`crate::encoder::SentenceEncoderConfig::validate`] checks a task's settings first).
     pub fn init(&self, device: &Device) -> ElmoMixer {
         let mut mix = ScalarMixConfig::new(self.n_layers);
         match self.kind {
