@@ -248,15 +248,16 @@ pub enum PrecisionArg {
     /// `f32` throughout (AllenNLP's values).
     F32,
     /// The products' operands in 16-bit floats; results, LSTM state, weights and optimizer
-    /// state in `f32`; training scales the loss (GPU only). On a CPU with AMX or AVX512-BF16
-    /// (flex), inference's LSTM products and the char CNN's highways and projection in `bf16`.
+    /// state in `f32`; training scales the loss (GPU only). On a CPU with AMX, or an AMD one
+    /// with AVX512-BF16 (flex), inference's LSTM products and the char CNN's highways and
+    /// projection in `bf16`.
     Mixed,
 }
 
 impl PrecisionArg {
     /// Refuses `mixed` for inference where 16-bit products buy nothing: on `ndarray`, and on
     /// `flex` unless this CPU has a unit for `bf16` products (AMX's tiles: Intel Xeon from the
-    /// 4th generation; AVX512-BF16: AMD Zen 4 and 5, Intel Cooper Lake;
+    /// 4th generation; AVX512-BF16 on AMD: Zen 4 and 5;
     /// [`elmo_kernels::host_bf16_products`]).
     ///
     /// # Errors
@@ -290,8 +291,8 @@ impl PrecisionArg {
             (Backend::Flex, false, true) => Ok(()),
             (Backend::Flex, false, false) => anyhow::bail!(
                 "--precision mixed runs on {gpus}, or on flex with a CPU that has bf16 products \
-                 (AMX's tiles: Intel Xeon from the 4th generation, on Linux; AVX512-BF16: AMD \
-                 Zen 4 and later, Intel Cooper Lake); this one has none"
+                 (AMX's tiles: Intel Xeon from the 4th generation, on Linux; AVX512-BF16 on AMD: \
+                 Zen 4 and later); this one has none"
             ),
             _ => anyhow::bail!(
                 "--precision mixed runs on {gpus}, or on flex with a CPU that has bf16 products \
