@@ -153,13 +153,19 @@ impl ElmoConfig {
     }
 
     /// ELMo over pretrained bilm-tf / AllenNLP weights (`options.json` + HDF5).
+    ///
+    /// # Errors
+    /// Those of reading the two files, and where [`Self::validate`] refuses the settings for
+    /// the options' biLM: checked before the weights are read (360 MiB at the `original` size).
     pub fn from_pretrained(
         &self,
         options_file: impl AsRef<Path>,
         weight_file: impl AsRef<Path>,
         device: &Device,
     ) -> Result<Elmo> {
-        let bilm = crate::weights::load_bilm(options_file, weight_file, device)?;
+        let options = BiLmOptions::from_file(options_file)?;
+        self.validate(options.lstm.n_layers + 1)?;
+        let bilm = crate::weights::load_bilm_weights(&options, weight_file, device)?;
         self.init_with(bilm, device)
     }
 }
@@ -337,5 +343,21 @@ mod tests {
         .init(&options, &device)
         .expect("no dropout, two mixes");
         assert_eq!(elmo.scalar_mixes.len(), 2);
+
+        // From files: refused before the weight file is opened (here there is none).
+        let dir = tempfile::tempdir().expect("temp dir");
+        let options_file = dir.path().join("options.json");
+        std::fs::write(&options_file, DEMO).expect("options written");
+        let missing = dir.path().join("weights.hdf5");
+        let bad = ElmoConfig {
+            dropout: 1.0,
+            ..ElmoConfig::default()
+        };
+        let error = (bad.from_pretrained(&options_file, &missing, &device))
+            .expect_err("refused before the weights");
+        assert!(matches!(error, ElmoError::InvalidConfig(_)), "{error:?}");
+        let error = (ElmoConfig::default().from_pretrained(&options_file, &missing, &device))
+            .expect_err("no weight file");
+        assert!(!matches!(error, ElmoError::InvalidConfig(_)), "{error:?}");
     }
 }

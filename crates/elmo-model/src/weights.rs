@@ -204,8 +204,18 @@ pub fn load_bilm(
     device: &Device,
 ) -> Result<BiLm> {
     let options = BiLmOptions::from_file(options_file)?;
+    load_bilm_weights(&options, weight_file, device)
+}
+
+/// [`load_bilm`] with its options read already: the biLM of `options` with the weights of
+/// `weight_file`, every dataset of which it reads.
+pub fn load_bilm_weights(
+    options: &BiLmOptions,
+    weight_file: impl AsRef<Path>,
+    device: &Device,
+) -> Result<BiLm> {
     let mut weights = WeightFile::open(weight_file)?;
-    let bilm = load_bilm_from(&options, &mut weights, device)?;
+    let bilm = load_bilm_from(options, &mut weights, device)?;
     weights.finish()?;
     Ok(bilm)
 }
