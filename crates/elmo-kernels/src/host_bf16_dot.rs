@@ -136,17 +136,26 @@ mod x86 {
                 }
             }
         }
-        store(&sums, c, ldc, columns);
+        // SAFETY: `c`'s rows and columns are this thread's (the contract).
+        unsafe { store(&sums, c, ldc, columns) };
     }
 
     /// The sums of a block into `c`, `columns` of each row (masked stores past them).
+    ///
+    /// # Safety
+    /// `c .. c + (R − 1)·ldc + columns` is writable by this thread, `columns ≤ 32`.
     #[target_feature(enable = "avx512f")]
-    fn store<const R: usize>(sums: &[[__m512; 2]; R], c: *mut f32, ldc: usize, columns: usize) {
+    unsafe fn store<const R: usize>(
+        sums: &[[__m512; 2]; R],
+        c: *mut f32,
+        ldc: usize,
+        columns: usize,
+    ) {
         let mask = |n: usize| -> u16 { if n >= 16 { u16::MAX } else { (1u16 << n) - 1 } };
         let (left, right) = (mask(columns), mask(columns.saturating_sub(16)));
         for (i, row) in sums.iter().enumerate() {
-            // SAFETY: the caller of `block` lets this thread write `c`'s first `columns`
-            // columns of `R` rows; masked lanes are not written.
+            // SAFETY: the caller lets this thread write `c`'s first `columns` columns of `R`
+            // rows; masked lanes are not written.
             unsafe {
                 let to = c.add(i * ldc);
                 if columns == 32 {

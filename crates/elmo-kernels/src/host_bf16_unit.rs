@@ -31,14 +31,15 @@ impl Bf16Unit {
     /// Detected once; the first call that may use AMX asks Linux for the tiles' state.
     pub fn at_most(limit: HostInstructions) -> Option<Self> {
         static AMX: OnceLock<bool> = OnceLock::new();
-        static DOT: OnceLock<bool> = OnceLock::new();
-        // CPUID traps to the hypervisor in a VM: each answer is read once.
+        // CPUID traps to the hypervisor in a VM: each answer is read once (std's feature
+        // detection in `dot_available` keeps its own).
         static AMD: OnceLock<bool> = OnceLock::new();
-        let dot = || *DOT.get_or_init(dot_available);
         match limit {
             HostInstructions::Widest if *AMX.get_or_init(amx_available) => Some(Self::Amx),
-            HostInstructions::Widest if *AMD.get_or_init(on_amd) && dot() => Some(Self::Avx512Bf16),
-            HostInstructions::Avx512 if dot() => Some(Self::Avx512Bf16),
+            HostInstructions::Widest if *AMD.get_or_init(on_amd) && dot_available() => {
+                Some(Self::Avx512Bf16)
+            }
+            HostInstructions::Avx512 if dot_available() => Some(Self::Avx512Bf16),
             _ => None,
         }
     }
