@@ -42,7 +42,6 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Instant;
 
-use elmo_model::Precision;
 use elmo_test_support::bench::{flag_value, peak_rss_mib};
 use elmo_train::batcher::Batcher;
 use elmo_train::language_model::CarriedState;
@@ -108,7 +107,10 @@ fn child(name: &str, s: &Settings) {
     let mut targets = 0usize;
     let mut losses_per_step = Vec::with_capacity(s.steps + 1);
     // Mixed precision scales the loss as `elmo train --precision mixed` does.
-    let mut loss_scale = (kernels.precision == Precision::Mixed).then(LossScale::default);
+    let mut loss_scale = kernels
+        .precision
+        .scales_loss(&base)
+        .then(LossScale::default);
     let mut skipped = 0usize;
     let mut start = Instant::now();
     for step in 0..=s.steps {

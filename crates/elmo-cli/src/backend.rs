@@ -248,48 +248,37 @@ pub enum PrecisionArg {
     /// `f32` throughout (AllenNLP's values).
     F32,
     /// The products' operands in 16-bit floats; results, LSTM state, weights and optimizer
-    /// state in `f32`; training scales the loss (GPU only). On a CPU with AMX, or an AMD one
-    /// with AVX512-BF16 (flex), inference's LSTM products and the char CNN's highways and
-    /// projection in `bf16`.
+    /// state in `f32`; training on a GPU scales the loss. On a CPU with AMX, or an AMD one with
+    /// AVX512-BF16 (flex), the large products in `bf16`: the LSTM's, the char CNN's and the
+    /// softmax's, in inference and training.
     Mixed,
 }
 
 impl PrecisionArg {
-    /// Refuses `mixed` for inference where 16-bit products buy nothing: on `ndarray`, and on
-    /// `flex` unless this CPU has a unit for `bf16` products (AMX's tiles: Intel Xeon from the
-    /// 4th generation; AVX512-BF16 on AMD: Zen 4 and 5;
+    /// Refuses `mixed` where 16-bit products buy nothing, for inference and training alike: on
+    /// `ndarray`, and on `flex` unless this CPU has a unit for `bf16` products (AMX's tiles:
+    /// Intel Xeon from the 4th generation; AVX512-BF16 on AMD: Zen 4 and 5;
     /// [`elmo_kernels::host_bf16_products`]).
     ///
     /// # Errors
     /// `mixed` with `--backend ndarray`, or with `flex` on a CPU without such a unit.
-    pub fn check_inference_backend(self, backend: Backend) -> anyhow::Result<()> {
+    pub fn check_backend(self, backend: Backend) -> anyhow::Result<()> {
         // The probe (and Linux's grant of the tiles) only where mixed asks for them.
         let bf16 = self == Self::Mixed
             && backend == Backend::Flex
             && elmo_kernels::host_bf16_products(elmo_kernels::HostInstructions::Widest);
-        self.check(backend, bf16, false)
-    }
-
-    /// Refuses `mixed` for training on a CPU backend (only a GPU's training products run in 16
-    /// bits).
-    ///
-    /// # Errors
-    /// `mixed` with `--backend flex` or `ndarray`.
-    pub fn check_training_backend(self, backend: Backend) -> anyhow::Result<()> {
-        // Whatever the CPU has: no need to probe for AMX.
-        self.check(backend, false, true)
+        self.check(backend, bf16)
     }
 
     /// The rule for a CPU that has a unit for `bf16` products (`bf16`) or not.
-    fn check(self, backend: Backend, bf16: bool, training: bool) -> anyhow::Result<()> {
+    fn check(self, backend: Backend, bf16: bool) -> anyhow::Result<()> {
         if self == Self::F32 || backend.is_gpu() {
             return Ok(());
         }
         let gpus = "a GPU backend (--backend wgpu, vulkan or cuda)";
-        match (backend, training, bf16) {
-            (_, true, _) => anyhow::bail!("--precision mixed trains on {gpus}"),
-            (Backend::Flex, false, true) => Ok(()),
-            (Backend::Flex, false, false) => anyhow::bail!(
+        match (backend, bf16) {
+            (Backend::Flex, true) => Ok(()),
+            (Backend::Flex, false) => anyhow::bail!(
                 "--precision mixed runs on {gpus}, or on flex with a CPU that has bf16 products \
                  (AMX's tiles: Intel Xeon from the 4th generation, on Linux; AVX512-BF16 on AMD: \
                  Zen 4 and later); this one has none"
@@ -334,32 +323,22 @@ mod tests {
     fn mixed_precision_runs_where_16_bit_products_pay() {
         use PrecisionArg::{F32, Mixed};
         for bf16 in [false, true] {
-            for training in [false, true] {
-                for backend in [
-                    Backend::Flex,
-                    Backend::Ndarray,
-                    Backend::Wgpu,
-                    Backend::Cuda,
-                ] {
-                    assert!(F32.check(backend, bf16, training).is_ok());
-                    let mixed = Mixed.check(backend, bf16, training);
-                    let runs = backend.is_gpu() || (backend == Backend::Flex && bf16 && !training);
-                    assert_eq!(
-                        mixed.is_ok(),
-                        runs,
-                        "{backend:?} bf16 {bf16} training {training}"
-                    );
-                }
+            for backend in [
+                Backend::Flex,
+                Backend::Ndarray,
+                Backend::Wgpu,
+                Backend::Cuda,
+            ] {
+                assert!(F32.check(backend, bf16).is_ok());
+                let mixed = Mixed.check(backend, bf16);
+                let runs = backend.is_gpu() || (backend == Backend::Flex && bf16);
+                assert_eq!(mixed.is_ok(), runs, "{backend:?} bf16 {bf16}");
             }
         }
-        let error = Mixed
-            .check(Backend::Flex, false, false)
-            .expect_err("no bf16 unit");
+        let error = Mixed.check(Backend::Flex, false).expect_err("no bf16 unit");
         assert!(error.to_string().contains("this one has none"), "{error}");
-        let error = Mixed
-            .check(Backend::Flex, true, true)
-            .expect_err("training");
-        assert!(error.to_string().contains("trains on a GPU"), "{error}");
+        let error = Mixed.check(Backend::Ndarray, true).expect_err("ndarray");
+        assert!(error.to_string().contains("not on ndarray"), "{error}");
     }
 
     #[test]

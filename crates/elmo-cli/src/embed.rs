@@ -397,7 +397,7 @@ pub fn run(args: &EmbedArgs, held: Option<HeldModel<'_>>) -> Result<()> {
     }
     let backend = args.backend();
     let on_gpu = backend.is_gpu();
-    args.precision.check_inference_backend(backend)?;
+    args.precision.check_backend(backend)?;
     let device = backend.device()?;
     let (model, carried) = match held {
         Some(HeldModel { model, state }) => (model, Some(state)),

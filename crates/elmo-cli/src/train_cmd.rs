@@ -467,7 +467,7 @@ impl TrainObserver for Progress {
 
 /// Runs `elmo train`.
 pub fn run(args: &TrainArgs) -> Result<()> {
-    args.precision.check_training_backend(args.backend)?;
+    args.precision.check_backend(args.backend)?;
     let init_from = args.init_from()?;
     let config = args.config(init_from.as_ref())?;
     let vocab = Vocabulary::from_file(&args.vocab)?;

@@ -889,6 +889,7 @@ mod tests {
             half: Some(half),
             vendor_blas: false,
             host: None,
+            host_bf16: false,
         };
         let mixed = inputs.run(0, mode);
         for (i, (a, b)) in full.iter().zip(&mixed).enumerate() {

@@ -10,7 +10,7 @@
 //! 512-bit vector.
 
 use crate::host_bf16_unit::Bf16Unit;
-use crate::host_gemm::HostInstructions;
+use crate::host_gemm::{HostInstructions, Strided};
 
 /// Columns of a panel: two tiles (or 512-bit vectors) of 16 `f32` results.
 pub(crate) const PANEL: usize = 32;
@@ -54,32 +54,47 @@ impl Bf16Matrix {
     /// # Panics
     /// When the length of `values` is not a multiple of `n`.
     pub fn pack(values: &[f32], n: usize, limit: HostInstructions) -> Option<Self> {
-        use rayon::prelude::*;
         assert!(
             n > 0 && values.len().is_multiple_of(n),
             "whole rows of {n} columns"
         );
-        if values.is_empty() {
+        Self::pack_view(Strided::rows(values, n), values.len() / n, n, limit)
+    }
+
+    /// [`Self::pack`] for a `[k, n]` matrix read in place at any strides (a transposed tensor,
+    /// rows of a larger one); `None` where this CPU has no unit within `limit`, or for a matrix
+    /// of no rows or columns.
+    ///
+    /// # Panics
+    /// When the view does not hold `[k, n]`.
+    pub(crate) fn pack_view(
+        view: Strided,
+        k: usize,
+        n: usize,
+        limit: HostInstructions,
+    ) -> Option<Self> {
+        use rayon::prelude::*;
+        if k == 0 || n == 0 {
             return None;
         }
+        assert!(view.holds(k, n), "the values hold [{k}, {n}]");
         let unit = Bf16Unit::at_most(limit)?;
-        let k = values.len() / n;
         let k_blocks = k.div_ceil(K_BLOCK);
         let panel_values = k_blocks * 2 * TILE_VALUES;
         let mut data = vec![0u16; n.div_ceil(PANEL) * panel_values];
-        (data.par_chunks_mut(panel_values).enumerate()).for_each(|(p, panel)| {
-            for (t, tile) in panel.chunks_exact_mut(TILE_VALUES).enumerate() {
-                let (block, half) = (t / 2, t % 2);
-                let first = p * PANEL + half * 16;
-                let cols = n.saturating_sub(first).min(16);
-                for (pair, out) in tile.chunks_exact_mut(32).enumerate() {
-                    let row = block * K_BLOCK + 2 * pair;
-                    let source =
-                        |r: usize| (r < k && cols > 0).then(|| &values[r * n + first..][..cols]);
-                    pack_pair(source(row), source(row + 1), out);
-                }
-            }
-        });
+        let n_panels = n.div_ceil(PANEL);
+        // Groups of panels, a few per thread: each reads its columns of every row.
+        let group = n_panels
+            .div_ceil(2 * rayon::current_num_threads())
+            .clamp(1, 16);
+        let layout = PanelLayout {
+            view,
+            k,
+            n,
+            panel_values,
+        };
+        (data.par_chunks_mut(group * panel_values).enumerate())
+            .for_each(|(g, panels)| layout.pack_panels(g * group, panels));
         Some(Self { k, n, data, unit })
     }
 
@@ -107,6 +122,128 @@ impl Bf16Matrix {
     }
 }
 
+/// What [`Bf16Matrix::pack_view`] packs: a `[k, n]` view into panels of `panel_values`.
+#[derive(Clone, Copy)]
+struct PanelLayout<'a> {
+    view: Strided<'a>,
+    k: usize,
+    n: usize,
+    panel_values: usize,
+}
+
+impl PanelLayout<'_> {
+    /// Panels `first ..` (as many as `panels` holds) packed into `panels`, with 512-bit
+    /// vectors where this CPU has AVX-512 (as every CPU with a [`Bf16Unit`] does).
+    fn pack_panels(self, first: usize, panels: &mut [u16]) {
+        #[cfg(target_arch = "x86_64")]
+        if wide_vectors() {
+            // SAFETY: the CPU has AVX-512F and BW (detected).
+            return unsafe { self.pack_panels_avx512(first, panels) };
+        }
+        self.pack_panels_for_target(first, panels);
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx512bw")]
+    fn pack_panels_avx512(self, first: usize, panels: &mut [u16]) {
+        self.pack_panels_for_target(first, panels);
+    }
+
+    /// A row-major view block by block of `K` (32 rows of each panel's columns: the panels'
+    /// columns of 32 rows are read before the next rows, a few pages at a time), another view
+    /// panel by panel (a transposed view's columns are its contiguous runs).
+    #[inline(always)]
+    fn pack_panels_for_target(self, first: usize, panels: &mut [u16]) {
+        let n_panels = panels.len() / self.panel_values;
+        let k_blocks = self.panel_values / (2 * TILE_VALUES);
+        match self.view.col_stride {
+            1 => {
+                for block in 0..k_blocks {
+                    for p in 0..n_panels {
+                        self.pack_tiles(first, panels, p, block);
+                    }
+                }
+            }
+            _ => {
+                for p in 0..n_panels {
+                    for block in 0..k_blocks {
+                        self.pack_tiles(first, panels, p, block);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The two tiles of panel `p` (of those from `first`) in block `block` of `K`. (A method,
+    /// not a closure, so that it is compiled inline with the caller's vectors.)
+    #[inline(always)]
+    fn pack_tiles(self, first: usize, panels: &mut [u16], p: usize, block: usize) {
+        let at = p * self.panel_values + block * 2 * TILE_VALUES;
+        let pair = &mut panels[at..at + 2 * TILE_VALUES];
+        for (half, tile) in pair.chunks_exact_mut(TILE_VALUES).enumerate() {
+            self.pack_tile((first + p) * PANEL + half * 16, block, tile);
+        }
+    }
+
+    /// One `B` tile: columns `first .. first + 16` (those below `n`) of block `block` of `K`.
+    #[inline(always)]
+    fn pack_tile(self, first: usize, block: usize, tile: &mut [u16]) {
+        let Self { view, k, n, .. } = self;
+        let cols = n.saturating_sub(first).min(16);
+        if cols == 0 {
+            return;
+        }
+        let rows = k.saturating_sub(block * K_BLOCK).min(K_BLOCK);
+        if view.col_stride != 1 && view.row_stride == 1 && rows == K_BLOCK {
+            // A transposed view: each of the tile's columns is a run of 32 values, whose
+            // `(k, k+1)` pairs go down the tile's 16 pair rows.
+            let mut pairs = [[0u32; 16]; 16];
+            for (col, pairs) in pairs.iter_mut().enumerate().take(cols) {
+                let at = view.offset + (first + col) * view.col_stride + block * K_BLOCK;
+                let run = &view.values[at..at + K_BLOCK];
+                for (pair, values) in pairs.iter_mut().zip(run.chunks_exact(2)) {
+                    *pair =
+                        u32::from(bf16_bits(values[0])) | (u32::from(bf16_bits(values[1])) << 16);
+                }
+            }
+            for (pair, out) in tile.chunks_exact_mut(32).enumerate() {
+                for (col, out) in out.chunks_exact_mut(2).enumerate() {
+                    let both = pairs[col][pair];
+                    out[0] = both as u16;
+                    out[1] = (both >> 16) as u16;
+                }
+            }
+            return;
+        }
+        if view.col_stride != 1 {
+            // Down the columns of another strided view (or a last block of `K`): the tile's
+            // 16 columns × up to 32 rows, all within L1.
+            for col in 0..cols {
+                let at = view.offset + (first + col) * view.col_stride;
+                for r in 0..rows {
+                    let x = view.values[at + (block * K_BLOCK + r) * view.row_stride];
+                    tile[(r / 2) * 32 + col * 2 + r % 2] = bf16_bits(x);
+                }
+            }
+            return;
+        }
+        for (pair, out) in tile.chunks_exact_mut(32).enumerate() {
+            let row = block * K_BLOCK + 2 * pair;
+            let source = |r: usize| {
+                (r < k).then(|| &view.values[view.offset + r * view.row_stride + first..][..cols])
+            };
+            pack_pair(source(row), source(row + 1), out);
+        }
+    }
+}
+
+/// Whether this CPU has AVX-512F and BW, for the rounding loops' 512-bit vectors.
+#[cfg(target_arch = "x86_64")]
+fn wide_vectors() -> bool {
+    std::arch::is_x86_feature_detected!("avx512f")
+        && std::arch::is_x86_feature_detected!("avx512bw")
+}
+
 /// One tile row of a [`Bf16Matrix`]: rows `k` and `k + 1` of up to 16 columns (`None` past
 /// `K`) rounded and interleaved as `(k, k+1)` pairs, the rest left zero. Full rows run as one
 /// branch-free loop that the compiler vectorises.
@@ -116,9 +253,15 @@ fn pack_pair(even: Option<&[f32]>, odd: Option<&[f32]>, out: &mut [u16]) {
         row.and_then(|r| r.try_into().ok())
     }
     if let (Some(even), Some(odd)) = (full(even), full(odd)) {
-        for (col, pair) in out.chunks_exact_mut(2).enumerate() {
-            pair[0] = bf16_bits(even[col]);
-            pair[1] = bf16_bits(odd[col]);
+        // Each pair as one `u32` (the even value in its low half: x86 is little-endian), so
+        // that the loop is one vector of 16 lanes.
+        let mut pairs = [0u32; 16];
+        for (pair, (&even, &odd)) in pairs.iter_mut().zip(even.iter().zip(odd)) {
+            *pair = u32::from(bf16_bits(even)) | (u32::from(bf16_bits(odd)) << 16);
+        }
+        for (to, pair) in out.chunks_exact_mut(2).zip(pairs) {
+            to[0] = pair as u16;
+            to[1] = (pair >> 16) as u16;
         }
         return;
     }
@@ -138,21 +281,118 @@ pub(crate) struct Bf16Rows {
 }
 
 impl Bf16Rows {
+    /// Row-major rows of `lda` values: [`Self::round_view`].
     pub(crate) fn round(a: &[f32], lda: usize, m: usize, b: &Bf16Matrix) -> Self {
         assert!(
             m > 0 && lda >= b.k && a.len() >= (m - 1) * lda + b.k,
             "a is [m, K]"
         );
+        Self::round_view(Strided::rows(a, lda), m, b)
+    }
+
+    /// `m` rows of `a` read in place at any strides (a transposed tensor: its rows down the
+    /// columns of its values), rounded on rayon's threads where there are many.
+    ///
+    /// # Panics
+    /// Without rows, or when the view does not hold `[m, K]`.
+    pub(crate) fn round_view(a: Strided, m: usize, b: &Bf16Matrix) -> Self {
+        use rayon::prelude::*;
+        assert!(m > 0 && a.holds(m, b.k), "a is [m, K]");
         let stride = b.k_blocks() * K_BLOCK;
         let mut data = vec![0u16; m.next_multiple_of(32) * stride];
-        for (row, out) in data.chunks_exact_mut(stride).take(m).enumerate() {
-            for (to, &x) in out.iter_mut().zip(&a[row * lda..row * lda + b.k]) {
-                *to = bf16_bits(x);
-            }
+        // Blocks of 16 rows: a transposed view's 16 values of one column are one cache line.
+        let block = 16 * stride;
+        let rows = RowLayout {
+            a,
+            m,
+            k: b.k,
+            stride,
+        };
+        let round_block = |(i, out): (usize, &mut [u16])| rows.round_block(i * 16, out);
+        match m * b.k >= PARALLEL_VALUES {
+            true => data.par_chunks_mut(block).enumerate().for_each(round_block),
+            false => data.chunks_mut(block).enumerate().for_each(round_block),
         }
         Self { m, stride, data }
     }
 }
+
+/// What [`Bf16Rows::round_view`] rounds: `m` rows of `k` values of `a`, `stride` apart.
+#[derive(Clone, Copy)]
+struct RowLayout<'a> {
+    a: Strided<'a>,
+    m: usize,
+    k: usize,
+    stride: usize,
+}
+
+impl RowLayout<'_> {
+    /// Rows `first .. first + 16` (those below `m`) into `out`, with 512-bit vectors where
+    /// this CPU has AVX-512.
+    fn round_block(self, first: usize, out: &mut [u16]) {
+        #[cfg(target_arch = "x86_64")]
+        if wide_vectors() {
+            // SAFETY: the CPU has AVX-512F and BW (detected).
+            return unsafe { self.round_block_avx512(first, out) };
+        }
+        self.round_block_for_target(first, out);
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx512bw")]
+    fn round_block_avx512(self, first: usize, out: &mut [u16]) {
+        self.round_block_for_target(first, out);
+    }
+
+    #[inline(always)]
+    fn round_block_for_target(self, first: usize, out: &mut [u16]) {
+        let Self { a, m, k, stride } = self;
+        let rows = 16.min(m.saturating_sub(first));
+        if rows == 0 {
+            // The padding to whole blocks of 32 rows.
+            return;
+        }
+        if a.col_stride == 1 {
+            for (r, out) in out.chunks_exact_mut(stride).take(rows).enumerate() {
+                let from = &a.values[a.offset + (first + r) * a.row_stride..][..k];
+                for (to, &x) in out.iter_mut().zip(from) {
+                    *to = bf16_bits(x);
+                }
+            }
+            return;
+        }
+        // A transposed view: 16 columns of the block's rows at a time, each a run of 16
+        // values where its row stride is 1, transposed through `runs` (in L1).
+        let mut runs = [[0u16; 16]; 16];
+        for first_k in (0..k).step_by(16) {
+            let width = 16.min(k - first_k);
+            for (kk, run) in runs.iter_mut().enumerate().take(width) {
+                let at = a.offset + (first_k + kk) * a.col_stride + first * a.row_stride;
+                match a.row_stride {
+                    1 => {
+                        let from = &a.values[at..at + rows];
+                        for (to, &x) in run.iter_mut().zip(from) {
+                            *to = bf16_bits(x);
+                        }
+                    }
+                    row_stride => {
+                        for (r, to) in run.iter_mut().enumerate().take(rows) {
+                            *to = bf16_bits(a.values[at + r * row_stride]);
+                        }
+                    }
+                }
+            }
+            for (r, out) in out.chunks_exact_mut(stride).take(rows).enumerate() {
+                for (kk, to) in out[first_k..first_k + width].iter_mut().enumerate() {
+                    *to = runs[kk][r];
+                }
+            }
+        }
+    }
+}
+
+/// Operands of this many values or more are rounded on rayon's threads ([`Bf16Rows`]).
+const PARALLEL_VALUES: usize = 1 << 16;
 
 /// Where a product writes: `c` with row stride `ldc`, its first `n` columns (of as many rows as
 /// the product has, checked by [`Output::of`]).

@@ -7,7 +7,7 @@ use std::ops::Range;
 
 use crate::host_bf16::{Bf16Matrix, Bf16Rows, Output};
 use crate::host_bf16_unit::Bf16Unit;
-use crate::host_gemm::panel_shares;
+use crate::host_gemm::{Strided, panel_shares};
 
 /// `c = a · b` for `m` rows, the operands rounded to `bf16` and the sums in `f32`: `a`
 /// row-major with row stride `lda` (its first `K` columns read), `c` row-major with row stride
@@ -38,12 +38,33 @@ pub fn matmul_bf16_parallel(
     c: &mut [f32],
     ldc: usize,
 ) {
-    use rayon::prelude::*;
     if m == 0 {
         return;
     }
-    let rows = Bf16Rows::round(a, lda, m, b);
-    let out = Output::of(c, ldc, m, b);
+    parallel_product(Bf16Rows::round(a, lda, m, b), b, c, ldc);
+}
+
+/// [`matmul_bf16_parallel`] for `a` read in place at any strides (a transposed tensor).
+///
+/// # Panics
+/// When `a` does not hold `m` rows of `K` values or `c` is too short for them.
+pub(crate) fn matmul_bf16_view_parallel(
+    a: Strided,
+    m: usize,
+    b: &Bf16Matrix,
+    c: &mut [f32],
+    ldc: usize,
+) {
+    if m == 0 {
+        return;
+    }
+    parallel_product(Bf16Rows::round_view(a, m, b), b, c, ldc);
+}
+
+/// `rows · b` into `c`, the panels of `b` shared among rayon's threads.
+fn parallel_product(rows: Bf16Rows, b: &Bf16Matrix, c: &mut [f32], ldc: usize) {
+    use rayon::prelude::*;
+    let out = Output::of(c, ldc, rows.m, b);
     panel_shares(b.n_panels())
         .into_par_iter()
         .for_each(|panels| {

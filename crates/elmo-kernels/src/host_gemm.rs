@@ -229,7 +229,7 @@ impl<'a> Strided<'a> {
     }
 
     /// Whether the values hold an `[m, n]` matrix (every index it reads is in them).
-    fn holds(&self, m: usize, n: usize) -> bool {
+    pub(crate) fn holds(&self, m: usize, n: usize) -> bool {
         m == 0
             || n == 0
             || self.offset + (m - 1) * self.row_stride + (n - 1) * self.col_stride

@@ -15,9 +15,9 @@ use rayon::prelude::*;
 
 use crate::cube_lstm_cell::CellRecords;
 use crate::gate_activation::EXP_LIMIT;
-use crate::host_gemm::{Isa, PackedMatrix, Strided};
+use crate::host_gemm::{Isa, Strided};
 use crate::host_lstm::{exp, tanh};
-use crate::host_product::grouped_view_product;
+use crate::host_product::{HostPacked, grouped_view_product};
 use crate::host_tensor::HostTensor;
 use crate::split_product::SplitWeight;
 
@@ -61,7 +61,7 @@ pub struct HostStepGradients {
 
 /// The packed weights of `steps`, checked against each other: `state` `[K_s, N_s]` and
 /// `projection` `[K_p, N_p]` per group, the same number of groups.
-fn packed<'a>(steps: &HostSteps<'a>) -> Option<(&'a [PackedMatrix], &'a [PackedMatrix])> {
+fn packed<'a>(steps: &HostSteps<'a>) -> Option<(&'a [HostPacked], &'a [HostPacked])> {
     let state = steps.state.host_packed()?;
     let projection = steps.projection.host_packed()?;
     (state.len() == projection.len()).then_some((state, projection))
@@ -69,7 +69,7 @@ fn packed<'a>(steps: &HostSteps<'a>) -> Option<(&'a [PackedMatrix], &'a [PackedM
 
 /// `a · W_g` for each group's rows of `a` (`rows` rows with row stride `lda`), into `out`
 /// (row-major, `N` values a row).
-fn grouped_product(weights: &[PackedMatrix], a: &[f32], lda: usize, rows: usize, out: &mut [f32]) {
+fn grouped_product(weights: &[HostPacked], a: &[f32], lda: usize, rows: usize, out: &mut [f32]) {
     grouped_view_product(weights, Strided::rows(a, lda), rows, out);
 }
 

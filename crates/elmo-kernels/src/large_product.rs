@@ -43,7 +43,8 @@ pub fn kernel_for_shape(m: usize, k: usize, n: usize) -> Option<MatmulKernel> {
 /// ([`KernelSettings::vendor_blas`]); else with [`crate::Precision::Mixed`] on a GPU, the
 /// operands in 16 bits (`rhs` may be in that type already) and the result cast back to `f32`; in
 /// `f32` on a CubeCL device without autodiff, with `fused` and `shaped_matmul` on, through
-/// [`kernel_for_shape`]'s kernel; on flex outside autodiff, through the host kernel where the
+/// [`kernel_for_shape`]'s kernel; on flex outside autodiff, in `bf16` on the CPU's unit with
+/// `mode.host_bf16` (`Precision::Mixed`), else through the host kernel where the
 /// product is wide (`N ≥ 2K`: the highways' forward and weight gradients, the sampled softmax's
 /// logits; on a 2-vCPU Xeon 1.3-1.4x burn's on `[2048, 640] · [640, 4096]` and `[1280, 512] ·
 /// [512, 8832]`, `bench_matmul`); otherwise burn's `matmul`, on flex too (its kernel is ahead on
@@ -79,8 +80,8 @@ pub fn product<const D: usize>(
         }
     }
     if let Some(limit) = mode.host
-        && rhs.dims()[D - 1] >= 2 * lhs.dims()[D - 1]
-        && let Some(out) = host_product(&lhs, &rhs, limit)
+        && (mode.host_bf16 || rhs.dims()[D - 1] >= 2 * lhs.dims()[D - 1])
+        && let Some(out) = host_product(&lhs, &rhs, limit, mode.host_bf16)
     {
         return out;
     }
@@ -93,7 +94,8 @@ pub fn product<const D: usize>(
 /// (`f32_product_of_halves`), cast back after a 16-bit result otherwise, under autodiff too
 /// (the cast's gradient is cast back, so the backward products run in 16 bits as well); in
 /// `f32` without a 16-bit type, through the host kernel where `mode.host` and the operands are
-/// flex tensors outside autodiff, else burn's `matmul`. For the products that
+/// flex tensors outside autodiff (in `bf16` on the CPU's unit with `mode.host_bf16`), else
+/// burn's `matmul`. For the products that
 /// [`KernelSettings::product_mode`] describes.
 ///
 /// # Shapes
@@ -119,12 +121,14 @@ pub fn half_product<const D: usize>(
     }
 }
 
-/// `lhs · rhs` in `f32`: through the host kernel where `mode` asks for it and the operands are
-/// flex tensors outside autodiff (`host_product.rs`; not for a long inner dimension against few
-/// columns, as the LSTM's input gradients: burn's kernel is ahead there), else burn's `matmul`.
+/// `lhs · rhs` with `f32` results: through the host kernel where `mode` asks for it and the
+/// operands are flex tensors outside autodiff (`host_product.rs`: in `bf16` with
+/// `mode.host_bf16` where the CPU has a unit; in `f32` not for a long inner dimension against
+/// few columns, as the LSTM's input gradients: burn's kernel is ahead there), else burn's
+/// `matmul`.
 fn plain_product<const D: usize>(lhs: Tensor<D>, rhs: Tensor<D>, mode: ProductMode) -> Tensor<D> {
     if let Some(limit) = mode.host
-        && let Some(out) = host_product(&lhs, &rhs, limit)
+        && let Some(out) = host_product(&lhs, &rhs, limit, mode.host_bf16)
     {
         return out;
     }
@@ -238,6 +242,7 @@ mod tests {
             half: Some(half),
             vendor_blas: false,
             host: None,
+            host_bf16: false,
         };
         let difference = |product: Tensor<3>| {
             (product - expected.clone())

@@ -1,4 +1,4 @@
-//! Which custom kernels run, in which precision the large products run on a GPU and whether a
+//! Which custom kernels run, in which precision the large products run and whether a
 //! vendor BLAS runs them: [`KernelSettings`], a typed value that a model or a training step
 //! carries (no environment variable steers the library), every kernel on by default where it can
 //! run, products in `f32`; [`ProductMode`], how one product runs. The switches exist so that one
@@ -46,9 +46,8 @@ pub struct KernelSettings {
     /// With `shaped_matmul`: an inference step's unsplit products (256 rows and more) through
     /// the kernel of their shape too. Off (the default): burn's choice.
     pub shaped_step_products: bool,
-    /// The precision of the large products on a GPU, in inference and training, and of the
-    /// LSTM's products in inference on a CPU with AMX ([`Precision`]; `F32` by default, as
-    /// AllenNLP).
+    /// The precision of the large products, in inference and training, on a GPU and on a CPU
+    /// with a unit for `bf16` products ([`Precision`]; `F32` by default, as AllenNLP).
     pub precision: Precision,
     /// With `fused`: the large products on a CUDA device through NVIDIA's cuBLAS, where this
     /// crate is built with its `cublas` feature and the library loads (`f32` without TF32; with
@@ -151,6 +150,7 @@ impl KernelSettings {
             half: self.precision.half_for(tensor),
             vendor_blas: self.vendor_blas && self.fused_for(tensor) && vendor_blas_on(tensor),
             host: self.host_kernels().filter(|_| !on_cube_device(tensor)),
+            host_bf16: self.precision == Precision::Mixed,
         }
     }
 
@@ -230,6 +230,10 @@ pub struct ProductMode {
     /// are `f32` tensors of burn's flex backend outside autodiff (`host_product.rs`, this
     /// crate's `flex` feature); `None`, or other operands: burn's matmul.
     pub host: Option<HostInstructions>,
+    /// With `host`: the operands rounded to `bf16` and the sums in `f32`, on the unit this CPU
+    /// has within `host` (AMX's tiles or AVX512-BF16, [`crate::host_bf16_products`]), in `f32`
+    /// where it has none: [`Precision::Mixed`] on flex.
+    pub host_bf16: bool,
 }
 
 impl ProductMode {
@@ -238,6 +242,7 @@ impl ProductMode {
         half: None,
         vendor_blas: false,
         host: None,
+        host_bf16: false,
     };
 }
 
@@ -289,9 +294,9 @@ fn device_buffer_limit<const D: usize>(_tensor: &Tensor<D>) -> usize {
 /// tensor cores (Micikevicius et al. 2018, "Mixed Precision Training"). burn runs a 16-bit
 /// product on a CubeCL device with the `vulkan` (SPIR-V) compiler through cooperative-matrix
 /// kernels where the driver offers them. On a CPU [`Precision::half_for`] keeps `f32` (burn's
-/// CPU products gain nothing from 16 bits); the host loops of inference (the LSTMP recurrence,
-/// the char CNN's highways and projection) run `bf16` products on AMX's tiles or AVX512-BF16
-/// ([`crate::Bf16Matrix`]).
+/// CPU products gain nothing from 16 bits); the host kernels (inference's LSTMP recurrence and
+/// the char CNN's highways and projection, a training step's products) run `bf16` products on
+/// AMX's tiles or AVX512-BF16 ([`crate::Bf16Matrix`], [`ProductMode::host_bf16`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Precision {
@@ -301,14 +306,22 @@ pub enum Precision {
     /// The products' operands in `f16` (`bf16` where the device has no `f16` arithmetic),
     /// results, state, weights and optimizer state in `f32`, on a CubeCL device; in training
     /// the backward products run in 16 bits too, and the gradients need loss scaling
-    /// (elmo-train's `LossScale`). On flex, inference's host loops run their products in
-    /// `bf16` where the CPU has a unit for them within
-    /// [`KernelSettings::host_instructions`] (AMX's tiles or AVX512-BF16,
-    /// [`crate::host_bf16_products`]); elsewhere on a CPU everything stays `f32`.
+    /// (elmo-train's `LossScale`, [`Precision::scales_loss`]). On flex the host kernels run
+    /// their products in `bf16`, in inference and training (without a loss scale), where the
+    /// CPU has a unit for them within [`KernelSettings::host_instructions`] (AMX's tiles or
+    /// AVX512-BF16, [`crate::host_bf16_products`]); elsewhere on a CPU everything stays `f32`.
     Mixed,
 }
 
 impl Precision {
+    /// Whether training in this precision on `device` scales its loss (elmo-train's
+    /// `LossScale`): mixed precision's 16-bit products on a CubeCL device, where `f16`'s
+    /// narrow range loses small gradients ([`Self::half_for`]). A CPU's `bf16` products keep
+    /// `f32`'s exponent range and need no scale.
+    pub fn scales_loss(self, device: &Device) -> bool {
+        self.half_for(&Tensor::<1>::zeros([1], device)).is_some()
+    }
+
     /// The 16-bit type that products of `tensor` use: `None` for [`Precision::F32`], off a
     /// CubeCL device, or without 16-bit float arithmetic. Under autodiff too: a product's
     /// casts are differentiable ([`crate::half_product`]). (The tensor at hand says where it
@@ -457,6 +470,7 @@ mod tests {
         // On a CPU the host kernel is asked for (it runs on flex tensors outside autodiff).
         let host = ProductMode {
             host: Some(HostInstructions::Widest),
+            host_bf16: false,
             ..ProductMode::F32
         };
         assert_eq!(all.product_mode(&cpu), host);

@@ -18,9 +18,8 @@ use std::sync::Arc;
 
 use burn::tensor::{DType, Tensor};
 
-use crate::host_gemm::PackedMatrix;
-use crate::host_product::{grouped_product, pack_weight};
-use crate::{HostInstructions, KernelSettings, ProductMode, contiguous, half_product, to_half};
+use crate::host_product::{HostPacked, grouped_product, pack_weight};
+use crate::{KernelSettings, ProductMode, contiguous, half_product, to_half};
 
 /// The least inner dimension of one slice.
 const MIN_SLICE: usize = 128;
@@ -195,7 +194,7 @@ enum Factors {
 /// kernel cannot read.
 #[derive(Debug)]
 struct HostFactors {
-    packed: Vec<PackedMatrix>,
+    packed: Vec<HostPacked>,
     weights: Vec<Tensor<2>>,
 }
 
@@ -358,6 +357,7 @@ impl SplitWeight {
             vendor_blas: self.vendor_blas,
             // On the host these weights are packed once ([`Self::on_host`]), not per product.
             host: None,
+            host_bf16: false,
         }
     }
 
@@ -406,13 +406,14 @@ impl SplitWeight {
     }
 
     /// These weights packed for the host kernel (`host_product.rs`, the widest instruction set
-    /// up to the limit in `on_host`), where `on_host` is `Some` and they are whole (not split)
-    /// `f32` tensors of burn's flex backend outside autodiff (this crate's `flex` feature):
-    /// each product then runs on rayon's threads with the weights packed once here, where
-    /// flex's matmul packs them again at every product (a full copy of them per step: 32 MiB
-    /// for `original`'s `W_h`). Unchanged otherwise.
-    pub fn on_host(self, on_host: Option<HostInstructions>) -> Self {
-        let Some(limit) = on_host else {
+    /// up to `mode.host`; rounded to `bf16` where `mode.host_bf16` and this CPU has a unit for
+    /// it), where `mode.host` is `Some` and they are whole (not split) `f32` tensors of burn's
+    /// flex backend outside autodiff (this crate's `flex` feature): each product then runs on
+    /// rayon's threads with the weights packed once here, where flex's matmul packs them again
+    /// at every product (a full copy of them per step: 32 MiB for `original`'s `W_h`).
+    /// Unchanged otherwise.
+    pub fn on_host(self, mode: ProductMode) -> Self {
+        let Some(limit) = mode.host else {
             return self;
         };
         let weights: Vec<Tensor<2>> = match &self.factors {
@@ -427,7 +428,7 @@ impl SplitWeight {
         };
         let mut packed = Vec::with_capacity(weights.len());
         for weight in &weights {
-            match pack_weight(weight.clone(), limit) {
+            match pack_weight(weight.clone(), limit, mode.host_bf16) {
                 Some(weight) => packed.push(weight),
                 None => return self,
             }
@@ -439,7 +440,7 @@ impl SplitWeight {
     }
 
     /// Each group's weight packed for the host kernel, where [`Self::on_host`] packed them.
-    pub(crate) fn host_packed(&self) -> Option<&[PackedMatrix]> {
+    pub(crate) fn host_packed(&self) -> Option<&[HostPacked]> {
         match &self.factors {
             Factors::Host(host) => Some(&host.packed),
             _ => None,
@@ -604,6 +605,7 @@ mod tests {
                         half,
                         vendor_blas: false,
                         host: None,
+                        host_bf16: false,
                     };
                     let mixed = transposed_product(lhs.clone(), rhs.clone(), split, mode);
                     assert_eq!(mixed.dtype(), burn::tensor::DType::F32);

@@ -341,13 +341,13 @@ impl<'a> LstmGroup<'a> {
             split,
         )
         .prepared(step_mode)
-        .on_host(self.kernels.host_kernels());
+        .on_host(step_mode);
         let projection_product = SplitWeight::for_group(
             weights.iter().map(|w| w.projection.clone()).collect(),
             split,
         )
         .prepared(step_mode)
-        .on_host(self.kernels.host_kernels());
+        .on_host(step_mode);
         // The fused kernels write these records in place.
         let mut gates_all = elmo_kernels::empty_buffer([n_steps, rows, 4 * d_cell], &device);
         let mut memory_all = elmo_kernels::empty_buffer([n_steps, rows, d_cell], &device);
@@ -435,7 +435,10 @@ impl<'a> LstmGroup<'a> {
         );
         let group = |weight: fn(&PlainWeights) -> &Tensor<2>| {
             SplitWeight::for_group(weights.iter().map(|w| weight(w).clone()).collect(), false)
-                .on_host(Some(self.kernels.host_instructions))
+                .on_host(ProductMode {
+                    host: Some(self.kernels.host_instructions),
+                    ..mode
+                })
         };
         let (state, projection) = (group(|w| &w.state), group(|w| &w.projection));
         let steps = HostSteps {
@@ -510,7 +513,7 @@ impl<'a> LstmGroup<'a> {
                 split && !step_mode.vendor_blas,
             )
             .prepared(step_mode)
-            .on_host(self.kernels.host_kernels())
+            .on_host(step_mode)
         };
         let transposed = TransposedWeights {
             state: transposed(|w| &w.state),
@@ -1070,6 +1073,52 @@ mod tests {
             };
             check_against_composed_with(&device, CellKernels::Host, settings);
         }
+    }
+
+    /// With [`Precision::Mixed`](elmo_kernels::Precision) on flex, where this CPU has a unit
+    /// for `bf16` products (AMX's tiles, AVX512-BF16), the host loops' products run in `bf16`
+    /// (the input projection, every step's state and projection products forward and
+    /// backward, the input and weight gradients): the outputs, final state and every gradient
+    /// within 2% of their largest value of the `f32` run's (measured on a Xeon with AMX:
+    /// 2.7e-3 for the outputs, 7.5e-3 at most, the projection's gradient), and not equal to
+    /// them.
+    #[test]
+    fn host_loops_in_bf16_stay_within_its_rounding() {
+        if !elmo_kernels::host_bf16_products(HostInstructions::Widest) {
+            eprintln!("skipping: this CPU has no unit for bf16 products");
+            return;
+        }
+        fn relative<const D: usize>(name: &str, exact: Tensor<D>, mixed: Tensor<D>) -> f32 {
+            let scale: f32 = exact.clone().abs().max().into_scalar();
+            let error: f32 = (exact - mixed).abs().max().into_scalar();
+            let relative = error / scale;
+            assert!(relative < 0.02, "{name}: {relative}");
+            relative
+        }
+        let device = Device::flex();
+        let layer = wide_layer(&device, 11);
+        let case = WideCase::new(&device, 10);
+        let (exact, exact_grads) = alone(case.run(&[&layer], CellKernels::Host));
+        let mixed = KernelSettings {
+            precision: elmo_kernels::Precision::Mixed,
+            ..ON
+        };
+        let (got, grads) = alone(case.run_with(&[&layer], CellKernels::Host, mixed));
+        let (e, g) = (exact_grads.weights, grads.weights);
+        let errors = [
+            relative("outputs", exact.outputs, got.outputs),
+            relative("hidden", exact.final_state.hidden, got.final_state.hidden),
+            relative("memory", exact.final_state.memory, got.final_state.memory),
+            relative("inputs", exact_grads.inputs, grads.inputs),
+            relative("input_weight", e.input_weight, g.input_weight),
+            relative("state_weight", e.state_weight, g.state_weight),
+            relative("projection", e.projection, g.projection),
+            relative("bias", e.bias, g.bias),
+        ];
+        assert!(
+            errors.iter().all(|&error| error > 1e-5),
+            "some part ran in f32: {errors:?}"
+        );
     }
 
     /// Regression: the host loops' clips replaced a NaN by a bound (`max`/`min`), so a run whose

@@ -313,7 +313,7 @@ impl Softmax {
         let on_host = kernels.host_for(&hidden);
         let logits_weight = on_host.then(|| {
             SplitWeight::for_products(candidate_weight_t.clone(), false)
-                .on_host(kernels.host_kernels())
+                .on_host(kernels.product_mode(&hidden))
         });
         // The targets' weights, true logits and whether they are outside the candidates.
         let target_ids = ids_tensor(targets, &device);

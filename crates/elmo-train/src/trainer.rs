@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use burn::module::Module;
 use burn::tensor::Device;
-use elmo_kernels::{KernelSettings, Precision, largest_buffer_bytes};
+use elmo_kernels::{KernelSettings, largest_buffer_bytes};
 use elmo_model::RunLock;
 
 use crate::averaging::WeightAverage;
@@ -293,8 +293,9 @@ impl Trainer {
             }
             None => MetricsLog::create(run.metrics_file())?,
         };
-        // Mixed precision scales the loss from the first step (or from the checkpoint's scale).
-        if options.kernels.precision == Precision::Mixed && progress.loss_scale.is_none() {
+        // Mixed precision on a GPU scales the loss from the first step (or from the
+        // checkpoint's scale).
+        if options.kernels.precision.scales_loss(device) && progress.loss_scale.is_none() {
             progress.loss_scale = Some(LossScale::default());
         }
         let n_parameters = model.n_parameters();

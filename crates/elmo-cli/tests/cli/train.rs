@@ -542,25 +542,52 @@ fn train_tiny(corpus: &Path, vocab: &Path, run: &Path, extra: &[&str]) -> std::p
     elmo(&args)
 }
 
-/// `elmo train --precision mixed` is refused on a CPU backend before anything is written; on
-/// wgpu (lavapipe in CI) it trains with a loss scale in its metrics and records its precision,
-/// so that `--resume` without the flag is refused.
+/// `elmo train --precision mixed` is refused before anything is written on `ndarray`, and on
+/// flex where the CPU has no unit for `bf16` products; on flex with one (AMX, AVX512-BF16) it
+/// trains without a loss scale (`bf16` keeps `f32`'s range) and records its precision, so that
+/// `--resume` without the flag is refused; on wgpu (lavapipe in CI) it trains with a loss scale
+/// in its metrics and records its precision.
 #[test]
-fn mixed_precision_training_runs_on_a_gpu_only() {
+fn mixed_precision_training_runs_where_16_bit_products_do() {
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path();
     let (corpus, vocab) = corpus_and_vocab(d);
     let run = d.join("run");
     let train = |extra: &[&str]| train_tiny(&corpus, &vocab, &run, extra);
-    let refused = train(&["--precision", "mixed"]);
+    let refused = train(&["--backend", "ndarray", "--precision", "mixed"]);
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(
-        !refused.status.success() && stderr.contains("--precision mixed trains on a GPU"),
+        !refused.status.success() && stderr.contains("not on ndarray"),
         "{stderr}"
     );
     assert!(!run.exists(), "a refused run wrote {}", run.display());
-    if elmo_test_support::wgpu_device_or_skip("mixed_precision_training_runs_on_a_gpu_only")
-        .is_none()
+    let on_flex = train(&["--precision", "mixed"]);
+    let stderr = String::from_utf8_lossy(&on_flex.stderr);
+    if elmo_kernels::host_bf16_products(elmo_kernels::HostInstructions::Widest) {
+        assert!(on_flex.status.success(), "{stderr}");
+        let metrics = std::fs::read_to_string(run.join("metrics.jsonl")).expect("metrics");
+        assert!(
+            metrics.contains("\"kind\":\"train\"") && !metrics.contains("loss_scale"),
+            "{metrics}"
+        );
+        let resumed = train(&["--resume"]);
+        let stderr = String::from_utf8_lossy(&resumed.stderr);
+        assert!(
+            !resumed.status.success() && stderr.contains("--precision"),
+            "{stderr}"
+        );
+        std::fs::remove_dir_all(&run).expect("a fresh run directory");
+    } else {
+        assert!(
+            !on_flex.status.success() && stderr.contains("this one has none"),
+            "{stderr}"
+        );
+        assert!(!run.exists(), "a refused run wrote {}", run.display());
+    }
+    if elmo_test_support::wgpu_device_or_skip(
+        "mixed_precision_training_runs_where_16_bit_products_do",
+    )
+    .is_none()
     {
         return;
     }
