@@ -38,10 +38,8 @@ pub fn matmul_bf16_parallel(
     c: &mut [f32],
     ldc: usize,
 ) {
-    if m == 0 {
-        return;
-    }
-    parallel_product(Bf16Rows::round(a, lda, m, b), b, c, ldc);
+    assert!(m == 0 || lda >= b.k(), "a's rows hold K values");
+    matmul_bf16_view_parallel(Strided::rows(a, lda), m, b, c, ldc);
 }
 
 /// [`matmul_bf16_parallel`] for `a` read in place at any strides (a transposed tensor).
@@ -55,15 +53,11 @@ pub(crate) fn matmul_bf16_view_parallel(
     c: &mut [f32],
     ldc: usize,
 ) {
+    use rayon::prelude::*;
     if m == 0 {
         return;
     }
-    parallel_product(Bf16Rows::round_view(a, m, b), b, c, ldc);
-}
-
-/// `rows · b` into `c`, the panels of `b` shared among rayon's threads.
-fn parallel_product(rows: Bf16Rows, b: &Bf16Matrix, c: &mut [f32], ldc: usize) {
-    use rayon::prelude::*;
+    let rows = Bf16Rows::round_view(a, m, b);
     let out = Output::of(c, ldc, rows.m, b);
     panel_shares(b.n_panels())
         .into_par_iter()
