@@ -114,7 +114,9 @@ fn host_products(limit: HostInstructions) {
 
 /// GFLOP/s of [`elmo_kernels::matmul_bf16`] (one thread) and `matmul_bf16_parallel` on the
 /// host LSTM loop's shapes (as [`host_products`]) and the char CNN's highway at inference's
-/// batches, on the `bf16` unit this CPU has within `limit`.
+/// batches, on the `bf16` unit this CPU has within `limit`; then of `matmul_bf16_parallel` on
+/// a training step's shapes with the right factor rounded and packed at each call, as
+/// `--precision mixed` training packs them (against `host parallel` of [`host_products`]).
 fn bf16_products(limit: HostInstructions) {
     let Some(unit) = elmo_kernels::Bf16Unit::at_most(limit) else {
         panic!("this CPU has no unit for bf16 products within {limit:?}");
@@ -129,6 +131,19 @@ fn bf16_products(limit: HostInstructions) {
         time_product(&format!("bf16 {unit:?} parallel"), [m, k, n], 3, || {
             elmo_kernels::matmul_bf16_parallel(&a, k, m, &b, &mut c, n)
         });
+    }
+    for (m, k, n) in TRAINING_SHAPES {
+        let (a, b) = (values(m * k, 2), values(k * n, 1));
+        let mut c = vec![0.0f32; m * n];
+        time_product(
+            &format!("bf16 {unit:?} parallel, packed at each call"),
+            [m, k, n],
+            3,
+            || {
+                let b = elmo_kernels::Bf16Matrix::pack(&b, n, limit).expect("a unit");
+                elmo_kernels::matmul_bf16_parallel(&a, k, m, &b, &mut c, n)
+            },
+        );
     }
 }
 
