@@ -470,11 +470,21 @@ mod tests {
         // On a CPU the host kernel is asked for (it runs on flex tensors outside autodiff).
         let host = ProductMode {
             host: Some(HostInstructions::Widest),
-            host_bf16: false,
             ..ProductMode::F32
         };
         assert_eq!(all.product_mode(&cpu), host);
         assert_eq!(all.step_product_mode(&cpu, [4096, 512]), host);
+        // Mixed precision asks the host kernel for `bf16` (it runs them where the CPU has a
+        // unit), with no 16-bit type and no loss scale on a CPU.
+        let mixed = KernelSettings {
+            precision: Precision::Mixed,
+            ..all
+        };
+        let host_bf16 = ProductMode {
+            host_bf16: true,
+            ..host
+        };
+        assert_eq!(mixed.product_mode(&cpu), host_bf16);
         assert_eq!(
             KernelSettings::COMPOSED.product_mode(&cpu),
             ProductMode::F32
@@ -504,14 +514,17 @@ mod tests {
             .assert_eq(&gpu.matmul(rhs).into_data(), true);
     }
 
+    /// 16-bit types (and with them the loss scale of training) only on a GPU: a CPU's mixed
+    /// precision is the host kernels' `bf16`, which keeps `f32`'s range.
     #[test]
-    fn mixed_precision_runs_only_on_a_gpu() {
+    fn sixteen_bit_types_and_loss_scales_are_a_gpus() {
         let cpu = Device::flex();
         let on = |device: &Device| Tensor::<1>::zeros([1], device);
         assert_eq!(Precision::Mixed.half_for(&on(&cpu)), None);
         assert_eq!(Precision::F32.half_for(&on(&cpu)), None);
+        assert!(!Precision::Mixed.scales_loss(&cpu));
         let Some(gpu) =
-            elmo_test_support::wgpu_device_or_skip("mixed_precision_runs_only_on_a_gpu")
+            elmo_test_support::wgpu_device_or_skip("sixteen_bit_types_and_loss_scales_are_a_gpus")
         else {
             return;
         };
@@ -525,6 +538,8 @@ mod tests {
         if cfg!(feature = "cubecl") {
             assert!(half.is_some(), "lavapipe computes in f16");
         }
+        assert_eq!(Precision::Mixed.scales_loss(&gpu), half.is_some());
+        assert!(!Precision::F32.scales_loss(&gpu));
         // A product in half precision: within f16's rounding of the f32 product.
         let lhs = Tensor::<2>::random([33, 300], Distribution::Normal(0.0, 1.0), &gpu);
         let rhs = Tensor::<2>::random([300, 40], Distribution::Normal(0.0, 0.1), &gpu);
