@@ -253,8 +253,8 @@ fn pack_pair(even: Option<&[f32]>, odd: Option<&[f32]>, out: &mut [u16]) {
         row.and_then(|r| r.try_into().ok())
     }
     if let (Some(even), Some(odd)) = (full(even), full(odd)) {
-        // Each pair as one `u32` (the even value in its low half: x86 is little-endian), so
-        // that the loop is one vector of 16 lanes.
+        // Each pair as one `u32` (the even value in its low half), so that the rounding is
+        // one loop of 16 lanes; the halves are then stored in order.
         let mut pairs = [0u32; 16];
         for (pair, (&even, &odd)) in pairs.iter_mut().zip(even.iter().zip(odd)) {
             *pair = u32::from(bf16_bits(even)) | (u32::from(bf16_bits(odd)) << 16);
