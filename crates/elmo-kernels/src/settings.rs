@@ -131,7 +131,7 @@ impl KernelSettings {
     }
 
     /// The instruction sets the host kernels may use, where they run at all (`host_recurrence`):
-    /// what [`crate::SplitWeight::on_host`] takes.
+    /// [`ProductMode::host`] off a CubeCL device.
     pub fn host_kernels(&self) -> Option<HostInstructions> {
         self.host_recurrence.then_some(self.host_instructions)
     }
@@ -144,13 +144,16 @@ impl KernelSettings {
     /// How the products of `tensor` run: their operands' 16-bit type ([`Precision::half_for`]),
     /// whether a vendor BLAS runs them (`vendor_blas`, [`Self::fused_for`], and one there for
     /// `tensor`'s device: cuBLAS loaded and a CUDA device, with the `cublas` feature), and
-    /// whether the host kernel does (`host_recurrence`, off a CubeCL device).
+    /// whether the host kernel does (`host_recurrence`, off a CubeCL device), and whether in
+    /// `bf16` ([`Precision::Mixed`] there, where this CPU has a unit for it).
     pub fn product_mode<const D: usize>(&self, tensor: &Tensor<D>) -> ProductMode {
+        let host = self.host_kernels().filter(|_| !on_cube_device(tensor));
         ProductMode {
             half: self.precision.half_for(tensor),
             vendor_blas: self.vendor_blas && self.fused_for(tensor) && vendor_blas_on(tensor),
-            host: self.host_kernels().filter(|_| !on_cube_device(tensor)),
-            host_bf16: self.precision == Precision::Mixed,
+            host,
+            host_bf16: self.precision == Precision::Mixed
+                && host.is_some_and(crate::host_bf16_products),
         }
     }
 
@@ -231,8 +234,9 @@ pub struct ProductMode {
     /// crate's `flex` feature); `None`, or other operands: burn's matmul.
     pub host: Option<HostInstructions>,
     /// With `host`: the operands rounded to `bf16` and the sums in `f32`, on the unit this CPU
-    /// has within `host` (AMX's tiles or AVX512-BF16, [`crate::host_bf16_products`]), in `f32`
-    /// where it has none: [`Precision::Mixed`] on flex.
+    /// has within `host` (AMX's tiles or AVX512-BF16, [`crate::host_bf16_products`]):
+    /// [`Precision::Mixed`] on flex, set only where the CPU has such a unit (else the products
+    /// run in `f32`, narrow ones through burn's matmul as with [`Precision::F32`]).
     pub host_bf16: bool,
 }
 
@@ -474,14 +478,14 @@ mod tests {
         };
         assert_eq!(all.product_mode(&cpu), host);
         assert_eq!(all.step_product_mode(&cpu, [4096, 512]), host);
-        // Mixed precision asks the host kernel for `bf16` (it runs them where the CPU has a
-        // unit), with no 16-bit type and no loss scale on a CPU.
+        // Mixed precision asks the host kernel for `bf16` where the CPU has a unit for it, with
+        // no 16-bit type on a CPU; without a unit its products are `f32`'s.
         let mixed = KernelSettings {
             precision: Precision::Mixed,
             ..all
         };
         let host_bf16 = ProductMode {
-            host_bf16: true,
+            host_bf16: crate::host_bf16_products(HostInstructions::Widest),
             ..host
         };
         assert_eq!(mixed.product_mode(&cpu), host_bf16);
