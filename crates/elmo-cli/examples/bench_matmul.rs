@@ -5,7 +5,8 @@
 //! packed once as the loop packs them; `--instructions avx512|avx2|portable`: the kernel of that
 //! instruction set at most, `elmo_kernels::PackedMatrix::pack_limited`; `--bf16`: the same
 //! shapes' `bf16` products, `elmo_kernels::matmul_bf16`, on the unit this CPU has within the
-//! limit, AMX's tiles or AVX512-BF16).
+//! limit, AMX's tiles or AVX512-BF16, a training step's shapes packed at each call and once;
+//! `--shape MxKxN`: only that shape of the host's lists).
 use std::time::Instant;
 
 use burn::tensor::{Device, Distribution, Tensor};
@@ -88,7 +89,7 @@ fn time_product(name: &str, [m, k, n]: [usize; 3], min_reps: usize, mut product:
 /// twice its GFLOP/s in GB/s), `h·W_h` at 4 rows, and a chunk's input projection; the kernel
 /// of the widest instruction set up to `limit`.
 fn host_products(limit: HostInstructions) {
-    for (m, k, n) in HOST_SHAPES {
+    for (m, k, n) in HOST_SHAPES.into_iter().filter(wanted) {
         let b = elmo_kernels::PackedMatrix::pack_limited(&values(k * n, 1), n, limit);
         let a = values(m * k, 2);
         let mut c = vec![0.0f32; m * n];
@@ -98,7 +99,7 @@ fn host_products(limit: HostInstructions) {
     }
     // A training step's products at `original` 32 x 20 (per step, then over all steps), on
     // every thread, the weights packed at each call as a large product packs them.
-    for (m, k, n) in TRAINING_SHAPES {
+    for (m, k, n) in TRAINING_SHAPES.into_iter().filter(wanted) {
         let (a, b) = (values(m * k, 2), values(k * n, 1));
         let mut c = vec![0.0f32; m * n];
         time_product("host parallel", [m, k, n], 3, || {
@@ -121,7 +122,7 @@ fn bf16_products(limit: HostInstructions) {
     let Some(unit) = elmo_kernels::Bf16Unit::at_most(limit) else {
         panic!("this CPU has no unit for bf16 products within {limit:?}");
     };
-    for (m, k, n) in HOST_SHAPES.into_iter().chain([(1408, 2048, 2048)]) {
+    for (m, k, n) in (HOST_SHAPES.into_iter().chain([(1408, 2048, 2048)])).filter(wanted) {
         let b = elmo_kernels::Bf16Matrix::pack(&values(k * n, 1), n, limit).expect("a unit");
         let a = values(m * k, 2);
         let mut c = vec![0.0f32; m * n];
@@ -132,7 +133,7 @@ fn bf16_products(limit: HostInstructions) {
             elmo_kernels::matmul_bf16_parallel(&a, k, m, &b, &mut c, n)
         });
     }
-    for (m, k, n) in TRAINING_SHAPES {
+    for (m, k, n) in TRAINING_SHAPES.into_iter().filter(wanted) {
         let (a, b) = (values(m * k, 2), values(k * n, 1));
         let mut c = vec![0.0f32; m * n];
         time_product(
@@ -143,6 +144,13 @@ fn bf16_products(limit: HostInstructions) {
                 let b = elmo_kernels::Bf16Matrix::pack(&b, n, limit).expect("a unit");
                 elmo_kernels::matmul_bf16_parallel(&a, k, m, &b, &mut c, n)
             },
+        );
+        let b = elmo_kernels::Bf16Matrix::pack(&b, n, limit).expect("a unit");
+        time_product(
+            &format!("bf16 {unit:?} parallel, packed once"),
+            [m, k, n],
+            3,
+            || elmo_kernels::matmul_bf16_parallel(&a, k, m, &b, &mut c, n),
         );
     }
 }
@@ -158,6 +166,15 @@ const HOST_SHAPES: [(usize, usize, usize); 8] = [
     (256, 4096, 512),
     (512, 512, 16384),
 ];
+
+/// Whether `--shape MxKxN` names this shape, or is not given.
+fn wanted(&(m, k, n): &(usize, usize, usize)) -> bool {
+    let args: Vec<String> = std::env::args().collect();
+    match args.iter().position(|a| a == "--shape") {
+        None => true,
+        Some(i) => args.get(i + 1) == Some(&format!("{m}x{k}x{n}")),
+    }
+}
 
 /// `len` values in `[-0.5, 0.5)`, a fixed pattern per `seed`.
 fn values(len: usize, seed: usize) -> Vec<f32> {

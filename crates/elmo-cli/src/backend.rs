@@ -260,9 +260,29 @@ impl PrecisionArg {
     /// Intel Xeon from the 4th generation; AVX512-BF16 on AMD: Zen 4 and 5;
     /// [`elmo_kernels::host_bf16_products`]).
     ///
+    /// On a GPU, `mixed` needs the device's 16-bit float arithmetic (`f16`, or `bf16`;
+    /// [`Precision::half_for`]), which an adapter without it (wgpu on OpenGL, where a machine
+    /// has no Vulkan driver) lacks: it would compute in `f32` under the flag's name.
+    ///
     /// # Errors
-    /// `mixed` with `--backend ndarray`, or with `flex` on a CPU without such a unit.
-    pub fn check_backend(self, backend: Backend) -> anyhow::Result<()> {
+    /// `mixed` with `--backend ndarray`, with `flex` on a CPU without such a unit, or on a GPU
+    /// device without 16-bit floats.
+    pub fn check_device(self, backend: Backend, device: &Device) -> anyhow::Result<()> {
+        self.check_backend(backend)?;
+        let half = Precision::from(self).half_for(&Tensor::<1>::zeros([1], device));
+        if self == Self::Mixed && backend.is_gpu() && half.is_none() {
+            anyhow::bail!(
+                "--precision mixed needs 16-bit float arithmetic (f16 or bf16) on the GPU, and \
+                 this {} device has none (wgpu on OpenGL, where the machine has no Vulkan \
+                 driver, for one); run with --precision f32",
+                backend.name()
+            );
+        }
+        Ok(())
+    }
+
+    /// The rule of [`Self::check_device`] that needs no device.
+    fn check_backend(self, backend: Backend) -> anyhow::Result<()> {
         // The probe (and Linux's grant of the tiles) only where mixed asks for them.
         let bf16 = self == Self::Mixed
             && backend == Backend::Flex
@@ -339,6 +359,25 @@ mod tests {
         assert!(error.to_string().contains("this one has none"), "{error}");
         let error = Mixed.check(Backend::Ndarray, true).expect_err("ndarray");
         assert!(error.to_string().contains("not on ndarray"), "{error}");
+    }
+
+    /// On a GPU, `mixed` runs where the device has 16-bit floats (lavapipe) and is refused
+    /// where it has none (wgpu on OpenGL); `f32` runs on any device.
+    #[test]
+    fn mixed_precision_needs_a_gpus_16_bit_floats() {
+        use PrecisionArg::{F32, Mixed};
+        let Some(gpu) = elmo_test_support::wgpu_device_or_skip("mixed_needs_16_bit_floats") else {
+            return;
+        };
+        assert!(F32.check_device(Backend::Wgpu, &gpu).is_ok());
+        let mixed = Mixed.check_device(Backend::Wgpu, &gpu);
+        match elmo_test_support::sixteen_bit_floats(&gpu) {
+            true => assert!(mixed.is_ok(), "{mixed:?}"),
+            false => {
+                let error = mixed.expect_err("no 16-bit floats");
+                assert!(error.to_string().contains("has none"), "{error}");
+            }
+        }
     }
 
     #[test]

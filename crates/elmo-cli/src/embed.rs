@@ -397,8 +397,8 @@ pub fn run(args: &EmbedArgs, held: Option<HeldModel<'_>>) -> Result<()> {
     }
     let backend = args.backend();
     let on_gpu = backend.is_gpu();
-    args.precision.check_backend(backend)?;
     let device = backend.device()?;
+    args.precision.check_device(backend, &device)?;
     let (model, carried) = match held {
         Some(HeldModel { model, state }) => (model, Some(state)),
         None => (args.model.load(&device)?, None),

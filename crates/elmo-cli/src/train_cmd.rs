@@ -467,7 +467,6 @@ impl TrainObserver for Progress {
 
 /// Runs `elmo train`.
 pub fn run(args: &TrainArgs) -> Result<()> {
-    args.precision.check_backend(args.backend)?;
     let init_from = args.init_from()?;
     let config = args.config(init_from.as_ref())?;
     let vocab = Vocabulary::from_file(&args.vocab)?;
@@ -480,6 +479,9 @@ pub fn run(args: &TrainArgs) -> Result<()> {
         }
         None => (args.backend.device()?, Vec::new()),
     };
+    for device in std::iter::once(&device).chain(&tower_devices) {
+        args.precision.check_device(args.backend, device)?;
+    }
     let options = TrainOptions {
         run_dir: args.out.clone(),
         train_files,

@@ -168,7 +168,7 @@ mod tests {
     use crate::to_half;
     use burn::tensor::{Device, Distribution, FloatDType};
 
-    use elmo_test_support::wgpu_device_or_skip;
+    use elmo_test_support::{wgpu_device_or_skip, wgpu_sixteen_bit_device_or_skip};
 
     /// Every kernel on each `(lhs, rhs)` with its operands in `half` (`None`: `f32`): the ones
     /// that launch give burn's `f32` product to less than `tolerance`, and burn's own kernel and
@@ -237,7 +237,9 @@ mod tests {
     /// operands with f32 accumulation stay within 0.1 of f32's (values ~17).
     #[test]
     fn every_kernel_gives_burns_product_in_f16() {
-        if let Some(device) = wgpu_device_or_skip("every_kernel_gives_burns_product_in_f16") {
+        if let Some(device) =
+            wgpu_sixteen_bit_device_or_skip("every_kernel_gives_burns_product_in_f16")
+        {
             let normal = Distribution::Normal(0.0, 1.0);
             // Multiples of 16 and not: the tensor-core tiles and their edges.
             let pairs = [

@@ -94,8 +94,10 @@ impl ModelChoice {
                 ));
             }
         };
-        precision.check_backend(backend).map_err(to_python)?;
         let device = backend.device().map_err(to_python)?;
+        precision
+            .check_device(backend, &device)
+            .map_err(to_python)?;
         let model = source.load(&device).map_err(to_python)?;
         Ok(Loaded {
             model,

@@ -14,7 +14,9 @@ pub use autodiff_lock::autodiff_one_at_a_time;
 pub use compare::scaled_difference;
 pub use gradients::nonzero_gradients;
 pub use npy::{Array, NpyElement, read_npy};
-pub use wgpu_probe::{flex_and_wgpu, wgpu_device_or_skip};
+pub use wgpu_probe::{
+    flex_and_wgpu, sixteen_bit_floats, wgpu_device_or_skip, wgpu_sixteen_bit_device_or_skip,
+};
 
 /// The repository's root directory, from the `CARGO_MANIFEST_DIR` that `cargo test` gives the
 /// test at run time (a crate's directory, two levels down), the compile-time value only as a

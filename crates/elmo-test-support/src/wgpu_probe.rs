@@ -4,7 +4,7 @@
 //! Without an adapter a test reports that it could not run, unless `ELMO_REQUIRE_WGPU=1` (set by
 //! `.ci/run`) makes a missing adapter a failure.
 
-use burn::tensor::{Device, DeviceKind, Tensor};
+use burn::tensor::{Device, DeviceKind, FloatDType, Tensor};
 
 /// The default wgpu device if it opens and computes `1 + 2`; `None` (after saying so) when there
 /// is no adapter. Panics without one if `ELMO_REQUIRE_WGPU` is set.
@@ -29,6 +29,31 @@ pub fn wgpu_device_or_skip(test: &str) -> Option<Device> {
             None
         }
     }
+}
+
+/// The wgpu device of [`wgpu_device_or_skip`] where it has 16-bit float arithmetic (`f16` or
+/// `bf16`, as `--precision mixed` needs on a GPU); `None` (after saying so) where it has none
+/// (wgpu on OpenGL, where a machine has no Vulkan driver). Panics without one if
+/// `ELMO_REQUIRE_WGPU` is set (CI's lavapipe has `f16`).
+pub fn wgpu_sixteen_bit_device_or_skip(test: &str) -> Option<Device> {
+    let device = wgpu_device_or_skip(test)?;
+    if sixteen_bit_floats(&device) {
+        return Some(device);
+    }
+    assert!(
+        std::env::var("ELMO_REQUIRE_WGPU").is_err(),
+        "ELMO_REQUIRE_WGPU is set but the wgpu adapter has no 16-bit floats"
+    );
+    eprintln!("{test}: the wgpu adapter has no 16-bit floats (wgpu on OpenGL?): not run");
+    None
+}
+
+/// Whether `device` has 16-bit float arithmetic (`f16` or `bf16`), the types elmo-kernels'
+/// `Precision::half_for` looks for: lavapipe has `f16`; wgpu on OpenGL has neither.
+pub fn sixteen_bit_floats(device: &Device) -> bool {
+    [FloatDType::F16, FloatDType::BF16]
+        .into_iter()
+        .any(|dtype| device.supports_dtype(dtype))
 }
 
 /// flex, then the wgpu device where [`wgpu_device_or_skip`] opens one: the devices of a test

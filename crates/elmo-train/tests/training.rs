@@ -1329,7 +1329,7 @@ fn a_loss_scale_multiplies_every_gradient() {
 #[test]
 fn mixed_precision_gradients_are_within_f16_rounding_on_wgpu() {
     let _one = autodiff_one_at_a_time();
-    let Some(device) = elmo_test_support::wgpu_device_or_skip(
+    let Some(device) = elmo_test_support::wgpu_sixteen_bit_device_or_skip(
         "mixed_precision_gradients_are_within_f16_rounding_on_wgpu",
     ) else {
         return;
@@ -1720,9 +1720,9 @@ fn adagrad_on_the_sampled_softmax_rows_is_the_whole_tables_update() {
 #[test]
 fn a_mixed_precision_run_resumes_exactly_on_wgpu() {
     let _one = autodiff_one_at_a_time();
-    let Some(device) =
-        elmo_test_support::wgpu_device_or_skip("a_mixed_precision_run_resumes_exactly_on_wgpu")
-    else {
+    let Some(device) = elmo_test_support::wgpu_sixteen_bit_device_or_skip(
+        "a_mixed_precision_run_resumes_exactly_on_wgpu",
+    ) else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();

@@ -999,7 +999,8 @@ fn difference(a: &[(String, Vec<f32>)], b: &[(String, Vec<f32>)]) -> (f32, f32) 
 
 /// `--precision mixed` is refused on ndarray, and on flex where the CPU has no AMX; on flex with
 /// AMX (the LSTM's products in bf16) and on wgpu (lavapipe in CI) its vectors differ from
-/// `f32`'s by 16-bit rounding only. `--backend vulkan` needs the opt-in `vulkan` feature.
+/// `f32`'s by 16-bit rounding only; on a GPU device without 16-bit floats (wgpu on OpenGL) it
+/// is refused. `--backend vulkan` needs the opt-in `vulkan` feature.
 #[test]
 fn mixed_precision_runs_where_it_pays_within_its_tolerance() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -1051,7 +1052,16 @@ fn mixed_precision_runs_where_it_pays_within_its_tolerance() {
             );
         }
     }
-    if elmo_test_support::wgpu_device_or_skip("mixed_precision_runs_on_a_gpu").is_none() {
+    let Some(gpu) = elmo_test_support::wgpu_device_or_skip("mixed_precision_runs_on_a_gpu") else {
+        return;
+    };
+    if !elmo_test_support::sixteen_bit_floats(&gpu) {
+        let (_, refused) = run("no-f16", &["--backend", "wgpu", "--precision", "mixed"]);
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert!(
+            !refused.status.success() && stderr.contains("has none"),
+            "{stderr}"
+        );
         return;
     }
     let outputs: Vec<_> = [

@@ -546,7 +546,8 @@ fn train_tiny(corpus: &Path, vocab: &Path, run: &Path, extra: &[&str]) -> std::p
 /// flex where the CPU has no unit for `bf16` products; on flex with one (AMX, AVX512-BF16) it
 /// trains without a loss scale (`bf16` keeps `f32`'s range) and records its precision, so that
 /// `--resume` without the flag is refused; on wgpu (lavapipe in CI) it trains with a loss scale
-/// in its metrics and records its precision.
+/// in its metrics and records its precision, and on a GPU device without 16-bit floats (wgpu on
+/// OpenGL) it is refused before anything is written.
 #[test]
 fn mixed_precision_training_runs_where_16_bit_products_do() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -584,11 +585,19 @@ fn mixed_precision_training_runs_where_16_bit_products_do() {
         );
         assert!(!run.exists(), "a refused run wrote {}", run.display());
     }
-    if elmo_test_support::wgpu_device_or_skip(
+    let Some(gpu) = elmo_test_support::wgpu_device_or_skip(
         "mixed_precision_training_runs_where_16_bit_products_do",
-    )
-    .is_none()
-    {
+    ) else {
+        return;
+    };
+    if !elmo_test_support::sixteen_bit_floats(&gpu) {
+        let refused = train(&["--backend", "wgpu", "--precision", "mixed"]);
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert!(
+            !refused.status.success() && stderr.contains("has none"),
+            "{stderr}"
+        );
+        assert!(!run.exists(), "a refused run wrote {}", run.display());
         return;
     }
     let trained = train(&["--backend", "wgpu", "--precision", "mixed"]);
