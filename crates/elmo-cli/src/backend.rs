@@ -269,8 +269,9 @@ impl PrecisionArg {
     /// device without 16-bit floats.
     pub fn check_device(self, backend: Backend, device: &Device) -> anyhow::Result<()> {
         self.check_backend(backend)?;
-        let half = Precision::from(self).half_for(&Tensor::<1>::zeros([1], device));
-        if self == Self::Mixed && backend.is_gpu() && half.is_none() {
+        let probe = || Tensor::<1>::zeros([1], device);
+        if self == Self::Mixed && backend.is_gpu() && Precision::Mixed.half_for(&probe()).is_none()
+        {
             anyhow::bail!(
                 "--precision mixed needs 16-bit float arithmetic (f16 or bf16) on the GPU, and \
                  this {} device has none (wgpu on OpenGL, where the machine has no Vulkan \
