@@ -133,14 +133,12 @@ mod x86 {
                     for (i, values) in tile.iter().take(height).enumerate() {
                         // SAFETY: row `first + i < m` and columns `p·32 .. p·32 + columns ≤ N`
                         // are within `c` (checked by `Output::of`) and this thread's (the
-                        // contract).
-                        let to = unsafe {
-                            std::slice::from_raw_parts_mut(
-                                out.values.add((first + i) * out.ldc + p * PANEL),
-                                columns,
-                            )
+                        // contract); a raw copy, as `c` may hold no values yet.
+                        unsafe {
+                            out.values
+                                .add((first + i) * out.ldc + p * PANEL)
+                                .copy_from_nonoverlapping(values.as_ptr(), columns)
                         };
-                        to.copy_from_slice(&values[..columns]);
                     }
                 }
             }

@@ -3,11 +3,12 @@
 //! packed for (`crate::host_amx`'s tiles or `crate::host_bf16_dot`'s vectors), the rows of `a`
 //! rounded as `crate::host_bf16` lays them out.
 
+use std::mem::MaybeUninit;
 use std::ops::Range;
 
 use crate::host_bf16::{Bf16Matrix, Bf16Rows, Output};
 use crate::host_bf16_unit::Bf16Unit;
-use crate::host_gemm::{Strided, panel_shares};
+use crate::host_gemm::{Strided, as_written, panel_shares};
 
 /// `c = a · b` for `m` rows, the operands rounded to `bf16` and the sums in `f32`: `a`
 /// row-major with row stride `lda` (its first `K` columns read), `c` row-major with row stride
@@ -20,7 +21,8 @@ pub fn matmul_bf16(a: &[f32], lda: usize, m: usize, b: &Bf16Matrix, c: &mut [f32
         return;
     }
     let rows = Bf16Rows::round(a, lda, m, b);
-    let out = Output::of(c, ldc, m, b);
+    // SAFETY: the product writes `f32` values.
+    let out = Output::of(unsafe { as_written(c) }, ldc, m, b);
     // SAFETY: `out` holds the product (checked) and `c` is borrowed mutably for the call.
     unsafe { product(&rows, b, 0..b.n_panels(), out) };
 }
@@ -39,10 +41,14 @@ pub fn matmul_bf16_parallel(
     ldc: usize,
 ) {
     assert!(m == 0 || lda >= b.k(), "a's rows hold K values");
+    // SAFETY: the product writes `f32` values.
+    let c = unsafe { as_written(c) };
     matmul_bf16_view_parallel(Strided::rows(a, lda), m, b, c, ldc);
 }
 
-/// [`matmul_bf16_parallel`] for `a` read in place at any strides (a transposed tensor).
+/// [`matmul_bf16_parallel`] for `a` read in place at any strides (a transposed tensor), into
+/// `c` that need not be initialised: every value of its `[m, N]` product (row stride `ldc`) is
+/// written, none read.
 ///
 /// # Panics
 /// When `a` does not hold `m` rows of `K` values or `c` is too short for them.
@@ -50,7 +56,7 @@ pub(crate) fn matmul_bf16_view_parallel(
     a: Strided,
     m: usize,
     b: &Bf16Matrix,
-    c: &mut [f32],
+    c: &mut [MaybeUninit<f32>],
     ldc: usize,
 ) {
     use rayon::prelude::*;

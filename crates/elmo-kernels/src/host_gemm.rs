@@ -326,9 +326,32 @@ pub fn matmul_packed(a: &[f32], lda: usize, m: usize, b: &PackedMatrix, c: &mut 
     }
     let a = row_major(a, lda, m, b);
     check_output(m, b, c.len(), ldc);
+    // SAFETY: the product writes `f32` values.
+    let c = unsafe { as_written(c) };
+    if b.k == 0 {
+        return zero_product(c, m, b.n, ldc);
+    }
     let rows = PackedRows::pack(a, m, b, false);
     // SAFETY: `c` holds the `[m, N]` product (checked) and is borrowed mutably for the call.
     unsafe { dispatch(&rows, b, 0..b.n_panels(), Output::of(c, ldc)) };
+}
+
+/// `c` as memory for a product to write, as the products that need not find their output
+/// initialised take it.
+///
+/// # Safety
+/// Only `f32` values are written through the result (as this crate's products write), never
+/// an uninitialised one, so that `c` stays initialised.
+pub(crate) unsafe fn as_written(c: &mut [f32]) -> &mut [MaybeUninit<f32>] {
+    // SAFETY: `MaybeUninit<f32>` has `f32`'s layout; the caller writes only `f32` values.
+    unsafe { &mut *(c as *mut [f32] as *mut [MaybeUninit<f32>]) }
+}
+
+/// A product with an empty inner dimension: its `[m, n]` values (row stride `ldc`), all zero.
+pub(crate) fn zero_product(c: &mut [MaybeUninit<f32>], m: usize, n: usize, ldc: usize) {
+    for row in 0..m {
+        c[row * ldc..row * ldc + n].fill(MaybeUninit::new(0.0));
+    }
 }
 
 /// The threads that [`matmul_packed_parallel`] shares a product among: those of rayon's pool
@@ -358,10 +381,14 @@ pub fn matmul_packed_parallel(
     if m == 0 {
         return;
     }
+    // SAFETY: the product writes `f32` values.
+    let c = unsafe { as_written(c) };
     matmul_view_parallel(row_major(a, lda, m, b), m, b, c, ldc);
 }
 
-/// [`matmul_packed_parallel`] for `a` read in place with any strides.
+/// [`matmul_packed_parallel`] for `a` read in place with any strides, into `c` that need not
+/// be initialised: every value of its `[m, N]` product (row stride `ldc`) is written, none
+/// read first.
 ///
 /// # Panics
 /// When `a` or `c` is too short for `m` rows.
@@ -369,7 +396,7 @@ pub(crate) fn matmul_view_parallel(
     a: Strided,
     m: usize,
     b: &PackedMatrix,
-    c: &mut [f32],
+    c: &mut [MaybeUninit<f32>],
     ldc: usize,
 ) {
     use rayon::prelude::*;
@@ -378,6 +405,9 @@ pub(crate) fn matmul_view_parallel(
     }
     assert!(a.holds(m, b.k), "a is [m, K]");
     check_output(m, b, c.len(), ldc);
+    if b.k == 0 {
+        return zero_product(c, m, b.n, ldc);
+    }
     let shares = panel_shares(b.n_panels());
     let out = Output::of(c, ldc);
     for first_row in (0..m).step_by(PASS_ROWS) {
@@ -425,9 +455,9 @@ unsafe impl Sync for Output {}
 
 impl Output {
     /// `c` from its first row.
-    fn of(c: &mut [f32], ldc: usize) -> Self {
+    fn of(c: &mut [MaybeUninit<f32>], ldc: usize) -> Self {
         Self {
-            values: c.as_mut_ptr(),
+            values: c.as_mut_ptr().cast(),
             len: c.len(),
             ldc,
             first_row: 0,
@@ -594,13 +624,15 @@ unsafe fn run<const NR: usize, const MR: usize>(
                         );
                         continue;
                     }
-                    // SAFETY: as above, for the tile's real rows and columns.
-                    let c_row = |i: usize| unsafe {
-                        std::slice::from_raw_parts_mut(out.values.add(at + i * ldc), columns)
-                    };
+                    // SAFETY: as above, for the tile's real rows and columns (raw copies: before
+                    // the first slice's products `c` may hold no values yet).
+                    let c_row = |i: usize| unsafe { out.values.add(at + i * ldc) };
                     if accumulate {
                         for (i, values) in edge.iter_mut().take(real).enumerate() {
-                            values[..columns].copy_from_slice(c_row(i));
+                            // SAFETY: the tile's row, written by the earlier slices.
+                            unsafe {
+                                c_row(i).copy_to_nonoverlapping(values.as_mut_ptr(), columns)
+                            };
                         }
                     }
                     block(
@@ -613,7 +645,8 @@ unsafe fn run<const NR: usize, const MR: usize>(
                         real,
                     );
                     for (i, values) in edge.iter().take(real).enumerate() {
-                        c_row(i).copy_from_slice(&values[..columns]);
+                        // SAFETY: the tile's row, within `c` and this caller's.
+                        unsafe { c_row(i).copy_from_nonoverlapping(values.as_ptr(), columns) };
                     }
                 }
             }
@@ -892,6 +925,8 @@ mod tests {
                 // Enough rows for several groups of panels (their columns of `c` past
                 // `GROUP_BYTES`), each group summing its slices of K before the next.
                 (520, 300, 200),
+                // No inner dimension: a product of zeros, written as any other.
+                (4, 0, 37),
             ] {
                 let b = values(k * n, 1);
                 let packed = PackedMatrix::pack_for(isa, &b, n);
@@ -993,7 +1028,9 @@ mod tests {
                 PackedMatrix::pack_view(transposed(&b_t, ldb_t), k, n, HostInstructions::Widest);
             let ldc = n + 1;
             let mut c = vec![f32::NAN; m * ldc];
-            pool.install(|| matmul_view_parallel(transposed(&a_t, lda_t), m, &packed, &mut c, ldc));
+            // SAFETY: the product writes `f32` values.
+            let out = unsafe { as_written(&mut c) };
+            pool.install(|| matmul_view_parallel(transposed(&a_t, lda_t), m, &packed, out, ldc));
             let expected = reference(&a, k, m, &b, k, n);
             let tolerance = 1e-5 * (k as f32 / 96.0).max(1.0);
             for i in 0..m {

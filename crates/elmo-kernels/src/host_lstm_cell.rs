@@ -10,12 +10,14 @@
 //! many backward, each a fresh buffer, with flex's scalar `exp` and `tanh`; at `original`'s
 //! widths they took about as long as the step's products.
 
+use std::mem::MaybeUninit;
+
 use burn::tensor::Tensor;
 use rayon::prelude::*;
 
 use crate::cube_lstm_cell::CellRecords;
 use crate::gate_activation::EXP_LIMIT;
-use crate::host_gemm::{Isa, Strided};
+use crate::host_gemm::{Isa, Strided, as_written};
 use crate::host_lstm::{exp, tanh};
 use crate::host_product::{HostPacked, grouped_view_product};
 use crate::host_tensor::HostTensor;
@@ -70,6 +72,8 @@ fn packed<'a>(steps: &HostSteps<'a>) -> Option<(&'a [HostPacked], &'a [HostPacke
 /// `a · W_g` for each group's rows of `a` (`rows` rows with row stride `lda`), into `out`
 /// (row-major, `N` values a row).
 fn grouped_product(weights: &[HostPacked], a: &[f32], lda: usize, rows: usize, out: &mut [f32]) {
+    // SAFETY: the products write `f32` values.
+    let out = unsafe { as_written(out) };
     grouped_view_product(weights, Strided::rows(a, lda), rows, out);
 }
 
@@ -129,17 +133,11 @@ pub fn host_forward_steps(
     }
     let initial_hidden = HostTensor::of(initial_hidden)?.contiguous();
     let initial_memory = HostTensor::of(initial_memory)?.contiguous();
-    let mut gates = HostTensor::zeros([n_steps, rows, 4 * c]);
-    let mut memory = HostTensor::zeros([n_steps, rows, c]);
-    let mut tanh_memory = HostTensor::zeros([n_steps, rows, c]);
-    let mut hidden = HostTensor::zeros([n_steps, rows, p]);
-    {
-        let (gates, memory, tanh_memory, hidden) = (
-            gates.values_mut(),
-            memory.values_mut(),
-            tanh_memory.values_mut(),
-            hidden.values_mut(),
-        );
+    let shapes = [4 * c, c, c, p].map(|width| [n_steps, rows, width]);
+    // Every step writes its rows of each record (the cell pass every value of the gates,
+    // memory and its `tanh`, the projection every value of the hidden state), before the
+    // next step reads them.
+    let write = |[gates, memory, tanh_memory, hidden]: [&mut [MaybeUninit<f32>]; 4]| {
         let mut recurrent = vec![0.0f32; rows * 4 * c];
         let mut cells = vec![0.0f32; rows * c];
         let cell_clip = clip_value(steps.cell_clip);
@@ -149,10 +147,13 @@ pub fn host_forward_steps(
             let (done_memory, memory_t) = memory.split_at_mut(t * rows * c);
             let (h_prev, c_prev) = match t {
                 0 => (initial_hidden.values(), initial_memory.values()),
-                _ => (
-                    &done_hidden[(t - 1) * rows * p..],
-                    &done_memory[(t - 1) * rows * c..],
-                ),
+                // SAFETY: step `t − 1` wrote these rows.
+                _ => unsafe {
+                    (
+                        done_hidden[(t - 1) * rows * p..].assume_init_ref(),
+                        done_memory[(t - 1) * rows * c..].assume_init_ref(),
+                    )
+                },
             };
             grouped_product(state, h_prev, p, rows, &mut recurrent);
             let at = |width: usize| t * rows * width..(t + 1) * rows * width;
@@ -175,13 +176,17 @@ pub fn host_forward_steps(
                 },
             );
             let hidden_t = &mut hidden_t[..rows * p];
-            grouped_product(projection, &cells, c, rows, hidden_t);
+            grouped_view_product(projection, Strided::rows(&cells, c), rows, hidden_t);
+            // SAFETY: the product wrote every value.
+            let hidden_t = unsafe { hidden_t.assume_init_mut() };
             if let Some(clip) = steps.projection_clip {
                 let clip = clip as f32;
                 hidden_t.iter_mut().for_each(|v| *v = clipped(*v, clip));
             }
         }
-    }
+    };
+    // SAFETY: `write` writes every value of each record (above).
+    let [gates, memory, tanh_memory, hidden] = unsafe { HostTensor::written_each(shapes, write) };
     Some(HostRecords {
         gates: gates.into_tensor(),
         memory: memory.into_tensor(),
@@ -240,10 +245,10 @@ pub fn host_backward_steps(
         tanh_memory.values(),
         hidden.values(),
     );
-    let mut grad_gates = HostTensor::zeros([n_steps, rows, 4 * c]);
-    let mut grad_projected = HostTensor::zeros([n_steps, rows, p]);
-    {
-        let (grad_gates, grad_projected) = (grad_gates.values_mut(), grad_projected.values_mut());
+    let shapes = [4 * c, p].map(|width| [n_steps, rows, width]);
+    // Every step writes its rows of both (the cell pass every gate's gradient, the loop
+    // below every projection gradient) before reading them.
+    let write = |[grad_gates, grad_projected]: [&mut [MaybeUninit<f32>]; 2]| {
         let grad_outputs = grad_outputs.values();
         // The hidden state's gradient from step t + 1 (`∂z_{t+1}·W_hᵀ`), and the memory's
         // (`∂c_{t+1}·f_{t+1}`), both zero after the last step.
@@ -269,13 +274,15 @@ pub fn host_backward_steps(
                 let from_next = &grad_hidden_next[row * p..][..p];
                 for j in 0..p {
                     let kept = hidden[j].abs() < projection_clip;
-                    grad[j] = if kept {
+                    grad[j] = MaybeUninit::new(if kept {
                         from_output[j] + from_next[j]
                     } else {
                         0.0
-                    };
+                    });
                 }
             }
+            // SAFETY: the loop above wrote every value.
+            let grad_projected_t = unsafe { grad_projected_t.assume_init_ref() };
             grouped_product(projection, grad_projected_t, p, rows, &mut grad_cells);
             let memory_prev = match t {
                 0 => initial_memory.values(),
@@ -290,11 +297,15 @@ pub fn host_backward_steps(
             };
             let grad_gates_t = &mut grad_gates[at(4 * c)];
             pass.run(isa, c, cell_clip, grad_gates_t, &mut carry);
+            // SAFETY: the cell pass wrote every value.
+            let grad_gates_t = unsafe { grad_gates_t.assume_init_ref() };
             if t > 0 {
                 grouped_product(state, grad_gates_t, 4 * c, rows, &mut grad_hidden_next);
             }
         }
-    }
+    };
+    // SAFETY: `write` writes every value of both (above).
+    let [grad_gates, grad_projected] = unsafe { HostTensor::written_each(shapes, write) };
     Some(HostStepGradients {
         gates: grad_gates.into_tensor(),
         projected: grad_projected.into_tensor(),
@@ -320,14 +331,14 @@ struct CellForward<'a> {
     memory_prev: &'a [f32],
 }
 
-/// What a forward step's cell pass writes.
+/// What a forward step's cell pass writes (every value of each).
 struct ForwardOutputs<'a> {
     /// `[B, 4C]`.
-    gates: &'a mut [f32],
+    gates: &'a mut [MaybeUninit<f32>],
     /// `[B, C]`.
-    memory: &'a mut [f32],
+    memory: &'a mut [MaybeUninit<f32>],
     /// `[B, C]`.
-    tanh_memory: &'a mut [f32],
+    tanh_memory: &'a mut [MaybeUninit<f32>],
     /// `[B, C]`: `o·tanh(memory)`, the projection's left factor.
     cells: &'a mut [f32],
 }
@@ -364,9 +375,9 @@ struct ForwardRow<'a> {
     bias: &'a [f32],
     recurrent: &'a [f32],
     memory_prev: &'a [f32],
-    gates: &'a mut [f32],
-    memory: &'a mut [f32],
-    tanh_memory: &'a mut [f32],
+    gates: &'a mut [MaybeUninit<f32>],
+    memory: &'a mut [MaybeUninit<f32>],
+    tanh_memory: &'a mut [MaybeUninit<f32>],
     cells: &'a mut [f32],
     clip: f32,
 }
@@ -380,7 +391,7 @@ fn blocks(row: &[f32], c: usize) -> [&[f32]; 4] {
 }
 
 /// [`blocks`], to write.
-fn blocks_mut(row: &mut [f32], c: usize) -> [&mut [f32]; 4] {
+fn blocks_mut<T>(row: &mut [T], c: usize) -> [&mut [T]; 4] {
     let (i, rest) = row.split_at_mut(c);
     let (f, rest) = rest.split_at_mut(c);
     let (g, o) = rest.split_at_mut(c);
@@ -423,11 +434,14 @@ fn forward_row(r: ForwardRow) {
         let forget = prepared_sigmoid(-((xf[j] + bf[j]) + zf[j]));
         let candidate = prepared_sigmoid(-2.0 * ((xg[j] + bg[j]) + zg[j])) * 2.0 - 1.0;
         let output = prepared_sigmoid(-((xo[j] + bo[j]) + zo[j]));
-        (gi[j], gf[j], gg[j], go[j]) = (input, forget, candidate, output);
+        gi[j] = MaybeUninit::new(input);
+        gf[j] = MaybeUninit::new(forget);
+        gg[j] = MaybeUninit::new(candidate);
+        go[j] = MaybeUninit::new(output);
         let memory = clipped(input * candidate + forget * r.memory_prev[j], clip);
         let tanh_memory = tanh(memory);
-        r.memory[j] = memory;
-        r.tanh_memory[j] = tanh_memory;
+        r.memory[j] = MaybeUninit::new(memory);
+        r.tanh_memory[j] = MaybeUninit::new(tanh_memory);
         r.cells[j] = output * tanh_memory;
     }
 }
@@ -447,10 +461,17 @@ struct CellBackward<'a> {
 }
 
 impl CellBackward<'_> {
-    /// The pass over every row: the gates' gradients into `grad_gates` `[B, 4C]`, and `carry`
-    /// `[B, C]` (the memory's gradient from the next step on entry) replaced by this step's
-    /// memory gradient times its forget gate.
-    fn run(&self, isa: Isa, c: usize, clip: f32, grad_gates: &mut [f32], carry: &mut [f32]) {
+    /// The pass over every row: the gates' gradients into `grad_gates` `[B, 4C]` (every
+    /// value), and `carry` `[B, C]` (the memory's gradient from the next step on entry)
+    /// replaced by this step's memory gradient times its forget gate.
+    fn run(
+        &self,
+        isa: Isa,
+        c: usize,
+        clip: f32,
+        grad_gates: &mut [MaybeUninit<f32>],
+        carry: &mut [f32],
+    ) {
         (grad_gates.par_chunks_mut(4 * c))
             .zip(carry.par_chunks_mut(c))
             .enumerate()
@@ -478,7 +499,7 @@ struct BackwardRow<'a> {
     tanh_memory: &'a [f32],
     memory_prev: &'a [f32],
     grad_cells: &'a [f32],
-    grad_gates: &'a mut [f32],
+    grad_gates: &'a mut [MaybeUninit<f32>],
     carry: &'a mut [f32],
     clip: f32,
 }
@@ -499,10 +520,10 @@ fn backward_row(r: BackwardRow) {
         } else {
             0.0
         };
-        di[j] = grad_memory * (candidate * (input * (1.0 - input)));
-        df[j] = grad_memory * (r.memory_prev[j] * (forget * (1.0 - forget)));
-        dg[j] = grad_memory * (input * (1.0 - candidate * candidate));
-        d_o[j] = grad_cell * (tanh_memory * (output * (1.0 - output)));
+        di[j] = MaybeUninit::new(grad_memory * (candidate * (input * (1.0 - input))));
+        df[j] = MaybeUninit::new(grad_memory * (r.memory_prev[j] * (forget * (1.0 - forget))));
+        dg[j] = MaybeUninit::new(grad_memory * (input * (1.0 - candidate * candidate)));
+        d_o[j] = MaybeUninit::new(grad_cell * (tanh_memory * (output * (1.0 - output))));
         r.carry[j] = grad_memory * forget;
     }
 }

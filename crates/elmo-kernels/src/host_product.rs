@@ -6,10 +6,12 @@
 //! a training step's per-step products with their weights packed once per step
 //! ([`crate::SplitWeight::on_host`]).
 
+use std::mem::MaybeUninit;
+
 use burn::tensor::Tensor;
 
 use crate::host_bf16::Bf16Matrix;
-use crate::host_bf16_product::{matmul_bf16_parallel, matmul_bf16_view_parallel};
+use crate::host_bf16_product::matmul_bf16_view_parallel;
 use crate::host_bf16_unit::Bf16Unit;
 use crate::host_gemm::{HostInstructions, Isa, PackedMatrix, Strided, matmul_view_parallel};
 use crate::host_tensor::HostTensor;
@@ -50,9 +52,9 @@ impl HostPacked {
         }
     }
 
-    /// `m` rows of `lhs` times this weight into `out` (row-major, `N` values a row), on
-    /// rayon's threads.
-    fn product(&self, lhs: Strided, m: usize, out: &mut [f32]) {
+    /// `m` rows of `lhs` times this weight into `out` (row-major, `N` values a row: every
+    /// one written, none read), on rayon's threads.
+    fn product(&self, lhs: Strided, m: usize, out: &mut [MaybeUninit<f32>]) {
         match self {
             Self::F32(packed) => matmul_view_parallel(lhs, m, packed, out, packed.n()),
             Self::Bf16(packed, _) => matmul_bf16_view_parallel(lhs, m, packed, out, packed.n()),
@@ -151,8 +153,13 @@ pub fn bf16_product(lhs: &Tensor<2>, b: &Bf16Matrix) -> Option<Tensor<2>> {
         return None;
     }
     let lhs = HostTensor::of(lhs)?.contiguous();
-    let mut out = HostTensor::zeros([m, b.n()]);
-    matmul_bf16_parallel(lhs.values(), k, m, b, out.values_mut(), b.n());
+    let lhs = Strided::rows(lhs.values(), k);
+    // SAFETY: the product writes every value of its `[m, N]` output (row stride `N`).
+    let out = unsafe {
+        HostTensor::written([m, b.n()], |out| {
+            matmul_bf16_view_parallel(lhs, m, b, out, b.n())
+        })
+    };
     Some(out.into_tensor())
 }
 
@@ -168,19 +175,33 @@ pub(crate) fn grouped_product<const D: usize>(
     let rows = lhs.dims()[0];
     let n = packed[0].n();
     let lhs = HostTensor::of(lhs)?;
-    let mut out = HostTensor::zeros([rows, n]);
-    grouped_view_product(packed, lhs.strided()?, rows, out.values_mut());
+    let view = lhs.strided()?;
+    // SAFETY: the products write every value of the `[rows, N]` output.
+    let out = unsafe {
+        HostTensor::written([rows, n], |out| {
+            grouped_view_product(packed, view, rows, out)
+        })
+    };
     Some(out.into_tensor())
 }
 
 /// Each group's rows of `lhs` (`rows` rows read in place, `rows / G` a group) times its packed
-/// weight, into `out` (row-major, `N` values a row).
+/// weight, into `out` (row-major, `N` values a row: every one of the `rows` rows written, none
+/// read).
+///
+/// # Panics
+/// When `rows` is not a multiple of the groups.
 pub(crate) fn grouped_view_product(
     packed: &[HostPacked],
     lhs: Strided,
     rows: usize,
-    out: &mut [f32],
+    out: &mut [MaybeUninit<f32>],
 ) {
+    assert!(
+        rows.is_multiple_of(packed.len()),
+        "{rows} rows in {} groups",
+        packed.len()
+    );
     let batch = rows / packed.len();
     let n = packed[0].n();
     for (g, weight) in packed.iter().enumerate() {

@@ -2,6 +2,8 @@
 //! `host_lstm_cell.rs`): an `f32` tensor's values at its strides, and new tensors whose values the
 //! host fills. Only with this crate's `flex` feature; without it no tensor is a [`HostTensor`].
 
+use std::mem::MaybeUninit;
+
 use burn::tensor::Tensor;
 
 use crate::host_gemm::Strided;
@@ -45,6 +47,48 @@ impl HostTensor {
             vec![0.0f32; n],
             shape,
         )))
+    }
+
+    /// A new `f32` tensor whose values `write` writes, row-major, without zeroing them first
+    /// (a pass over memory that the products' outputs, written whole, do not need).
+    ///
+    /// # Safety
+    /// `write` writes every value of the slice it is given (`shape`'s product of them).
+    pub(crate) unsafe fn written<const D: usize>(
+        shape: [usize; D],
+        write: impl FnOnce(&mut [MaybeUninit<f32>]),
+    ) -> Self {
+        // SAFETY: `write` writes every value (the caller's promise).
+        let [tensor] = unsafe { Self::written_each([shape], |[values]| write(values)) };
+        tensor
+    }
+
+    /// [`Self::written`] for `N` new tensors that `write` writes together (a forward pass's
+    /// records).
+    ///
+    /// # Safety
+    /// `write` writes every value of each slice it is given.
+    pub(crate) unsafe fn written_each<const D: usize, const N: usize>(
+        shapes: [[usize; D]; N],
+        write: impl FnOnce([&mut [MaybeUninit<f32>]; N]),
+    ) -> [Self; N] {
+        use burn::backend::flex::FlexTensor;
+        use burn::tensor::TensorData;
+        let lengths = shapes.map(|shape| shape.iter().product::<usize>());
+        let mut values = lengths.map(Vec::<f32>::with_capacity);
+        let mut slots = values.iter_mut().zip(lengths);
+        write(std::array::from_fn(|_| {
+            let (values, n) = slots.next().expect("a slot per tensor");
+            &mut values.spare_capacity_mut()[..n]
+        }));
+        let mut shapes = shapes.into_iter().zip(lengths);
+        values.map(|mut values| {
+            let (shape, n) = shapes.next().expect("a shape per tensor");
+            // SAFETY: the capacity is at least `n`, and `write` wrote every value (the
+            // caller's promise).
+            unsafe { values.set_len(n) };
+            Self(FlexTensor::from_data(TensorData::new(values, shape)))
+        })
     }
 
     /// The same values row-major and contiguous (a copy only where they are not).
@@ -118,6 +162,24 @@ impl HostTensor {
     }
 
     pub(crate) fn zeros<const D: usize>(_shape: [usize; D]) -> Self {
+        unreachable!("{}", Self::NONE)
+    }
+
+    /// # Safety
+    /// As with the `flex` feature.
+    pub(crate) unsafe fn written<const D: usize>(
+        _shape: [usize; D],
+        _write: impl FnOnce(&mut [MaybeUninit<f32>]),
+    ) -> Self {
+        unreachable!("{}", Self::NONE)
+    }
+
+    /// # Safety
+    /// As with the `flex` feature.
+    pub(crate) unsafe fn written_each<const D: usize, const N: usize>(
+        _shapes: [[usize; D]; N],
+        _write: impl FnOnce([&mut [MaybeUninit<f32>]; N]),
+    ) -> [Self; N] {
         unreachable!("{}", Self::NONE)
     }
 
