@@ -117,7 +117,8 @@ fn host_products(limit: HostInstructions) {
 /// host LSTM loop's shapes (as [`host_products`]) and the char CNN's highway at inference's
 /// batches, on the `bf16` unit this CPU has within `limit`; then of `matmul_bf16_parallel` on
 /// a training step's shapes with the right factor rounded and packed at each call, as
-/// `--precision mixed` training packs them (against `host parallel` of [`host_products`]).
+/// `--precision mixed` training packs them (against `host parallel` of [`host_products`]), the
+/// packing alone, and the product with the factor packed once.
 fn bf16_products(limit: HostInstructions) {
     let Some(unit) = elmo_kernels::Bf16Unit::at_most(limit) else {
         panic!("this CPU has no unit for bf16 products within {limit:?}");
@@ -145,6 +146,7 @@ fn bf16_products(limit: HostInstructions) {
                 elmo_kernels::matmul_bf16_parallel(&a, k, m, &b, &mut c, n)
             },
         );
+        time_packing(&b, [k, n], limit);
         let b = elmo_kernels::Bf16Matrix::pack(&b, n, limit).expect("a unit");
         time_product(
             &format!("bf16 {unit:?} parallel, packed once"),
@@ -153,6 +155,25 @@ fn bf16_products(limit: HostInstructions) {
             || elmo_kernels::matmul_bf16_parallel(&a, k, m, &b, &mut c, n),
         );
     }
+}
+
+/// GB/s of `f32` values read by [`elmo_kernels::Bf16Matrix::pack`] of a `[k, n]` right factor
+/// (rounded to `bf16` and packed into AMX's tile layout on rayon's threads, as a training
+/// step packs each product's right factor).
+fn time_packing(b: &[f32], [k, n]: [usize; 2], limit: HostInstructions) {
+    let pack = || elmo_kernels::Bf16Matrix::pack(b, n, limit).expect("a unit");
+    drop(pack());
+    let reps = (5e8 / (k * n) as f64).clamp(3.0, 200.0) as usize;
+    let start = Instant::now();
+    for _ in 0..reps {
+        drop(pack());
+    }
+    let s = start.elapsed().as_secs_f64() / reps as f64;
+    println!(
+        "bf16 packing [{k}x{n}]: {:.1} GB/s of f32 read ({:.2} ms)",
+        (k * n * 4) as f64 / s / 1e9,
+        s * 1e3
+    );
 }
 
 /// `[M, K, N]` of the host LSTM loop's products ([`host_products`]).
