@@ -15,6 +15,7 @@ use rayon::prelude::*;
 use crate::KernelSettings;
 #[cfg(feature = "cubecl")]
 use crate::cube_tensor::{ElementwiseOutput, kernel_input, kernel_input_or};
+use crate::host_gemm::{HostInstructions, Isa};
 use crate::host_tensor::HostTensor;
 
 /// One Adagrad step of a parameter.
@@ -167,7 +168,9 @@ impl HostOperands {
 
 /// One Adagrad step on the host, the arithmetic of the composed operations in their order
 /// (bit for bit): the new accumulator and parameter written over `accumulator` and
-/// `parameter` where the caller held their only reference (copies otherwise).
+/// `parameter` where the caller held their only reference (copies otherwise); in vectors of
+/// the widest instruction set this CPU has up to `instructions` (square roots and quotients
+/// are exact in each, so every one gives the same bits).
 ///
 /// # Panics
 /// Where the tensors are not `f32` flex tensors of one shape: check
@@ -178,6 +181,7 @@ pub fn host_adagrad_step<const D: usize>(
     accumulator: Option<Tensor<D>>,
     initial_accumulator: f64,
     learning_rate: f64,
+    instructions: HostInstructions,
 ) -> AdagradStep<D> {
     let dims = parameter.dims();
     assert!(
@@ -191,20 +195,16 @@ pub fn host_adagrad_step<const D: usize>(
         accumulator,
     } = HostOperands::of(parameter, gradient, accumulator);
     let mut accumulator = accumulator.unwrap_or_else(|| HostTensor::zeros(dims));
-    let (lr, initial) = (learning_rate as f32, initial_accumulator as f32);
+    let update = Update {
+        isa: Isa::at_most(instructions),
+        learning_rate: learning_rate as f32,
+        initial: first.then_some(initial_accumulator as f32),
+    };
     (parameter.values_mut().par_chunks_mut(HOST_CHUNK))
         .zip(accumulator.values_mut().par_chunks_mut(HOST_CHUNK))
         .zip(gradient.values().par_chunks(HOST_CHUNK))
         .for_each(|((parameter, accumulator), gradient)| {
-            for ((p, a), &g) in parameter.iter_mut().zip(accumulator).zip(gradient) {
-                let squared = g * g;
-                *a = if first {
-                    squared + initial
-                } else {
-                    *a + squared
-                };
-                *p -= g / a.sqrt() * lr;
-            }
+            update.run(parameter, accumulator, gradient)
         });
     AdagradStep {
         parameter: parameter.into_tensor(),
@@ -234,6 +234,7 @@ pub fn host_adagrad_rows<const D: usize>(
     accumulator: Option<Tensor<D>>,
     initial_accumulator: f64,
     learning_rate: f64,
+    instructions: HostInstructions,
 ) -> AdagradStep<D> {
     let dims = parameter.dims();
     let grad_dims = gradient.dims();
@@ -249,7 +250,14 @@ pub fn host_adagrad_rows<const D: usize>(
         dims[0]
     );
     let width: usize = dims[1..].iter().product();
-    let (lr, initial) = (learning_rate as f32, initial_accumulator as f32);
+    let initial = initial_accumulator as f32;
+    // The dense step's `squared + initial` on its first step is `acc + squared` from an
+    // accumulator made at `initial`.
+    let update = Update {
+        isa: Isa::at_most(instructions),
+        learning_rate: learning_rate as f32,
+        initial: None,
+    };
     let HostOperands {
         gradient,
         mut parameter,
@@ -268,16 +276,69 @@ pub fn host_adagrad_rows<const D: usize>(
             .zip(gradient.values().par_chunks(width))
             .with_min_len(HOST_CHUNK.div_ceil(width))
             .for_each(|((parameter, accumulator), gradient)| {
-                for ((p, a), &g) in parameter.iter_mut().zip(accumulator).zip(gradient) {
-                    // The dense step's `squared + initial` on its first step is this sum too.
-                    *a += g * g;
-                    *p -= g / a.sqrt() * lr;
-                }
+                update.run(parameter, accumulator, gradient)
             });
     }
     AdagradStep {
         parameter: parameter.into_tensor(),
         accumulator: accumulator.into_tensor(),
+    }
+}
+
+/// Adagrad's update of a run of values, compiled for an instruction set.
+#[derive(Clone, Copy)]
+struct Update {
+    isa: Isa,
+    learning_rate: f32,
+    /// The initial accumulator, on a first step (the accumulator is not read then).
+    initial: Option<f32>,
+}
+
+impl Update {
+    /// `acc ← acc + g²` (`g² + initial` on a first step), `θ ← θ − g / √acc · lr` over the
+    /// values of `parameter`, `accumulator` and `gradient` (one length).
+    fn run(self, parameter: &mut [f32], accumulator: &mut [f32], gradient: &[f32]) {
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = "avx512f")]
+        fn avx512(update: Update, parameter: &mut [f32], accumulator: &mut [f32], g: &[f32]) {
+            update.values(parameter, accumulator, g)
+        }
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = "avx2")]
+        fn avx2(update: Update, parameter: &mut [f32], accumulator: &mut [f32], g: &[f32]) {
+            update.values(parameter, accumulator, g)
+        }
+        match self.isa {
+            // SAFETY: `Isa::at_most` detected the features on this machine.
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => unsafe { avx512(self, parameter, accumulator, gradient) },
+            // SAFETY: as above.
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => unsafe { avx2(self, parameter, accumulator, gradient) },
+            Isa::Portable => self.values(parameter, accumulator, gradient),
+        }
+    }
+
+    /// [`Self::run`]'s loop, compiled inline with the caller's features: one loop per case,
+    /// without a branch inside, so that it is vectorised.
+    #[inline(always)]
+    fn values(self, parameter: &mut [f32], accumulator: &mut [f32], gradient: &[f32]) {
+        let lr = self.learning_rate;
+        let values = parameter.iter_mut().zip(accumulator).zip(gradient);
+        match self.initial {
+            Some(initial) => {
+                for ((p, a), &g) in values {
+                    *a = g * g + initial;
+                    *p -= g / a.sqrt() * lr;
+                }
+            }
+            None => {
+                for ((p, a), &g) in values {
+                    *a += g * g;
+                    *p -= g / a.sqrt() * lr;
+                }
+            }
+        }
     }
 }
 

@@ -87,7 +87,7 @@ impl Bf16Matrix {
         let k_blocks = k.div_ceil(K_BLOCK);
         let panel_values = k_blocks * 2 * TILE_VALUES;
         let n_panels = n.div_ceil(PANEL);
-        // Written whole, padding included, so not zeroed first (a third of the time of packing
+        // Written whole, padding included, so not zeroed first (a pass of `calloc`'s `memset`
         // where the allocator hands back memory that a product freed).
         let len = n_panels * panel_values;
         let mut data = Vec::with_capacity(len);

@@ -201,6 +201,7 @@ impl Optimizer for Adagrad {
                     accumulator,
                     self.initial_accumulator,
                     lr,
+                    self.kernels.host_instructions,
                 ),
                 false => self.composed_rows_step(lr, tensor, grad, &rows, accumulator),
             };
@@ -210,8 +211,14 @@ impl Optimizer for Adagrad {
         // The host pass takes no device scale (a step hands one only where the norm's sums
         // are on a CubeCL device).
         if scale.is_none() && self.kernels.host_for(&tensor) {
-            let update =
-                host_adagrad_step(tensor, &grad, accumulator, self.initial_accumulator, lr);
+            let update = host_adagrad_step(
+                tensor,
+                &grad,
+                accumulator,
+                self.initial_accumulator,
+                lr,
+                self.kernels.host_instructions,
+            );
             let accumulator = update.accumulator;
             return (update.parameter, Some(AdagradState { accumulator }));
         }
@@ -484,6 +491,7 @@ pub fn clip_to_norm<M: Module>(
 mod tests {
     use super::*;
     use burn::tensor::TensorData;
+    use elmo_kernels::HostInstructions;
 
     #[derive(Module, Debug)]
     struct Two {
@@ -609,9 +617,10 @@ mod tests {
         }
     }
 
-    /// The host loop against the composed operations on flex, bit for bit: two steps (the
-    /// first without an accumulator) over several of its tasks' worth of values; a parameter
-    /// whose values another tensor shares is copied, not overwritten.
+    /// The host loop against the composed operations on flex, bit for bit, in the vectors of
+    /// every instruction set this CPU has: two steps (the first without an accumulator) over
+    /// several of its tasks' worth of values; a parameter whose values another tensor shares
+    /// is copied, not overwritten.
     #[test]
     fn host_adagrad_equals_composed_on_flex() {
         let device = Device::flex();
@@ -620,25 +629,28 @@ mod tests {
         let (parameter, first, second) = (wave(1.0, 0.0), wave(2.0, 1.0), wave(0.3, 2.0));
         assert!(KernelSettings::default().host_for(&parameter));
         let adagrad = Adagrad::new(0.5, KernelSettings::default());
-        let shared = parameter.clone().into_data();
-        let host_first = host_adagrad_step(parameter.clone(), &first, None, 0.5, 0.2);
-        parameter.to_data().assert_eq(&shared, true);
-        let host_second = host_adagrad_step(
-            host_first.parameter.clone(),
-            &second,
-            Some(host_first.accumulator.clone()),
-            0.5,
-            0.2,
-        );
         let [composed_first, composed_second] =
-            composed_two_steps(&adagrad, parameter, [first, second]);
-        for (host, composed) in [
-            (host_first.accumulator, composed_first.accumulator),
-            (host_first.parameter, composed_first.parameter),
-            (host_second.accumulator, composed_second.accumulator),
-            (host_second.parameter, composed_second.parameter),
-        ] {
-            host.into_data().assert_eq(&composed.into_data(), true);
+            composed_two_steps(&adagrad, parameter.clone(), [first.clone(), second.clone()]);
+        for limit in HostInstructions::EVERY {
+            let shared = parameter.clone().into_data();
+            let host_first = host_adagrad_step(parameter.clone(), &first, None, 0.5, 0.2, limit);
+            parameter.to_data().assert_eq(&shared, true);
+            let host_second = host_adagrad_step(
+                host_first.parameter.clone(),
+                &second,
+                Some(host_first.accumulator.clone()),
+                0.5,
+                0.2,
+                limit,
+            );
+            for (host, composed) in [
+                (host_first.accumulator, &composed_first.accumulator),
+                (host_first.parameter, &composed_first.parameter),
+                (host_second.accumulator, &composed_second.accumulator),
+                (host_second.parameter, &composed_second.parameter),
+            ] {
+                host.into_data().assert_eq(&composed.to_data(), true);
+            }
         }
     }
 
@@ -680,6 +692,10 @@ mod tests {
         });
         for kernels in [
             KernelSettings::default(),
+            KernelSettings {
+                host_instructions: HostInstructions::Portable,
+                ..KernelSettings::default()
+            },
             KernelSettings {
                 host_recurrence: false,
                 ..KernelSettings::default()
