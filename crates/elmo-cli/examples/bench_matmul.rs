@@ -87,7 +87,8 @@ fn time_product(name: &str, [m, k, n]: [usize; 3], min_reps: usize, mut product:
 /// GFLOP/s of [`elmo_kernels::matmul_packed`] on the shapes of the host LSTM loop: one step's
 /// `h·W_h` and projection at 1, 64 and 256 rows (at one row the weight streams from memory at
 /// twice its GFLOP/s in GB/s), `h·W_h` at 4 rows, and a chunk's input projection; the kernel
-/// of the widest instruction set up to `limit`.
+/// of the widest instruction set up to `limit`. Then a training step's products on every
+/// thread with the right factor packed at each call, the packing alone, and packed once.
 fn host_products(limit: HostInstructions) {
     for (m, k, n) in HOST_SHAPES.into_iter().filter(wanted) {
         let b = elmo_kernels::PackedMatrix::pack_limited(&values(k * n, 1), n, limit);
@@ -105,6 +106,9 @@ fn host_products(limit: HostInstructions) {
         time_product("host parallel", [m, k, n], 3, || {
             let b = elmo_kernels::PackedMatrix::pack_limited(&b, n, limit);
             elmo_kernels::matmul_packed_parallel(&a, k, m, &b, &mut c, n)
+        });
+        time_packing("f32", [k, n], || {
+            drop(elmo_kernels::PackedMatrix::pack_limited(&b, n, limit))
         });
         let b = elmo_kernels::PackedMatrix::pack_limited(&b, n, limit);
         time_product("host parallel, packed once", [m, k, n], 3, || {
@@ -146,7 +150,9 @@ fn bf16_products(limit: HostInstructions) {
                 elmo_kernels::matmul_bf16_parallel(&a, k, m, &b, &mut c, n)
             },
         );
-        time_packing(&b, [k, n], limit);
+        time_packing("bf16", [k, n], || {
+            drop(elmo_kernels::Bf16Matrix::pack(&b, n, limit).expect("a unit"))
+        });
         let b = elmo_kernels::Bf16Matrix::pack(&b, n, limit).expect("a unit");
         time_product(
             &format!("bf16 {unit:?} parallel, packed once"),
@@ -157,20 +163,20 @@ fn bf16_products(limit: HostInstructions) {
     }
 }
 
-/// GB/s of `f32` values read by [`elmo_kernels::Bf16Matrix::pack`] of a `[k, n]` right factor
-/// (rounded to `bf16` and packed into AMX's tile layout on rayon's threads, as a training
-/// step packs each product's right factor).
-fn time_packing(b: &[f32], [k, n]: [usize; 2], limit: HostInstructions) {
-    let pack = || elmo_kernels::Bf16Matrix::pack(b, n, limit).expect("a unit");
-    drop(pack());
+/// GB/s of `f32` values read by `pack` of a `[k, n]` right factor (into the host kernel's
+/// panels, `elmo_kernels::PackedMatrix`, or rounded to `bf16` into AMX's tile layout,
+/// `elmo_kernels::Bf16Matrix`, on rayon's threads, as a training step packs each product's
+/// right factor).
+fn time_packing(kind: &str, [k, n]: [usize; 2], mut pack: impl FnMut()) {
+    pack();
     let reps = (5e8 / (k * n) as f64).clamp(3.0, 200.0) as usize;
     let start = Instant::now();
     for _ in 0..reps {
-        drop(pack());
+        pack();
     }
     let s = start.elapsed().as_secs_f64() / reps as f64;
     println!(
-        "bf16 packing [{k}x{n}]: {:.1} GB/s of f32 read ({:.2} ms)",
+        "{kind} packing [{k}x{n}]: {:.1} GB/s of f32 read ({:.2} ms)",
         (k * n * 4) as f64 / s / 1e9,
         s * 1e3
     );
