@@ -66,17 +66,22 @@ fn main() {
     }
 }
 
-/// Runs `product` once, then times enough runs for ~20 GFLOP (at least `min_reps`, at most
-/// 200) and prints its GFLOP/s.
-fn time_product(name: &str, [m, k, n]: [usize; 3], min_reps: usize, mut product: impl FnMut()) {
-    product();
-    let flop = 2.0 * (m * k * n) as f64;
-    let reps = (2e10 / flop).clamp(min_reps as f64, 200.0) as usize;
+/// Runs `work` once, then `reps` times, and gives the seconds of one of those runs.
+fn seconds_each(reps: usize, mut work: impl FnMut()) -> f64 {
+    work();
     let start = Instant::now();
     for _ in 0..reps {
-        product();
+        work();
     }
-    let s = start.elapsed().as_secs_f64() / reps as f64;
+    start.elapsed().as_secs_f64() / reps as f64
+}
+
+/// Runs `product` once, then times enough runs for ~20 GFLOP (at least `min_reps`, at most
+/// 200) and prints its GFLOP/s.
+fn time_product(name: &str, [m, k, n]: [usize; 3], min_reps: usize, product: impl FnMut()) {
+    let flop = 2.0 * (m * k * n) as f64;
+    let reps = (2e10 / flop).clamp(min_reps as f64, 200.0) as usize;
+    let s = seconds_each(reps, product);
     println!(
         "{name} [{m}x{k}]x[{k}x{n}]: {:.1} GFLOP/s ({:.2} ms)",
         flop / s / 1e9,
@@ -167,14 +172,9 @@ fn bf16_products(limit: HostInstructions) {
 /// panels, `elmo_kernels::PackedMatrix`, or rounded to `bf16` into AMX's tile layout,
 /// `elmo_kernels::Bf16Matrix`, on rayon's threads, as a training step packs each product's
 /// right factor).
-fn time_packing(kind: &str, [k, n]: [usize; 2], mut pack: impl FnMut()) {
-    pack();
+fn time_packing(kind: &str, [k, n]: [usize; 2], pack: impl FnMut()) {
     let reps = (5e8 / (k * n) as f64).clamp(3.0, 200.0) as usize;
-    let start = Instant::now();
-    for _ in 0..reps {
-        pack();
-    }
-    let s = start.elapsed().as_secs_f64() / reps as f64;
+    let s = seconds_each(reps, pack);
     println!(
         "{kind} packing [{k}x{n}]: {:.1} GB/s of f32 read ({:.2} ms)",
         (k * n * 4) as f64 / s / 1e9,

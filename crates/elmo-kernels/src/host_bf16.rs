@@ -476,7 +476,9 @@ mod tests {
         [view(n + 2, 1), view(1, k + 1), view(2 * n + 1, 2)]
     }
 
-    fn values(len: usize) -> Vec<f32> {
+    /// Values enough for each of [`views`]' `[k, n]` views of them.
+    fn buffer(k: usize, n: usize) -> Vec<f32> {
+        let len = 3 + (k + 1) * (2 * n + 2) + 2 * n;
         (0..len).map(|i| (i % 251) as f32 / 128.0 - 1.0).collect()
     }
 
@@ -491,7 +493,7 @@ mod tests {
     #[test]
     fn packing_writes_every_value_padding_included() {
         for (k, n) in [(1, 1), (31, 17), (32, 32), (33, 40), (64, 70), (100, 16)] {
-            let buffer = values(3 + (k + 1) * (2 * n + 2) + 2 * n);
+            let buffer = buffer(k, n);
             for view in views(&buffer, k, n) {
                 assert!(view.holds(k, n));
                 let k_blocks = k.div_ceil(K_BLOCK);
@@ -537,7 +539,7 @@ mod tests {
     #[test]
     fn rounding_writes_every_value_padding_included() {
         for (m, k) in [(1, 1), (5, 31), (16, 32), (17, 33), (40, 64), (33, 100)] {
-            let buffer = values(3 + (m + 1) * (2 * k + 2) + 2 * k);
+            let buffer = buffer(m, k);
             for a in views(&buffer, m, k) {
                 assert!(a.holds(m, k));
                 let stride = k.div_ceil(K_BLOCK) * K_BLOCK;
