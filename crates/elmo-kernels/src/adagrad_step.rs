@@ -15,7 +15,7 @@ use rayon::prelude::*;
 use crate::KernelSettings;
 #[cfg(feature = "cubecl")]
 use crate::cube_tensor::{ElementwiseOutput, kernel_input, kernel_input_or};
-use crate::host_gemm::{HostInstructions, Isa};
+use crate::host_gemm::{HostInstructions, Isa, pass_for_isa};
 use crate::host_tensor::HostTensor;
 
 /// One Adagrad step of a parameter.
@@ -285,7 +285,7 @@ pub fn host_adagrad_rows<const D: usize>(
     }
 }
 
-/// Adagrad's update of a run of values, compiled for an instruction set.
+/// Adagrad's update: its instruction set, rate and, on a first step, initial accumulator.
 #[derive(Clone, Copy)]
 struct Update {
     isa: Isa,
@@ -296,51 +296,56 @@ struct Update {
 
 impl Update {
     /// `acc ← acc + g²` (`g² + initial` on a first step), `θ ← θ − g / √acc · lr` over the
-    /// values of `parameter`, `accumulator` and `gradient` (one length).
+    /// values of `parameter`, `accumulator` and `gradient` (one length), in the vectors of
+    /// `self.isa`.
     fn run(self, parameter: &mut [f32], accumulator: &mut [f32], gradient: &[f32]) {
-        #[cfg(target_arch = "x86_64")]
-        #[target_feature(enable = "avx512f")]
-        fn avx512(update: Update, parameter: &mut [f32], accumulator: &mut [f32], g: &[f32]) {
-            update.values(parameter, accumulator, g)
-        }
-        #[cfg(target_arch = "x86_64")]
-        #[target_feature(enable = "avx2")]
-        fn avx2(update: Update, parameter: &mut [f32], accumulator: &mut [f32], g: &[f32]) {
-            update.values(parameter, accumulator, g)
-        }
-        match self.isa {
-            // SAFETY: `Isa::at_most` detected the features on this machine.
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 => unsafe { avx512(self, parameter, accumulator, gradient) },
-            // SAFETY: as above.
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => unsafe { avx2(self, parameter, accumulator, gradient) },
-            Isa::Portable => self.values(parameter, accumulator, gradient),
-        }
+        let values = Values {
+            update: self,
+            parameter,
+            accumulator,
+            gradient,
+        };
+        update_values_for(self.isa, values);
     }
+}
 
-    /// [`Self::run`]'s loop, compiled inline with the caller's features: one loop per case,
-    /// without a branch inside, so that it is vectorised.
-    #[inline(always)]
-    fn values(self, parameter: &mut [f32], accumulator: &mut [f32], gradient: &[f32]) {
-        let lr = self.learning_rate;
-        let values = parameter.iter_mut().zip(accumulator).zip(gradient);
-        match self.initial {
-            Some(initial) => {
-                for ((p, a), &g) in values {
-                    *a = g * g + initial;
-                    *p -= g / a.sqrt() * lr;
-                }
+/// A run of values that [`Update::run`] updates.
+struct Values<'a> {
+    update: Update,
+    parameter: &'a mut [f32],
+    accumulator: &'a mut [f32],
+    gradient: &'a [f32],
+}
+
+/// [`Update::run`]'s loop, compiled inline with the caller's features: one loop per case,
+/// without a branch inside, so that it is vectorised.
+#[inline(always)]
+fn update_values(values: Values) {
+    let Values {
+        update,
+        parameter,
+        accumulator,
+        gradient,
+    } = values;
+    let lr = update.learning_rate;
+    let values = parameter.iter_mut().zip(accumulator).zip(gradient);
+    match update.initial {
+        Some(initial) => {
+            for ((p, a), &g) in values {
+                *a = g * g + initial;
+                *p -= g / a.sqrt() * lr;
             }
-            None => {
-                for ((p, a), &g) in values {
-                    *a += g * g;
-                    *p -= g / a.sqrt() * lr;
-                }
+        }
+        None => {
+            for ((p, a), &g) in values {
+                *a += g * g;
+                *p -= g / a.sqrt() * lr;
             }
         }
     }
 }
+
+pass_for_isa!(update_values_for, update_values, Values);
 
 /// The rows `rows` (ascending, distinct) of row-major `values` with rows of `width` values, as
 /// disjoint slices.

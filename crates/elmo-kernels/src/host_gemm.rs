@@ -102,6 +102,38 @@ impl Isa {
     }
 }
 
+/// `$dispatch(isa, args)`: the pass `$pass` (an `#[inline(always)]` function of one argument
+/// of type `$args`) compiled for AVX-512, AVX2 with FMA and the target's default, run in the
+/// one `isa` names: the host loops that the compiler vectorises themselves (the LSTM's cell
+/// passes, Adagrad's update).
+macro_rules! pass_for_isa {
+    ($dispatch:ident, $pass:ident, $args:ident) => {
+        fn $dispatch(isa: $crate::host_gemm::Isa, args: $args) {
+            #[cfg(target_arch = "x86_64")]
+            #[target_feature(enable = "avx512f,fma")]
+            unsafe fn avx512(args: $args) {
+                $pass(args)
+            }
+            #[cfg(target_arch = "x86_64")]
+            #[target_feature(enable = "avx2,fma")]
+            unsafe fn avx2(args: $args) {
+                $pass(args)
+            }
+            match isa {
+                // SAFETY: an `Isa` names an instruction set detected on this machine
+                // (`Isa::at_most`).
+                #[cfg(target_arch = "x86_64")]
+                $crate::host_gemm::Isa::Avx512 => unsafe { avx512(args) },
+                // SAFETY: as above.
+                #[cfg(target_arch = "x86_64")]
+                $crate::host_gemm::Isa::Avx2 => unsafe { avx2(args) },
+                $crate::host_gemm::Isa::Portable => $pass(args),
+            }
+        }
+    };
+}
+pub(crate) use pass_for_isa;
+
 /// A matrix read in place: value `(i, j)` at `values[offset + i·row_stride + j·col_stride]`
 /// (a transposed tensor has a column stride and unit row stride).
 #[derive(Debug, Clone, Copy)]

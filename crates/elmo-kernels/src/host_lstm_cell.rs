@@ -17,7 +17,7 @@ use rayon::prelude::*;
 
 use crate::cube_lstm_cell::CellRecords;
 use crate::gate_activation::EXP_LIMIT;
-use crate::host_gemm::{Isa, Strided, as_written};
+use crate::host_gemm::{Isa, Strided, as_written, pass_for_isa};
 use crate::host_lstm::{exp, tanh};
 use crate::host_product::{HostPacked, grouped_view_product};
 use crate::host_tensor::HostTensor;
@@ -528,32 +528,5 @@ fn backward_row(r: BackwardRow) {
     }
 }
 
-/// `$dispatch(isa, args)`: the row pass `$row` compiled for the instruction set `isa`.
-macro_rules! row_pass_for {
-    ($dispatch:ident, $row:ident, $args:ident) => {
-        fn $dispatch(isa: Isa, args: $args) {
-            #[cfg(target_arch = "x86_64")]
-            #[target_feature(enable = "avx512f,fma")]
-            unsafe fn avx512(args: $args) {
-                $row(args)
-            }
-            #[cfg(target_arch = "x86_64")]
-            #[target_feature(enable = "avx2,fma")]
-            unsafe fn avx2(args: $args) {
-                $row(args)
-            }
-            match isa {
-                // SAFETY: `isa` was detected on this machine when the weights were packed.
-                #[cfg(target_arch = "x86_64")]
-                Isa::Avx512 => unsafe { avx512(args) },
-                // SAFETY: as above.
-                #[cfg(target_arch = "x86_64")]
-                Isa::Avx2 => unsafe { avx2(args) },
-                Isa::Portable => $row(args),
-            }
-        }
-    };
-}
-
-row_pass_for!(forward_row_for, forward_row, ForwardRow);
-row_pass_for!(backward_row_for, backward_row, BackwardRow);
+pass_for_isa!(forward_row_for, forward_row, ForwardRow);
+pass_for_isa!(backward_row_for, backward_row, BackwardRow);
