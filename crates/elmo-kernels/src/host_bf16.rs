@@ -13,6 +13,7 @@ use std::mem::MaybeUninit;
 
 use crate::host_bf16_unit::Bf16Unit;
 use crate::host_gemm::{HostInstructions, Strided};
+use crate::line_aligned::LineAligned;
 
 /// A packed value of zero (the padding of [`Bf16Matrix`] and [`Bf16Rows`]).
 const ZERO: MaybeUninit<u16> = MaybeUninit::new(0);
@@ -48,7 +49,7 @@ pub(crate) fn bf16_value(bits: u16) -> f32 {
 pub struct Bf16Matrix {
     pub(crate) k: usize,
     pub(crate) n: usize,
-    pub(crate) data: Vec<u16>,
+    pub(crate) data: LineAligned<u16>,
     unit: Bf16Unit,
 }
 
@@ -87,10 +88,8 @@ impl Bf16Matrix {
         let k_blocks = k.div_ceil(K_BLOCK);
         let panel_values = k_blocks * 2 * TILE_VALUES;
         let n_panels = n.div_ceil(PANEL);
-        // Written whole, padding included, so not zeroed first (a pass of `calloc`'s `memset`
-        // where the allocator hands back memory that a product freed).
+        // Written whole, padding included (`LineAligned::written`).
         let len = n_panels * panel_values;
-        let mut data = Vec::with_capacity(len);
         // Groups of panels, a few per thread: each reads its columns of every row.
         let group = n_panels
             .div_ceil(2 * rayon::current_num_threads())
@@ -101,12 +100,11 @@ impl Bf16Matrix {
             n,
             panel_values,
         };
-        (data.spare_capacity_mut()[..len].par_chunks_mut(group * panel_values))
-            .enumerate()
-            .for_each(|(g, panels)| layout.pack_panels(g * group, panels));
-        // SAFETY: the capacity is at least `len`, and `pack_panels` wrote every value of its
-        // panels.
-        unsafe { data.set_len(len) };
+        let data = LineAligned::written(len, |values| {
+            (values.par_chunks_mut(group * panel_values))
+                .enumerate()
+                .for_each(|(g, panels)| layout.pack_panels(g * group, panels))
+        });
         Some(Self { k, n, data, unit })
     }
 
@@ -294,7 +292,7 @@ fn pack_pair(even: Option<&[f32]>, odd: Option<&[f32]>, out: &mut [MaybeUninit<u
 pub(crate) struct Bf16Rows {
     pub(crate) m: usize,
     pub(crate) stride: usize,
-    pub(crate) data: Vec<u16>,
+    pub(crate) data: LineAligned<u16>,
 }
 
 impl Bf16Rows {
@@ -316,10 +314,8 @@ impl Bf16Rows {
         use rayon::prelude::*;
         assert!(m > 0 && a.holds(m, b.k), "a is [m, K]");
         let stride = b.k_blocks() * K_BLOCK;
-        // Written whole, padding included, so not zeroed first.
+        // Written whole, padding included (`LineAligned::written`).
         let len = m.next_multiple_of(32) * stride;
-        let mut data = Vec::with_capacity(len);
-        let values = &mut data.spare_capacity_mut()[..len];
         // Blocks of 16 rows: a transposed view's 16 values of one column are one cache line.
         let block = 16 * stride;
         let rows = RowLayout {
@@ -330,16 +326,13 @@ impl Bf16Rows {
         };
         let round_block =
             |(i, out): (usize, &mut [MaybeUninit<u16>])| rows.round_block(i * 16, out);
-        match m * b.k >= PARALLEL_VALUES {
+        let data = LineAligned::written(len, |values| match m * b.k >= PARALLEL_VALUES {
             true => values
                 .par_chunks_mut(block)
                 .enumerate()
                 .for_each(round_block),
             false => values.chunks_mut(block).enumerate().for_each(round_block),
-        }
-        // SAFETY: the capacity is at least `len`, and `round_block` wrote every value of its
-        // block of rows.
-        unsafe { data.set_len(len) };
+        });
         Self { m, stride, data }
     }
 }

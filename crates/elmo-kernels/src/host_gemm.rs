@@ -14,6 +14,8 @@ use std::ops::Range;
 
 use serde::{Deserialize, Serialize};
 
+use crate::line_aligned::LineAligned;
+
 /// The widest instruction set the host kernels (the products' micro-kernels, the LSTM cell
 /// passes, the char CNN's backward loops) use on an x86-64 CPU: each is compiled for AVX-512,
 /// AVX2 with FMA and the target's default, and runs the widest this CPU has up to this limit.
@@ -277,7 +279,7 @@ pub struct PackedMatrix {
     n: usize,
     panel: usize,
     isa: Isa,
-    data: Vec<f32>,
+    data: LineAligned<f32>,
 }
 
 impl PackedMatrix {
@@ -514,7 +516,7 @@ fn check_output(m: usize, b: &PackedMatrix, c_len: usize, ldc: usize) {
 struct PackedRows {
     m: usize,
     k: usize,
-    data: Vec<f32>,
+    data: LineAligned<f32>,
 }
 
 impl PackedRows {
@@ -539,25 +541,21 @@ const TILE_RUN: usize = 64;
 /// `len` values made chunk by chunk (`chunk` values each, the last one shorter), on rayon's
 /// threads where `parallel`: `fill(index, chunk)` writes every value of its chunk. Packed
 /// operands are written whole, so their memory is not zeroed first (a third of the time of
-/// packing a weight, where the allocator hands back memory that a product freed).
+/// packing a weight, where the allocator hands back memory that a product freed), and start a
+/// cache line, as the micro-kernels load them.
 fn filled(
     len: usize,
     chunk: usize,
     parallel: bool,
     fill: impl Fn(usize, &mut [MaybeUninit<f32>]) + Sync,
-) -> Vec<f32> {
+) -> LineAligned<f32> {
     use rayon::prelude::*;
-    let mut data = Vec::with_capacity(len);
-    let values = &mut data.spare_capacity_mut()[..len];
-    match parallel {
+    LineAligned::written(len, |values| match parallel {
         true => (values.par_chunks_mut(chunk.max(1)).enumerate())
             .for_each(|(index, chunk)| fill(index, chunk)),
         false => (values.chunks_mut(chunk.max(1)).enumerate())
             .for_each(|(index, chunk)| fill(index, chunk)),
-    }
-    // SAFETY: the capacity is at least `len`, and `fill` wrote every one of its values.
-    unsafe { data.set_len(len) };
-    data
+    })
 }
 
 /// [`run`] with the micro-kernel of the instruction set `b` was packed for.

@@ -38,6 +38,7 @@ mod host_tensor;
 mod host_window_max;
 mod index_add;
 mod large_product;
+mod line_aligned;
 mod settings;
 #[cfg(feature = "cubecl")]
 mod shared_tree;
