@@ -18,6 +18,7 @@ use crate::host_bf16_product::{matmul_bf16, matmul_bf16_parallel};
 use crate::host_gemm::{
     HostInstructions, Isa, PackedMatrix, matmul_packed, matmul_packed_parallel,
 };
+use crate::line_aligned::LineAligned;
 
 /// Rows of the input projection computed in one product (`x·W_x` of several steps at once).
 const CHUNK_ROWS: usize = 256;
@@ -191,11 +192,11 @@ impl HostLstm {
         // all of them); at most CHUNK_ROWS rows, so memory stays bounded.
         let chunk_steps = (CHUNK_ROWS / batch.max(1)).clamp(1, n_steps.max(1));
         let mut chunk_inputs = vec![0.0f32; chunk_steps * batch * d_in];
-        let mut projected_inputs = vec![0.0f32; chunk_steps * batch * 4 * c];
+        let mut projected_inputs = LineAligned::zeroed(chunk_steps * batch * 4 * c);
         let mut chunk_rows = 0;
-        let mut gates = vec![0.0f32; batch * 4 * c];
+        let mut gates = LineAligned::zeroed(batch * 4 * c);
         let mut cells = vec![0.0f32; batch * c];
-        let mut projected = vec![0.0f32; batch * p];
+        let mut projected = LineAligned::zeroed(batch * p);
         let time = |step: usize| if go_forward { step } else { n_steps - 1 - step };
         let active = |t: usize| lengths.iter().take_while(|&&l| l > t).count();
         for step in 0..n_steps {

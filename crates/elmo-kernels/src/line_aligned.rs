@@ -1,12 +1,13 @@
 //! Buffers of plain values whose first value starts a 64-byte cache line: the packed operands of
-//! the host products (`host_gemm`'s panels and blocks of rows, `host_bf16`'s tiles and rows), so
-//! that each of the micro-kernels' 64-byte loads reads one line, not two. (The allocator aligns
+//! the host products (`host_gemm`'s panels and blocks of rows, `host_bf16`'s tiles and rows) and
+//! the LSTM loop's products, so that each of the micro-kernels' 64-byte loads and stores reads or
+//! writes one line, not two. (The allocator aligns
 //! a `Vec` to 16 bytes, and a load across two lines takes two of the core's load slots.)
 
 use std::fmt;
 use std::marker::PhantomData;
 use std::mem::MaybeUninit;
-use std::ops::Deref;
+use std::ops::{Deref, DerefMut};
 
 /// Bytes of a cache line.
 const LINE_BYTES: usize = 64;
@@ -68,6 +69,12 @@ impl<T: Plain> LineAligned<T> {
             values: PhantomData,
         }
     }
+
+    /// `len` zeros: a buffer that a product's tiles store into (AMX's rows of 64 bytes, each
+    /// within one line where the row stride is a multiple of a line).
+    pub(crate) fn zeroed(len: usize) -> Self {
+        Self::written(len, |values| values.fill(MaybeUninit::zeroed()))
+    }
 }
 
 impl<T: Plain> Deref for LineAligned<T> {
@@ -76,6 +83,13 @@ impl<T: Plain> Deref for LineAligned<T> {
     fn deref(&self) -> &[T] {
         // SAFETY: the lines hold at least `len` values of `T`, all written (`written`).
         unsafe { std::slice::from_raw_parts(self.lines.as_ptr().cast::<T>(), self.len) }
+    }
+}
+
+impl<T: Plain> DerefMut for LineAligned<T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        // SAFETY: as for `deref`, borrowed mutably.
+        unsafe { std::slice::from_raw_parts_mut(self.lines.as_mut_ptr().cast::<T>(), self.len) }
     }
 }
 
@@ -109,6 +123,11 @@ mod tests {
             });
             assert_eq!(bits.as_ptr() as usize % LINE_BYTES, 0, "{len} u16");
             assert!(bits.iter().enumerate().all(|(i, &v)| v == i as u16));
+            let mut zeros = LineAligned::<f32>::zeroed(len);
+            assert_eq!(zeros.as_ptr() as usize % LINE_BYTES, 0, "{len} zeros");
+            assert!(zeros.iter().all(|&v| v == 0.0));
+            zeros.iter_mut().for_each(|v| *v = 1.0);
+            assert_eq!(zeros.iter().sum::<f32>(), len as f32);
             let copy = bits.clone();
             assert_eq!(&copy[..], &bits[..]);
             assert_eq!(copy.as_ptr() as usize % LINE_BYTES, 0, "a clone, {len} u16");
