@@ -13,11 +13,8 @@
 //! run in `bf16` ([`crate::host_bf16`]'s), the cells and state in `f32`.
 
 use crate::Precision;
-use crate::host_bf16::Bf16Matrix;
-use crate::host_bf16_product::{matmul_bf16, matmul_bf16_parallel};
-use crate::host_gemm::{
-    HostInstructions, Isa, PackedMatrix, matmul_packed, matmul_packed_parallel,
-};
+use crate::host_gemm::{HostInstructions, Isa, Strided};
+use crate::host_weight::HostWeight;
 use crate::line_aligned::LineAligned;
 
 /// Rows of the input projection computed in one product (`x·W_x` of several steps at once).
@@ -70,38 +67,6 @@ pub struct HostLstmWeights<'a> {
     pub precision: Precision,
 }
 
-/// A weight packed for the products of one precision.
-#[derive(Debug, Clone)]
-enum HostWeight {
-    F32(PackedMatrix),
-    Bf16(Bf16Matrix),
-}
-
-impl HostWeight {
-    /// A row-major `[k, n]` weight packed for `weights`' precision and instructions.
-    fn pack(values: &[f32], n: usize, weights: &HostLstmWeights) -> Self {
-        let bf16 = match weights.precision {
-            Precision::Mixed => Bf16Matrix::pack(values, n, weights.instructions),
-            Precision::F32 => None,
-        };
-        match bf16 {
-            Some(packed) => Self::Bf16(packed),
-            None => Self::F32(PackedMatrix::pack_limited(values, n, weights.instructions)),
-        }
-    }
-
-    /// `c = a · self` for `m` rows (`lda`, `ldc` the row strides), on rayon's threads where
-    /// `on_pool`.
-    fn product(&self, on_pool: bool, a: &[f32], lda: usize, m: usize, c: &mut [f32], ldc: usize) {
-        match (self, on_pool) {
-            (Self::F32(b), false) => matmul_packed(a, lda, m, b, c, ldc),
-            (Self::F32(b), true) => matmul_packed_parallel(a, lda, m, b, c, ldc),
-            (Self::Bf16(b), false) => matmul_bf16(a, lda, m, b, c, ldc),
-            (Self::Bf16(b), true) => matmul_bf16_parallel(a, lda, m, b, c, ldc),
-        }
-    }
-}
-
 /// A layer's outputs and final state on the host.
 ///
 /// # Shapes
@@ -135,11 +100,15 @@ impl HostLstm {
                 && weights.input_weight.len() == d_input * gates_width,
             "weights of one LSTMP layer"
         );
+        let pack = |values: &[f32], k: usize, n: usize| {
+            let view = Strided::rows(values, n);
+            HostWeight::pack(view, k, n, weights.instructions, weights.precision)
+        };
         Self {
-            input: HostWeight::pack(weights.input_weight, gates_width, &weights),
-            state: HostWeight::pack(weights.state_weight, gates_width, &weights),
+            input: pack(weights.input_weight, d_input, gates_width),
+            state: pack(weights.state_weight, d_projection, gates_width),
             bias: weights.bias.to_vec(),
-            projection: HostWeight::pack(weights.projection, d_projection, &weights),
+            projection: pack(weights.projection, d_cell, d_projection),
             isa: Isa::at_most(weights.instructions),
             d_input,
             d_cell,
@@ -153,7 +122,7 @@ impl HostLstm {
     /// non-increasing) from `hidden` `[B, P]` and `memory` `[B, C]`: left to right when
     /// `go_forward`, else right to left from each row's own last token. The products and the
     /// cell pass run on the calling thread, or on the threads of rayon's pool where `on_pool`
-    /// ([`matmul_packed_parallel`]; a step's cells at least 4,096 a task).
+    /// ([`crate::matmul_packed_parallel`]; a step's cells at least 4,096 a task).
     ///
     /// # Panics
     /// When the shapes disagree or `lengths` is not sorted longest first.

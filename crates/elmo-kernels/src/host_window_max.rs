@@ -12,8 +12,10 @@
 use burn::tensor::Tensor;
 use rayon::prelude::*;
 
-use crate::host_gemm::{HostInstructions, Isa, PackedMatrix, matmul_packed};
+use crate::Precision;
+use crate::host_gemm::{HostInstructions, Isa};
 use crate::host_tensor::HostTensor;
+use crate::host_weight::HostWeight;
 
 /// A convolution's max over positions ([`host_window_max`]).
 #[derive(Debug, Clone)]
@@ -30,8 +32,9 @@ const BUFFER_BYTES: usize = 512 * 1024;
 
 /// The convolution of `width` slots of `chars` with `weight` at the first `n_positions`
 /// positions of each token, and each filter's max over them (with its position where
-/// `with_positions`), with the widest instruction set up to `instructions`; `None` where
-/// `chars` or `weight` is not an `f32` flex tensor (the caller runs burn's operations). Window
+/// `with_positions`), with the widest instruction set up to `instructions`, the products in
+/// `bf16` with [`Precision::Mixed`] where this CPU has a unit for them ([`crate::Bf16Unit`]); `None`
+/// where `chars` or `weight` is not an `f32` flex tensor (the caller runs burn's operations). Window
 /// `p` of a token is its slots `p .. p + width`, flat as the rows of `weight` (slot-major, then
 /// the char dimension).
 ///
@@ -48,6 +51,7 @@ pub fn host_window_max(
     n_positions: usize,
     with_positions: bool,
     instructions: HostInstructions,
+    precision: Precision,
 ) -> Option<HostWindowMax> {
     let [n_tokens, n_slots, d_char] = chars.dims();
     let [d_window, n_filters] = weight.dims();
@@ -60,7 +64,13 @@ pub fn host_window_max(
     let chars = HostTensor::of(chars)?.contiguous();
     let packed = {
         let weight = HostTensor::of(weight)?;
-        PackedMatrix::pack_view(weight.strided()?, d_window, n_filters, instructions)
+        HostWeight::pack(
+            weight.strided()?,
+            d_window,
+            n_filters,
+            instructions,
+            precision,
+        )
     };
     let mut pooled = HostTensor::zeros([n_tokens, n_filters]);
     let mut positions = vec![
@@ -97,7 +107,7 @@ pub fn host_window_max(
                 }
             }
             values.resize(rows * n_filters, 0.0);
-            matmul_packed(windows, d_window, rows, &packed, values, n_filters);
+            packed.product(false, windows, d_window, rows, values, n_filters);
             for (t, pooled) in pooled.chunks_exact_mut(n_filters).enumerate() {
                 let at = (positions.as_deref_mut()).map(|p| &mut p[t * n_filters..][..n_filters]);
                 max_over_rows(&values[t * per_token..][..per_token], pooled, at);
@@ -514,7 +524,15 @@ mod tests {
         ] {
             let chars = small_integers([n_tokens, n_slots, d_char], &device);
             let weight = small_integers([width * d_char, n_filters], &device);
-            let got = host_window_max(&chars, &weight, width, n_positions, true, limit);
+            let got = host_window_max(
+                &chars,
+                &weight,
+                width,
+                n_positions,
+                true,
+                limit,
+                Precision::F32,
+            );
             assert_eq!(
                 got.is_some(),
                 cfg!(feature = "flex"),
@@ -530,8 +548,16 @@ mod tests {
                 .assert_approx_eq::<f32>(&max.into_data(), close);
             let got_positions = got.positions.expect("positions asked for");
             assert_eq!(Some(positions_of(&got_positions)), host(argmax));
-            let without = host_window_max(&chars, &weight, width, n_positions, false, limit)
-                .expect("flex tensors");
+            let without = host_window_max(
+                &chars,
+                &weight,
+                width,
+                n_positions,
+                false,
+                limit,
+                Precision::F32,
+            )
+            .expect("flex tensors");
             assert!(without.positions.is_none());
         }
         // Equal windows (ties at every position), then a NaN char in token 1's third window.
@@ -539,7 +565,8 @@ mod tests {
         values[8 * 2 + 2 * 2] = f32::NAN;
         let chars = Tensor::<3>::from_data(TensorData::new(values, [2, 8, 2]), &device);
         let weight = Tensor::<2>::from_data(TensorData::new(vec![1.0f32, -1.0], [2, 1]), &device);
-        let got = host_window_max(&chars, &weight, 1, 8, true, limit).expect("flex tensors");
+        let got = host_window_max(&chars, &weight, 1, 8, true, limit, Precision::F32)
+            .expect("flex tensors");
         let (_, want) = reference(&chars, &weight, 1, 8);
         let got_positions = positions_of(&got.positions.expect("positions"));
         assert_eq!(Some(got_positions.clone()), host(want), "as burn's");
@@ -550,7 +577,8 @@ mod tests {
         );
         let pooled = got.pooled.into_data().try_to_vec::<f32>().expect("f32");
         assert!(pooled[0] == 0.0 && pooled[1].is_nan(), "{pooled:?}");
-        let without = host_window_max(&chars, &weight, 1, 8, false, limit).expect("flex tensors");
+        let without = host_window_max(&chars, &weight, 1, 8, false, limit, Precision::F32)
+            .expect("flex tensors");
         let pooled = without.pooled.into_data().try_to_vec::<f32>().expect("f32");
         assert!(
             pooled[0] == 0.0 && pooled[1].is_nan(),
@@ -559,7 +587,53 @@ mod tests {
         let autodiff = Device::autodiff(device.clone());
         let chars = Tensor::<3>::random([2, 8, 2], normal, &autodiff);
         let weight = Tensor::<2>::random([2, 3], normal, &autodiff);
-        assert!(host_window_max(&chars, &weight, 1, 8, false, limit).is_none());
+        assert!(host_window_max(&chars, &weight, 1, 8, false, limit, Precision::F32).is_none());
+    }
+
+    /// With [`Precision::Mixed`] the windows' products run in `bf16` where this CPU has a unit
+    /// for them within the limit, else in `f32`: on whole numbers (exact in `bf16`, their sums
+    /// exact in `f32`) the maxima and their positions equal burn's either way; a value that
+    /// `bf16` rounds (1 + 2⁻⁹ to 1) comes out rounded exactly where there is a unit.
+    #[test]
+    fn mixed_window_max_runs_in_bf16_where_the_cpu_has_a_unit() {
+        use crate::Bf16Unit;
+        let device = Device::flex();
+        for limit in HostInstructions::EVERY {
+            let mixed = Precision::Mixed;
+            for (n_tokens, width, n_positions, n_filters) in [(37, 3, 48, 45), (5, 7, 44, 1024)] {
+                let chars = small_integers([n_tokens, 50, 16], &device);
+                let weight = small_integers([width * 16, n_filters], &device);
+                let got = host_window_max(&chars, &weight, width, n_positions, true, limit, mixed);
+                assert_eq!(
+                    got.is_some(),
+                    cfg!(feature = "flex"),
+                    "flex runs the host max"
+                );
+                let Some(got) = got else {
+                    return;
+                };
+                let (max, argmax) = reference(&chars, &weight, width, n_positions);
+                got.pooled
+                    .into_data()
+                    .assert_approx_eq::<f32>(&max.into_data(), Tolerance::absolute(1e-4));
+                let got_positions = got.positions.expect("positions asked for");
+                assert_eq!(
+                    Some(positions_of(&got_positions)),
+                    host(argmax),
+                    "{limit:?}"
+                );
+            }
+            let value = 1.0 + 2f32.powi(-9);
+            let chars = Tensor::<3>::from_data(TensorData::new(vec![value; 4], [1, 4, 1]), &device);
+            let weight = Tensor::<2>::from_data(TensorData::new(vec![1.0f32], [1, 1]), &device);
+            let got = host_window_max(&chars, &weight, 1, 4, false, limit, mixed).expect("flex");
+            let pooled = got.pooled.into_data().try_to_vec::<f32>().expect("f32");
+            let want = match Bf16Unit::at_most(limit) {
+                Some(_) => 1.0,
+                None => value,
+            };
+            assert_eq!(pooled, [want], "{limit:?}");
+        }
     }
 
     /// The sparse backward pass equals autodiff's through burn's windows, product and max:
@@ -587,7 +661,15 @@ mod tests {
             let chars = small_integers([n_tokens, n_slots, d_char], &device);
             let weight = small_integers([width * d_char, n_filters], &device);
             let grad = Tensor::<2>::random([n_tokens, n_filters], normal, &device);
-            let forward = host_window_max(&chars, &weight, width, n_positions, true, limit);
+            let forward = host_window_max(
+                &chars,
+                &weight,
+                width,
+                n_positions,
+                true,
+                limit,
+                Precision::F32,
+            );
             let Some(forward) = forward else {
                 return;
             };

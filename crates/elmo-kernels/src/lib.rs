@@ -35,6 +35,7 @@ mod host_lstm_cell;
 mod host_product;
 mod host_softmax;
 mod host_tensor;
+mod host_weight;
 mod host_window_max;
 mod index_add;
 mod large_product;

@@ -299,8 +299,8 @@ fn device_buffer_limit<const D: usize>(_tensor: &Tensor<D>) -> usize {
 /// product on a CubeCL device with the `vulkan` (SPIR-V) compiler through cooperative-matrix
 /// kernels where the driver offers them. On a CPU [`Precision::half_for`] keeps `f32` (burn's
 /// CPU products gain nothing from 16 bits); the host kernels (inference's LSTMP recurrence and
-/// the char CNN's highways and projection, a training step's products) run `bf16` products on
-/// AMX's tiles or AVX512-BF16 ([`crate::Bf16Matrix`], [`ProductMode::host_bf16`]).
+/// the char CNN's convolutions, highways and projection, a training step's products) run `bf16`
+/// products on AMX's tiles or AVX512-BF16 ([`crate::Bf16Matrix`], [`ProductMode::host_bf16`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Precision {

@@ -10,7 +10,8 @@ use burn::tensor::activation::{relu, tanh};
 use burn::tensor::{Device, Distribution, Int, Tensor, TensorData};
 
 use elmo_kernels::{
-    HostWindowMax, KernelSettings, half_product, host_window_max, product, slices_when, to_half,
+    HostWindowMax, KernelSettings, Precision, half_product, host_window_max, product, slices_when,
+    to_half,
 };
 
 use crate::char_ids::MAX_CHARS_PER_TOKEN;
@@ -178,6 +179,7 @@ impl CharConvolution {
                 n_positions,
                 false,
                 instructions,
+                self.kernels.precision,
             );
             if let Some(max) = max {
                 return self.pooled(max.pooled, n_slots, n_positions, padding_char);
@@ -275,8 +277,8 @@ impl CharConvolution {
     /// backward pass needs: the windows, the position of each filter's max and where the
     /// all-padding window wins. The product runs as [`product`] runs it (on CUDA through cuBLAS;
     /// with mixed precision in 16 bits with `f32` accumulation: the chars may be in 16 bits
-    /// already), not split, or on flex with the max on the host ([`host_window_max`]); the
-    /// output is `f32`.
+    /// already), not split, or on flex in `f32` with the max on the host ([`host_window_max`]);
+    /// the output is `f32`.
     ///
     /// # Shapes
     /// - chars: `[n_tokens, n_slots, d_char]`; padding_char: `[d_char]`
@@ -293,9 +295,23 @@ impl CharConvolution {
         let all_positions = n_slots - self.width + 1;
         let weight = self.weight.val().inner();
         let chars = chars.inner();
+        // On flex in `f32` whatever the precision: the positions of the maxima pick the windows
+        // that the backward pass sends each filter's gradient to, and `bf16`'s rounding moves
+        // near-ties to another window (a training step gains nothing measurable from it).
         let instructions = self.kernels.host_instructions;
         let host = (self.kernels.host_for(&chars))
-            .then(|| host_window_max(&chars, &weight, self.width, n_positions, true, instructions))
+            .then(|| {
+                let width = self.width;
+                host_window_max(
+                    &chars,
+                    &weight,
+                    width,
+                    n_positions,
+                    true,
+                    instructions,
+                    Precision::F32,
+                )
+            })
             .flatten();
         let (mut pooled, windows) = match host {
             // The backward pass reads the windows from the chars too.
