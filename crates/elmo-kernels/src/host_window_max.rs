@@ -502,10 +502,9 @@ mod tests {
         (max.reshape([n_tokens, n_filters]), argmax)
     }
 
-    /// The host's max equals burn's, with its positions: several tokens a task and one token
-    /// over several tasks, fewer positions than the slots allow, a single position, filters
-    /// past a panel; ties keep the first position and a NaN wins (burn's `max_dim_with_indices`);
-    /// not under autodiff; for every instruction set this CPU has.
+    /// The host's max equals burn's, with its positions (`whole_number_windows_equal_burns`);
+    /// ties keep the first position and a NaN wins (burn's `max_dim_with_indices`); not under
+    /// autodiff; for every instruction set this CPU has.
     #[test]
     fn window_max_equals_burns() {
         for limit in HostInstructions::EVERY {
@@ -513,9 +512,13 @@ mod tests {
         }
     }
 
-    fn window_max_equals_burns_with(limit: HostInstructions) {
+    /// Whole-number chars and weights (exact in `bf16` too, their sums exact in `f32`) over
+    /// several tokens a task and one token over several tasks, fewer positions than the slots
+    /// allow, a single position, filters past a panel: the host's maxima and their positions
+    /// equal burn's in `precision`, and without positions the same maxima; `false` where the
+    /// host max does not run (without the `flex` feature).
+    fn whole_number_windows_equal_burns(limit: HostInstructions, precision: Precision) -> bool {
         let device = Device::flex();
-        let normal = Distribution::Normal(0.0, 1.0);
         for (n_tokens, n_slots, d_char, width, n_positions, n_filters) in [
             (37, 50, 4, 3, 48, 45),
             (5, 50, 16, 7, 44, 1024),
@@ -524,41 +527,52 @@ mod tests {
         ] {
             let chars = small_integers([n_tokens, n_slots, d_char], &device);
             let weight = small_integers([width * d_char, n_filters], &device);
-            let got = host_window_max(
-                &chars,
-                &weight,
-                width,
-                n_positions,
-                true,
-                limit,
-                Precision::F32,
-            );
+            let window_max = |positions| {
+                host_window_max(
+                    &chars,
+                    &weight,
+                    width,
+                    n_positions,
+                    positions,
+                    limit,
+                    precision,
+                )
+            };
+            let got = window_max(true);
             assert_eq!(
                 got.is_some(),
                 cfg!(feature = "flex"),
                 "flex runs the host max"
             );
             let Some(got) = got else {
-                return;
+                return false;
             };
             let (max, argmax) = reference(&chars, &weight, width, n_positions);
             let close = Tolerance::absolute(1e-4);
             got.pooled
                 .into_data()
-                .assert_approx_eq::<f32>(&max.into_data(), close);
+                .assert_approx_eq::<f32>(&max.clone().into_data(), close);
             let got_positions = got.positions.expect("positions asked for");
-            assert_eq!(Some(positions_of(&got_positions)), host(argmax));
-            let without = host_window_max(
-                &chars,
-                &weight,
-                width,
-                n_positions,
-                false,
-                limit,
-                Precision::F32,
-            )
-            .expect("flex tensors");
+            assert_eq!(
+                Some(positions_of(&got_positions)),
+                host(argmax),
+                "{limit:?} {precision:?}"
+            );
+            let without = window_max(false).expect("flex tensors");
             assert!(without.positions.is_none());
+            without
+                .pooled
+                .into_data()
+                .assert_approx_eq::<f32>(&max.into_data(), close);
+        }
+        true
+    }
+
+    fn window_max_equals_burns_with(limit: HostInstructions) {
+        let device = Device::flex();
+        let normal = Distribution::Normal(0.0, 1.0);
+        if !whole_number_windows_equal_burns(limit, Precision::F32) {
+            return;
         }
         // Equal windows (ties at every position), then a NaN char in token 1's third window.
         let mut values = vec![1.0f32; 2 * 8 * 2];
@@ -591,8 +605,8 @@ mod tests {
     }
 
     /// With [`Precision::Mixed`] the windows' products run in `bf16` where this CPU has a unit
-    /// for them within the limit, else in `f32`: on whole numbers (exact in `bf16`, their sums
-    /// exact in `f32`) the maxima and their positions equal burn's either way; a value that
+    /// for them within the limit, else in `f32`: on whole numbers the maxima and their positions
+    /// equal burn's either way (`whole_number_windows_equal_burns`); a value that
     /// `bf16` rounds (1 + 2⁻⁹ to 1) comes out rounded exactly where there is a unit.
     #[test]
     fn mixed_window_max_runs_in_bf16_where_the_cpu_has_a_unit() {
@@ -600,28 +614,8 @@ mod tests {
         let device = Device::flex();
         for limit in HostInstructions::EVERY {
             let mixed = Precision::Mixed;
-            for (n_tokens, width, n_positions, n_filters) in [(37, 3, 48, 45), (5, 7, 44, 1024)] {
-                let chars = small_integers([n_tokens, 50, 16], &device);
-                let weight = small_integers([width * 16, n_filters], &device);
-                let got = host_window_max(&chars, &weight, width, n_positions, true, limit, mixed);
-                assert_eq!(
-                    got.is_some(),
-                    cfg!(feature = "flex"),
-                    "flex runs the host max"
-                );
-                let Some(got) = got else {
-                    return;
-                };
-                let (max, argmax) = reference(&chars, &weight, width, n_positions);
-                got.pooled
-                    .into_data()
-                    .assert_approx_eq::<f32>(&max.into_data(), Tolerance::absolute(1e-4));
-                let got_positions = got.positions.expect("positions asked for");
-                assert_eq!(
-                    Some(positions_of(&got_positions)),
-                    host(argmax),
-                    "{limit:?}"
-                );
+            if !whole_number_windows_equal_burns(limit, mixed) {
+                return;
             }
             let value = 1.0 + 2f32.powi(-9);
             let chars = Tensor::<3>::from_data(TensorData::new(vec![value; 4], [1, 4, 1]), &device);
