@@ -100,11 +100,15 @@ impl Bf16Matrix {
             n,
             panel_values,
         };
-        let data = LineAligned::written(len, |values| {
-            (values.par_chunks_mut(group * panel_values))
-                .enumerate()
-                .for_each(|(g, panels)| layout.pack_panels(g * group, panels))
-        });
+        // SAFETY: the groups cover every panel, and `pack_panels` writes every value of its
+        // panels.
+        let data = unsafe {
+            LineAligned::written(len, |values| {
+                (values.par_chunks_mut(group * panel_values))
+                    .enumerate()
+                    .for_each(|(g, panels)| layout.pack_panels(g * group, panels))
+            })
+        };
         Some(Self { k, n, data, unit })
     }
 
@@ -326,13 +330,17 @@ impl Bf16Rows {
         };
         let round_block =
             |(i, out): (usize, &mut [MaybeUninit<u16>])| rows.round_block(i * 16, out);
-        let data = LineAligned::written(len, |values| match m * b.k >= PARALLEL_VALUES {
-            true => values
-                .par_chunks_mut(block)
-                .enumerate()
-                .for_each(round_block),
-            false => values.chunks_mut(block).enumerate().for_each(round_block),
-        });
+        // SAFETY: the blocks cover every row, and `round_block` writes every value of its block
+        // of rows.
+        let data = unsafe {
+            LineAligned::written(len, |values| match m * b.k >= PARALLEL_VALUES {
+                true => values
+                    .par_chunks_mut(block)
+                    .enumerate()
+                    .for_each(round_block),
+                false => values.chunks_mut(block).enumerate().for_each(round_block),
+            })
+        };
         Self { m, stride, data }
     }
 }

@@ -550,12 +550,15 @@ fn filled(
     fill: impl Fn(usize, &mut [MaybeUninit<f32>]) + Sync,
 ) -> LineAligned<f32> {
     use rayon::prelude::*;
-    LineAligned::written(len, |values| match parallel {
-        true => (values.par_chunks_mut(chunk.max(1)).enumerate())
-            .for_each(|(index, chunk)| fill(index, chunk)),
-        false => (values.chunks_mut(chunk.max(1)).enumerate())
-            .for_each(|(index, chunk)| fill(index, chunk)),
-    })
+    // SAFETY: the chunks cover every value, and `fill` writes every value of its chunk.
+    unsafe {
+        LineAligned::written(len, |values| match parallel {
+            true => (values.par_chunks_mut(chunk.max(1)).enumerate())
+                .for_each(|(index, chunk)| fill(index, chunk)),
+            false => (values.chunks_mut(chunk.max(1)).enumerate())
+                .for_each(|(index, chunk)| fill(index, chunk)),
+        })
+    }
 }
 
 /// [`run`] with the micro-kernel of the instruction set `b` was packed for.

@@ -42,7 +42,10 @@ impl<T: Plain> LineAligned<T> {
     /// `len` values that `write` writes, every one of them: it gets them uninitialised (packed
     /// operands are written whole, so their memory is not zeroed first: a pass of `calloc`'s
     /// `memset` where the allocator hands back memory that a product freed).
-    pub(crate) fn written(len: usize, write: impl FnOnce(&mut [MaybeUninit<T>])) -> Self {
+    ///
+    /// # Safety
+    /// `write` writes every value of the slice it is given.
+    pub(crate) unsafe fn written(len: usize, write: impl FnOnce(&mut [MaybeUninit<T>])) -> Self {
         let per_line = LINE_BYTES / size_of::<T>();
         let n_lines = len.div_ceil(per_line);
         let mut lines = Vec::<Line>::with_capacity(n_lines);
@@ -61,7 +64,8 @@ impl<T: Plain> LineAligned<T> {
         // Zero bytes are a value of `T` (`Plain`).
         tail.fill(MaybeUninit::zeroed());
         write(values);
-        // SAFETY: the capacity is at least `n_lines`, and `write` and the tail wrote every value.
+        // SAFETY: the capacity is at least `n_lines`; `write` wrote every value (the caller's
+        // promise) and the tail the rest.
         unsafe { lines.set_len(n_lines) };
         Self {
             lines,
@@ -73,7 +77,8 @@ impl<T: Plain> LineAligned<T> {
     /// `len` zeros: a buffer that a product's tiles store into (AMX's rows of 64 bytes, each
     /// within one line where the row stride is a multiple of a line).
     pub(crate) fn zeroed(len: usize) -> Self {
-        Self::written(len, |values| values.fill(MaybeUninit::zeroed()))
+        // SAFETY: the fill writes every value.
+        unsafe { Self::written(len, |values| values.fill(MaybeUninit::zeroed())) }
     }
 }
 
@@ -108,19 +113,25 @@ mod tests {
     #[test]
     fn values_start_a_line_and_read_back_as_written() {
         for len in [0, 1, 15, 16, 17, 31, 32, 33, 1000] {
-            let floats = LineAligned::<f32>::written(len, |values| {
-                for (i, v) in values.iter_mut().enumerate() {
-                    *v = MaybeUninit::new(i as f32 * 0.5);
-                }
-            });
+            // SAFETY: the loops write every value.
+            let floats = unsafe {
+                LineAligned::<f32>::written(len, |values| {
+                    for (i, v) in values.iter_mut().enumerate() {
+                        *v = MaybeUninit::new(i as f32 * 0.5);
+                    }
+                })
+            };
             assert_eq!(floats.as_ptr() as usize % LINE_BYTES, 0, "{len} f32");
             assert_eq!(floats.len(), len);
             assert!(floats.iter().enumerate().all(|(i, &v)| v == i as f32 * 0.5));
-            let bits = LineAligned::<u16>::written(len, |values| {
-                for (i, v) in values.iter_mut().enumerate() {
-                    *v = MaybeUninit::new(i as u16);
-                }
-            });
+            // SAFETY: as above.
+            let bits = unsafe {
+                LineAligned::<u16>::written(len, |values| {
+                    for (i, v) in values.iter_mut().enumerate() {
+                        *v = MaybeUninit::new(i as u16);
+                    }
+                })
+            };
             assert_eq!(bits.as_ptr() as usize % LINE_BYTES, 0, "{len} u16");
             assert!(bits.iter().enumerate().all(|(i, &v)| v == i as u16));
             let mut zeros = LineAligned::<f32>::zeroed(len);
