@@ -13,7 +13,7 @@
 //! run in `bf16` ([`crate::host_bf16`]'s), the cells and state in `f32`.
 
 use crate::Precision;
-use crate::host_gemm::{HostInstructions, Isa, Strided};
+use crate::host_gemm::{HostInstructions, Isa, Strided, pass_for_isa};
 use crate::host_weight::HostWeight;
 use crate::line_aligned::LineAligned;
 
@@ -245,15 +245,8 @@ struct CellRows<'a> {
 impl CellRows<'_> {
     /// [`cell_pass`] over all rows on the calling thread.
     fn pass(self, isa: Isa, bias: &[f32], clip: Option<f32>) {
-        cell_pass(
-            isa,
-            self.gates,
-            self.inputs,
-            bias,
-            self.memory,
-            self.cells,
-            clip,
-        );
+        let rows = self;
+        cell_pass(isa, CellPass { rows, bias, clip });
     }
 
     /// [`cell_pass`] with the rows shared among rayon's threads (at least [`TASK_CELLS`] cells
@@ -273,64 +266,44 @@ impl CellRows<'_> {
             .zip(self.memory.par_chunks_mut(per_task * c))
             .zip(self.cells.par_chunks_mut(per_task * c))
             .for_each(|(((gates, inputs), memory), cells)| {
-                cell_pass(isa, gates, inputs, bias, memory, cells, clip)
+                let rows = CellRows {
+                    gates,
+                    inputs,
+                    memory,
+                    cells,
+                };
+                rows.pass(isa, bias, clip)
             });
     }
 }
 
+/// The rows of a cell pass with the bias `[4C]` and the memory's clip.
+struct CellPass<'a> {
+    rows: CellRows<'a>,
+    bias: &'a [f32],
+    clip: Option<f32>,
+}
+
+// `cell_pass(isa, pass)`: the cells of the running rows (`cell_rows`), compiled for `isa` (the
+// products' instruction set, detected on this machine).
+pass_for_isa!(cell_pass, cell_rows, CellPass);
+
 /// The cells of the running rows: gates `i, f, g, o` from `gates + inputs + bias` (the state's
 /// and the input's products), the new memory (clipped) in place and `o · tanh(memory)` into
-/// `cells`, compiled for `isa` (the products' instruction set, detected on this machine).
-fn cell_pass(
-    isa: Isa,
-    gates: &[f32],
-    inputs: &[f32],
-    bias: &[f32],
-    memory: &mut [f32],
-    cells: &mut [f32],
-    clip: Option<f32>,
-) {
-    match isa {
-        // SAFETY: `isa` was detected on this machine.
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => unsafe { cell_pass_avx512(gates, inputs, bias, memory, cells, clip) },
-        // SAFETY: as above.
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => unsafe { cell_pass_avx2(gates, inputs, bias, memory, cells, clip) },
-        Isa::Portable => cell_rows(gates, inputs, bias, memory, cells, clip),
-    }
-}
-
-/// `cell_rows` compiled for an instruction set.
-macro_rules! cell_pass_for {
-    ($name:ident, $features:literal) => {
-        #[cfg(target_arch = "x86_64")]
-        #[target_feature(enable = $features)]
-        unsafe fn $name(
-            gates: &[f32],
-            inputs: &[f32],
-            bias: &[f32],
-            memory: &mut [f32],
-            cells: &mut [f32],
-            clip: Option<f32>,
-        ) {
-            cell_rows(gates, inputs, bias, memory, cells, clip)
-        }
-    };
-}
-
-cell_pass_for!(cell_pass_avx512, "avx512f,fma");
-cell_pass_for!(cell_pass_avx2, "avx2,fma");
-
+/// `cells`.
 #[inline(always)]
-fn cell_rows(
-    gates: &[f32],
-    inputs: &[f32],
-    bias: &[f32],
-    memory: &mut [f32],
-    cells: &mut [f32],
-    clip: Option<f32>,
-) {
+fn cell_rows(pass: CellPass) {
+    let CellPass {
+        rows:
+            CellRows {
+                gates,
+                inputs,
+                memory,
+                cells,
+            },
+        bias,
+        clip,
+    } = pass;
     let c = bias.len() / 4;
     let clip = clip.unwrap_or(f32::INFINITY);
     let (bi, bf, bg, bo) = (
