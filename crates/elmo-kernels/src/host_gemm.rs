@@ -107,19 +107,32 @@ impl Isa {
 /// `$dispatch(isa, args)`: the pass `$pass` (an `#[inline(always)]` function of one argument
 /// of type `$args`) compiled for AVX-512, AVX2 with FMA and the target's default, run in the
 /// one `isa` names: the host loops that the compiler vectorises themselves (the LSTM's cell
-/// passes, Adagrad's update).
+/// passes, Adagrad's update). With `$pass::<FUSED>` the pass takes a `const FUSED: bool`: `true`
+/// where the instruction set has FMA (its [`mul_add`] one instruction), else [`PORTABLE_FMA`].
 macro_rules! pass_for_isa {
     ($dispatch:ident, $pass:ident, $args:ident) => {
+        $crate::host_gemm::pass_for_isa!(@ $dispatch, $args, $pass, $pass, $pass);
+    };
+    ($dispatch:ident, $pass:ident::<FUSED>, $args:ident) => {
+        $crate::host_gemm::pass_for_isa!(
+            @ $dispatch,
+            $args,
+            $pass::<true>,
+            $pass::<true>,
+            $pass::<{ $crate::host_gemm::PORTABLE_FMA }>
+        );
+    };
+    (@ $dispatch:ident, $args:ident, $avx512:expr, $avx2:expr, $portable:expr) => {
         fn $dispatch(isa: $crate::host_gemm::Isa, args: $args) {
             #[cfg(target_arch = "x86_64")]
             #[target_feature(enable = "avx512f,fma")]
             unsafe fn avx512(args: $args) {
-                $pass(args)
+                ($avx512)(args)
             }
             #[cfg(target_arch = "x86_64")]
             #[target_feature(enable = "avx2,fma")]
             unsafe fn avx2(args: $args) {
-                $pass(args)
+                ($avx2)(args)
             }
             match isa {
                 // SAFETY: an `Isa` names an instruction set detected on this machine
@@ -129,12 +142,27 @@ macro_rules! pass_for_isa {
                 // SAFETY: as above.
                 #[cfg(target_arch = "x86_64")]
                 $crate::host_gemm::Isa::Avx2 => unsafe { avx2(args) },
-                $crate::host_gemm::Isa::Portable => $pass(args),
+                $crate::host_gemm::Isa::Portable => ($portable)(args),
             }
         }
     };
 }
 pub(crate) use pass_for_isa;
+
+/// Whether the target's default instruction set (the portable passes') has a fused
+/// multiply-add: AArch64's, or x86-64 built with `fma`. Without one, [`mul_add`] multiplies and
+/// adds, where `f32::mul_add` would call the C library's `fmaf` for every value.
+pub(crate) const PORTABLE_FMA: bool = cfg!(any(target_arch = "aarch64", target_feature = "fma"));
+
+/// `a·b + c`: rounded once where `FUSED` (one FMA instruction in the passes of
+/// [`pass_for_isa`] that have one), else rounded after the product and after the sum.
+#[inline(always)]
+pub(crate) fn mul_add<const FUSED: bool>(a: f32, b: f32, c: f32) -> f32 {
+    match FUSED {
+        true => a.mul_add(b, c),
+        false => a * b + c,
+    }
+}
 
 /// A matrix read in place: value `(i, j)` at `values[offset + i·row_stride + j·col_stride]`
 /// (a transposed tensor has a column stride and unit row stride).

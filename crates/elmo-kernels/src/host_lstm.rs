@@ -13,7 +13,7 @@
 //! run in `bf16` ([`crate::host_bf16`]'s), the cells and state in `f32`.
 
 use crate::Precision;
-use crate::host_gemm::{HostInstructions, Isa, Strided, pass_for_isa};
+use crate::host_gemm::{HostInstructions, Isa, Strided, mul_add, pass_for_isa};
 use crate::host_weight::HostWeight;
 use crate::line_aligned::LineAligned;
 
@@ -286,13 +286,13 @@ struct CellPass<'a> {
 
 // `cell_pass(isa, pass)`: the cells of the running rows (`cell_rows`), compiled for `isa` (the
 // products' instruction set, detected on this machine).
-pass_for_isa!(cell_pass, cell_rows, CellPass);
+pass_for_isa!(cell_pass, cell_rows::<FUSED>, CellPass);
 
 /// The cells of the running rows: gates `i, f, g, o` from `gates + inputs + bias` (the state's
 /// and the input's products), the new memory (clipped) in place and `o · tanh(memory)` into
 /// `cells`.
 #[inline(always)]
-fn cell_rows(pass: CellPass) {
+fn cell_rows<const FUSED: bool>(pass: CellPass) {
     let CellPass {
         rows:
             CellRows {
@@ -306,6 +306,9 @@ fn cell_rows(pass: CellPass) {
     } = pass;
     let c = bias.len() / 4;
     let clip = clip.unwrap_or(f32::INFINITY);
+    // `e^−v`, its argument at most 40: a product of two `1 + e(v)` stays finite (below 2^116),
+    // and `σ(−40)`, 4e-18, is zero to float32's precision beside 1.
+    let e = |v: f32| exp_with::<FUSED>(at_most(-v, 40.0));
     let (bi, bf, bg, bo) = (
         &bias[..c],
         &bias[c..2 * c],
@@ -331,17 +334,19 @@ fn cell_rows(pass: CellPass) {
             &inputs[3 * c..],
         );
         for j in 0..c {
-            // AllenNLP's order: `x·W_x + (h·W_h + b)`.
-            let input = sigmoid(xi[j] + (gi[j] + bi[j]));
-            let forget = sigmoid(xf[j] + (gf[j] + bf[j]));
-            let candidate = tanh(xg[j] + (gg[j] + bg[j]));
-            let output = sigmoid(xo[j] + (go[j] + bo[j]));
-            // `max`/`min` rather than `clamp`, whose check of its bounds would stop vectorisation.
-            let m = (input * candidate + forget * memory[j])
-                .max(-clip)
-                .min(clip);
+            // AllenNLP's order: `x·W_x + (h·W_h + b)`; `e(v)` is `e^−v`, so `σ(v) = 1 / (1 +
+            // e(v))` and `tanh(v) = (1 − e(2v)) / (1 + e(2v))`.
+            let ei = e(xi[j] + (gi[j] + bi[j]));
+            let ef = e(xf[j] + (gf[j] + bf[j]));
+            let eg = e(2.0 * (xg[j] + (gg[j] + bg[j])));
+            let eo = e(xo[j] + (go[j] + bo[j]));
+            // `σ(i)·tanh(g) + σ(f)·memory` in two divisions, not three.
+            let m = (1.0 - eg) / ((1.0 + ei) * (1.0 + eg)) + memory[j] / (1.0 + ef);
+            let m = at_most(at_least(m, -clip), clip);
             memory[j] = m;
-            cells[j] = output * tanh(m);
+            // `σ(o)·tanh(m)` in one.
+            let em = e(2.0 * m);
+            cells[j] = (1.0 - em) / ((1.0 + eo) * (1.0 + em));
         }
     }
 }
@@ -350,22 +355,32 @@ fn cell_rows(pass: CellPass) {
 /// degree-6 polynomial after reduction by `ln 2`), branch-free so that loops of it vectorise.
 #[inline(always)]
 pub fn exp(x: f32) -> f32 {
+    exp_with::<false>(x)
+}
+
+/// [`exp`] with its products and sums fused where `FUSED` ([`mul_add`]).
+#[inline(always)]
+fn exp_with<const FUSED: bool>(x: f32) -> f32 {
     const LOG2E: f32 = std::f32::consts::LOG2_E;
     const LN2_HI: f32 = 0.693_359_4;
     const LN2_LO: f32 = -2.121_944_4e-4;
     // Rounds to the nearest integer for |v| < 2^22 without a call (vectorises on any x86-64).
     const ROUND: f32 = 12_582_912.0;
     let x = x.clamp(-87.3, 88.0);
-    let shifted = x * LOG2E + ROUND;
+    let shifted = mul_add::<FUSED>(x, LOG2E, ROUND);
     let n = shifted - ROUND;
-    let r = x - n * LN2_HI - n * LN2_LO;
+    let r = mul_add::<FUSED>(-n, LN2_LO, mul_add::<FUSED>(-n, LN2_HI, x));
     let mut y = 1.987_569_1e-4;
-    y = y * r + 1.398_199_9e-3;
-    y = y * r + 8.333_452e-3;
-    y = y * r + 4.166_579_6e-2;
-    y = y * r + 0.166_666_65;
-    y = y * r + 0.5;
-    let y = y * r * r + r + 1.0;
+    for coefficient in [
+        1.398_199_9e-3,
+        8.333_452e-3,
+        4.166_579_6e-2,
+        0.166_666_65,
+        0.5,
+    ] {
+        y = mul_add::<FUSED>(y, r, coefficient);
+    }
+    let y = mul_add::<FUSED>(y * r, r, r) + 1.0;
     // `shifted`'s low bits hold `n` (its exponent is fixed by ROUND): 2^n without a float to
     // integer conversion, so that the loop vectorises.
     let n_bits = shifted.to_bits().wrapping_sub(ROUND.to_bits());
@@ -382,6 +397,18 @@ pub fn sigmoid(x: f32) -> f32 {
 #[inline(always)]
 pub fn tanh(x: f32) -> f32 {
     2.0 * sigmoid(2.0 * x) - 1.0
+}
+
+/// `max(v, low)`, NaN where `v` is (one instruction, where `f32::max` takes three to drop NaN).
+#[inline(always)]
+fn at_least(v: f32, low: f32) -> f32 {
+    if v < low { low } else { v }
+}
+
+/// `min(v, high)`, NaN where `v` is.
+#[inline(always)]
+fn at_most(v: f32, high: f32) -> f32 {
+    if v > high { high } else { v }
 }
 
 #[cfg(test)]
@@ -407,6 +434,60 @@ mod tests {
         assert!((0.0..1e-30).contains(&sigmoid(-200.0)));
         assert!((sigmoid(200.0) - 1.0).abs() < 1e-7 && (tanh(-50.0) + 1.0).abs() < 1e-7);
         assert!(exp(-1000.0).is_finite() && exp(1000.0).is_finite());
+    }
+
+    /// The cell pass against float64 on every instruction set this CPU has (FMA or not):
+    /// pre-activations from saturated (±1e4) to zero, memory beyond the clip and without one,
+    /// and NaN carried through where a gate is NaN.
+    #[test]
+    fn the_cell_pass_equals_float64_saturated_and_carries_nan() {
+        let c = 37;
+        let spread = |k: usize| match k % 9 {
+            0 => 1e4,
+            1 => -1e4,
+            2 => 0.0,
+            _ => (k as f32 * 0.37).sin() * 45.0,
+        };
+        let gates: Vec<f32> = (0..4 * c).map(spread).collect();
+        let inputs: Vec<f32> = (0..4 * c).map(|k| spread(k + 5) * 0.01).collect();
+        let bias: Vec<f32> = (0..4 * c).map(|k| (k as f32 * 0.11).cos()).collect();
+        let start: Vec<f32> = (0..c).map(|j| (j as f32 - 18.0) * 0.7).collect();
+        let s = |x: f64| 1.0 / (1.0 + (-x).exp());
+        for limit in HostInstructions::EVERY {
+            for clip in [Some(3.0f32), None] {
+                let (mut memory, mut cells) = (start.clone(), vec![0.0f32; c]);
+                let mut with_nan = gates.clone();
+                with_nan[2 * c + 4] = f32::NAN;
+                let rows = CellRows {
+                    gates: &with_nan,
+                    inputs: &inputs,
+                    memory: &mut memory,
+                    cells: &mut cells,
+                };
+                rows.pass(Isa::at_most(limit), &bias, clip);
+                assert!(
+                    memory[4].is_nan() && cells[4].is_nan(),
+                    "{limit:?}: NaN kept"
+                );
+                for j in (0..c).filter(|&j| j != 4) {
+                    let pre = |g: usize| {
+                        let k = g * c + j;
+                        f64::from(inputs[k]) + (f64::from(gates[k]) + f64::from(bias[k]))
+                    };
+                    let clip = clip.map_or(f64::INFINITY, f64::from);
+                    let m = (s(pre(0)) * pre(2).tanh() + s(pre(1)) * f64::from(start[j]))
+                        .clamp(-clip, clip);
+                    let h = s(pre(3)) * m.tanh();
+                    let (dm, dh) = (f64::from(memory[j]) - m, f64::from(cells[j]) - h);
+                    assert!(
+                        dm.abs() <= 1e-6 * (1.0 + m.abs()) && dh.abs() <= 1e-6,
+                        "{limit:?} clip {clip} cell {j}: memory {} vs {m}, output {} vs {h}",
+                        memory[j],
+                        cells[j]
+                    );
+                }
+            }
+        }
     }
 
     /// `n` deterministic values in `[-scale, scale]` drawn from `seed`.
