@@ -341,8 +341,10 @@ fn cell_rows<const FUSED: bool>(pass: CellPass) {
             let eg = e(2.0 * (xg[j] + (gg[j] + bg[j])));
             let eo = e(xo[j] + (go[j] + bo[j]));
             // `σ(i)·tanh(g) + σ(f)·memory` in two divisions, not three.
-            let m = (1.0 - eg) / ((1.0 + ei) * (1.0 + eg)) + memory[j] / (1.0 + ef);
-            let m = at_most(at_least(m, -clip), clip);
+            let m = clipped(
+                (1.0 - eg) / ((1.0 + ei) * (1.0 + eg)) + memory[j] / (1.0 + ef),
+                clip,
+            );
             memory[j] = m;
             // `σ(o)·tanh(m)` in one.
             let em = e(2.0 * m);
@@ -399,16 +401,25 @@ pub fn tanh(x: f32) -> f32 {
     2.0 * sigmoid(2.0 * x) - 1.0
 }
 
-/// `max(v, low)`, NaN where `v` is (one instruction, where `f32::max` takes three to drop NaN).
-#[inline(always)]
-fn at_least(v: f32, low: f32) -> f32 {
-    if v < low { low } else { v }
-}
-
-/// `min(v, high)`, NaN where `v` is.
+/// `min(v, high)`, NaN where `v` is (a comparison, where `f32::min` takes three instructions to
+/// drop NaN).
 #[inline(always)]
 fn at_most(v: f32, high: f32) -> f32 {
     if v > high { high } else { v }
+}
+
+/// `v` clipped to `[−clip, clip]` as burn's `clamp` does it: a NaN stays NaN, so that a diverged
+/// run's loss turns non-finite (`max`/`min` would replace it by a bound). Comparisons rather
+/// than `f32::clamp`, whose check of its bounds would stop vectorisation.
+#[inline(always)]
+pub(crate) fn clipped(v: f32, clip: f32) -> f32 {
+    if v < -clip {
+        -clip
+    } else if v > clip {
+        clip
+    } else {
+        v
+    }
 }
 
 #[cfg(test)]

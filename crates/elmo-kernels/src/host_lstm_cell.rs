@@ -18,7 +18,7 @@ use rayon::prelude::*;
 use crate::cube_lstm_cell::CellRecords;
 use crate::gate_activation::EXP_LIMIT;
 use crate::host_gemm::{Isa, Strided, as_written, pass_for_isa};
-use crate::host_lstm::{exp, tanh};
+use crate::host_lstm::{clipped, exp, tanh};
 use crate::host_product::{HostPacked, grouped_view_product};
 use crate::host_tensor::HostTensor;
 use crate::split_product::SplitWeight;
@@ -396,20 +396,6 @@ fn blocks_mut<T>(row: &mut [T], c: usize) -> [&mut [T]; 4] {
     let (f, rest) = rest.split_at_mut(c);
     let (g, o) = rest.split_at_mut(c);
     [i, f, g, &mut o[..c]]
-}
-
-/// `v` clipped to `[−clip, clip]` as burn's `clamp` does it: a NaN stays NaN, so that a diverged
-/// run's loss turns non-finite (`max`/`min` would replace it by a bound). Comparisons rather
-/// than `f32::clamp`, whose check of its bounds would stop vectorisation.
-#[inline(always)]
-fn clipped(v: f32, clip: f32) -> f32 {
-    if v < -clip {
-        -clip
-    } else if v > clip {
-        clip
-    } else {
-        v
-    }
 }
 
 /// `GateActivation::activate` of one prepared (negated) pre-activation:
