@@ -301,11 +301,10 @@ impl CharConvolution {
         let instructions = self.kernels.host_instructions;
         let host = (self.kernels.host_for(&chars))
             .then(|| {
-                let width = self.width;
                 host_window_max(
                     &chars,
                     &weight,
-                    width,
+                    self.width,
                     n_positions,
                     true,
                     instructions,
