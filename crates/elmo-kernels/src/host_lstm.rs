@@ -210,9 +210,7 @@ impl HostLstm {
             matmul(&self.projection, &cells, c, n_active, &mut projected, p);
             let projected = &mut projected[..n_active * p];
             if let Some(clip) = self.projection_clip {
-                projected
-                    .iter_mut()
-                    .for_each(|v| *v = v.max(-clip).min(clip));
+                projected.iter_mut().for_each(|v| *v = clipped(*v, clip));
             }
             hidden[..n_active * p].copy_from_slice(projected);
             for row in 0..n_active {
@@ -624,6 +622,63 @@ mod tests {
                 // The final state is the last real step's (row 0 runs all steps).
                 let last = if go_forward { n_steps - 1 } else { 0 };
                 assert_eq!(out.hidden[..p], out.outputs[last * p..(last + 1) * p]);
+            }
+        }
+    }
+
+    /// A NaN in one sentence's input reaches every later output of that sentence through the
+    /// projection's clip, as AllenNLP's `torch.clamp` and burn's `clamp` carry it, and leaves the
+    /// other sentences as they were (`max(-clip).min(clip)` would write `-clip`).
+    #[test]
+    fn a_nan_input_stays_nan_through_the_projection_clip() {
+        let (d, c, p) = (6, 40, 9);
+        let (input_weight, state_weight) = (values(d * 4 * c, 1, 0.6), values(p * 4 * c, 2, 0.6));
+        let (bias, projection) = (values(4 * c, 3, 0.3), values(c * p, 4, 0.5));
+        for instructions in HostInstructions::EVERY {
+            let weights = HostLstmWeights {
+                input_weight: &input_weight,
+                state_weight: &state_weight,
+                bias: &bias,
+                projection: &projection,
+                cell_clip: Some(0.9),
+                projection_clip: Some(0.4),
+                instructions,
+                precision: Precision::F32,
+            };
+            let layer = HostLstm::new(weights);
+            let (lengths, n_steps) = (vec![4usize, 4, 3], 4);
+            let clean = values(lengths.len() * n_steps * d, 5, 1.5);
+            let mut inputs = clean.clone();
+            // Sentence 1's second token.
+            inputs[(n_steps + 1) * d + 2] = f32::NAN;
+            let run = |inputs: &[f32], go_forward: bool| {
+                layer
+                    .forward(
+                        inputs,
+                        &lengths,
+                        n_steps,
+                        go_forward,
+                        vec![0.0; lengths.len() * p],
+                        vec![0.0; lengths.len() * c],
+                        false,
+                    )
+                    .outputs
+            };
+            for go_forward in [true, false] {
+                let (out, expected) = (run(&inputs, go_forward), run(&clean, go_forward));
+                for (row, t) in (0..lengths.len()).flat_map(|r| (0..n_steps).map(move |t| (r, t))) {
+                    let at = &out[(row * n_steps + t) * p..][..p];
+                    // Forward, steps 1-3 follow the NaN; backward, steps 0-1.
+                    let reached = row == 1 && if go_forward { t >= 1 } else { t <= 1 };
+                    if reached {
+                        assert!(
+                            at.iter().all(|v| v.is_nan()),
+                            "{instructions:?} forward {go_forward} step {t}: {at:?}"
+                        );
+                    } else {
+                        assert_eq!(at, &expected[(row * n_steps + t) * p..][..p]);
+                    }
+                }
             }
         }
     }
