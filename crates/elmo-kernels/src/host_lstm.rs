@@ -506,6 +506,55 @@ mod tests {
             .collect()
     }
 
+    /// A `d → 4C → P` layer's weights drawn from fixed seeds.
+    struct Seeded {
+        input_weight: Vec<f32>,
+        state_weight: Vec<f32>,
+        bias: Vec<f32>,
+        projection: Vec<f32>,
+    }
+
+    impl Seeded {
+        fn new(d: usize, c: usize, p: usize) -> Self {
+            Self {
+                input_weight: values(d * 4 * c, 1, 0.6),
+                state_weight: values(p * 4 * c, 2, 0.6),
+                bias: values(4 * c, 3, 0.3),
+                projection: values(c * p, 4, 0.5),
+            }
+        }
+
+        /// In `f32`, with clips that the seeded values reach (cell 0.9, projection 0.4).
+        fn clipped(&self, instructions: HostInstructions) -> HostLstmWeights<'_> {
+            HostLstmWeights {
+                input_weight: &self.input_weight,
+                state_weight: &self.state_weight,
+                bias: &self.bias,
+                projection: &self.projection,
+                cell_clip: Some(0.9),
+                projection_clip: Some(0.4),
+                instructions,
+                precision: Precision::F32,
+            }
+        }
+    }
+
+    /// `layer` over `inputs` (`[rows, n_steps, D]`) from a zero state.
+    fn from_zero(
+        layer: &HostLstm,
+        inputs: &[f32],
+        lengths: &[usize],
+        n_steps: usize,
+        go_forward: bool,
+        on_pool: bool,
+    ) -> HostLstmOutput {
+        let [c, p] = [layer.d_cell, layer.d_projection];
+        let (hidden, memory) = (vec![0.0; lengths.len() * p], vec![0.0; lengths.len() * c]);
+        layer.forward(
+            inputs, lengths, n_steps, go_forward, hidden, memory, on_pool,
+        )
+    }
+
     /// A step-by-step float64 LSTMP, row by row (the definition).
     fn reference(
         w: &HostLstmWeights,
@@ -572,19 +621,8 @@ mod tests {
             .into_iter()
             .flat_map(|shape| HostInstructions::EVERY.map(|limit| (shape, limit)))
         {
-            let (input_weight, state_weight) =
-                (values(d * 4 * c, 1, 0.6), values(p * 4 * c, 2, 0.6));
-            let (bias, projection) = (values(4 * c, 3, 0.3), values(c * p, 4, 0.5));
-            let weights = HostLstmWeights {
-                input_weight: &input_weight,
-                state_weight: &state_weight,
-                bias: &bias,
-                projection: &projection,
-                cell_clip: Some(0.9),
-                projection_clip: Some(0.4),
-                instructions,
-                precision: Precision::F32,
-            };
+            let seeded = Seeded::new(d, c, p);
+            let weights = seeded.clipped(instructions);
             let layer = HostLstm::new(weights);
             let (lengths, n_steps) = match c {
                 1024 => (vec![6usize, 6, 5, 5, 4, 4, 3, 2, 1], 6),
@@ -595,17 +633,8 @@ mod tests {
             for (go_forward, on_pool) in
                 [(true, false), (false, false), (true, true), (false, true)]
             {
-                let out = pool.install(|| {
-                    layer.forward(
-                        &inputs,
-                        &lengths,
-                        n_steps,
-                        go_forward,
-                        vec![0.0; lengths.len() * p],
-                        vec![0.0; lengths.len() * c],
-                        on_pool,
-                    )
-                });
+                let out = pool
+                    .install(|| from_zero(&layer, &inputs, &lengths, n_steps, go_forward, on_pool));
                 let expected = reference(&weights, &inputs, &lengths, n_steps, go_forward);
                 let worst = out
                     .outputs
@@ -632,37 +661,16 @@ mod tests {
     #[test]
     fn a_nan_input_stays_nan_through_the_projection_clip() {
         let (d, c, p) = (6, 40, 9);
-        let (input_weight, state_weight) = (values(d * 4 * c, 1, 0.6), values(p * 4 * c, 2, 0.6));
-        let (bias, projection) = (values(4 * c, 3, 0.3), values(c * p, 4, 0.5));
+        let seeded = Seeded::new(d, c, p);
         for instructions in HostInstructions::EVERY {
-            let weights = HostLstmWeights {
-                input_weight: &input_weight,
-                state_weight: &state_weight,
-                bias: &bias,
-                projection: &projection,
-                cell_clip: Some(0.9),
-                projection_clip: Some(0.4),
-                instructions,
-                precision: Precision::F32,
-            };
-            let layer = HostLstm::new(weights);
+            let layer = HostLstm::new(seeded.clipped(instructions));
             let (lengths, n_steps) = (vec![4usize, 4, 3], 4);
             let clean = values(lengths.len() * n_steps * d, 5, 1.5);
             let mut inputs = clean.clone();
             // Sentence 1's second token.
             inputs[(n_steps + 1) * d + 2] = f32::NAN;
             let run = |inputs: &[f32], go_forward: bool| {
-                layer
-                    .forward(
-                        inputs,
-                        &lengths,
-                        n_steps,
-                        go_forward,
-                        vec![0.0; lengths.len() * p],
-                        vec![0.0; lengths.len() * c],
-                        false,
-                    )
-                    .outputs
+                from_zero(&layer, inputs, &lengths, n_steps, go_forward, false).outputs
             };
             for go_forward in [true, false] {
                 let (out, expected) = (run(&inputs, go_forward), run(&clean, go_forward));
