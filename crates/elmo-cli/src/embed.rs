@@ -363,7 +363,7 @@ fn check_input(
 /// Runs `elmo embed` on `args.model`, or on `held` where a front end gives its model (and the
 /// state a stateful run carries on from).
 pub fn run(args: &EmbedArgs, held: Option<HeldModel<'_>>) -> Result<()> {
-    crate::hdf5_output::check_output_name(&args.output)?;
+    crate::hdf5_output::check_output_path(&args.output)?;
     // One writer per output, held until this function returns.
     let _lock = RunLock::acquire(lock_path(&args.output), args.break_stale_lock)?;
     let text = InputText::open(&args.input, beside(&args.output, ".stdin")?)?;

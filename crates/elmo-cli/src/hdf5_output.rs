@@ -88,13 +88,25 @@ pub fn beside(path: &Path, suffix: &str) -> Result<PathBuf> {
     Ok(path.with_file_name(name))
 }
 
-/// An error unless `path` names an HDF5 file (`.hdf5` or `.h5`): the one output format.
-pub fn check_output_name(path: &Path) -> Result<()> {
+/// An error unless `path` names an HDF5 file (`.hdf5` or `.h5`: the one output format) in a
+/// folder that exists: checked before a command takes the output's lock or reads its input.
+pub fn check_output_path(path: &Path) -> Result<()> {
     let extension = (path.extension().and_then(|e| e.to_str())).map(str::to_ascii_lowercase);
     if !matches!(extension.as_deref(), Some("hdf5" | "h5")) {
         bail!(
             "{}: unsupported output format (use a .hdf5 or .h5 file name)",
             path.display()
+        );
+    }
+    let folder = match path.parent() {
+        Some(folder) if !folder.as_os_str().is_empty() => folder,
+        _ => Path::new("."),
+    };
+    if !folder.is_dir() {
+        bail!(
+            "{}: the output's folder {} does not exist (create it first)",
+            path.display(),
+            folder.display()
         );
     }
     Ok(())

@@ -434,6 +434,7 @@ fn copy_part(
 
 /// Runs `elmo merge`.
 pub fn run(args: &MergeArgs) -> Result<()> {
+    crate::hdf5_output::check_output_path(&args.output)?;
     let _lock = RunLock::acquire(crate::embed::lock_path(&args.output), args.break_stale_lock)?;
     // Every part is read and checked before anything is written.
     let (keys, mut sentences): (Vec<Vec<Key>>, Vec<Option<PartSentences>>) = args

@@ -46,7 +46,7 @@ pub struct TokensArgs {
 
 /// Runs `elmo tokens`.
 pub fn run(args: &TokensArgs) -> Result<()> {
-    crate::hdf5_output::check_output_name(&args.output)?;
+    crate::hdf5_output::check_output_path(&args.output)?;
     let _lock = RunLock::acquire(crate::embed::lock_path(&args.output), args.break_stale_lock)?;
     let vocab = Vocabulary::from_file(&args.vocab)?;
     let device = args.backend.device()?;

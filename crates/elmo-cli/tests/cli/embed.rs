@@ -297,6 +297,17 @@ fn bad_arguments_are_clear_errors() {
         dir.path().join("out.txt").to_str().expect("utf8"),
     ]);
     assert!(String::from_utf8_lossy(&result.stderr).contains("unsupported output format"));
+    // An output in a folder that does not exist is refused before anything runs.
+    let result = elmo(&[
+        "embed",
+        input.to_str().expect("utf8"),
+        dir.path().join("no/such/out.hdf5").to_str().expect("utf8"),
+    ]);
+    let stderr = String::from_utf8_lossy(&result.stderr);
+    assert!(
+        !result.status.success() && stderr.contains("folder") && stderr.contains("does not exist"),
+        "{stderr}"
+    );
 
     let (_, result) = embed(dir.path(), TEXT, &["--threads", "0"]);
     let stderr = String::from_utf8_lossy(&result.stderr);
@@ -848,6 +859,13 @@ fn shards_merge_to_the_output_of_one_run() {
     ]);
     assert!(overlap.contains("line 7 is in both"), "{overlap}");
     assert!(!dir.path().join("m2.hdf5").exists() && !dir.path().join("m3.hdf5").exists());
+    // The merged output is an HDF5 file in a folder that exists, as `embed`'s.
+    let text = fails(&["merge", path(&dir.path().join("m5.txt")), path(&parts[0])]);
+    assert!(text.contains("unsupported output format"), "{text}");
+    let nowhere = dir.path().join("no/m6.hdf5");
+    let folder = fails(&["merge", path(&nowhere), path(&parts[0])]);
+    assert!(folder.contains("does not exist"), "{folder}");
+    assert!(!dir.path().join("m5.txt").exists() && !dir.path().join("no").exists());
     for bad in ["--shard=3/3", "--shard=1/0", "--lines=5:2", "--lines=x:3"] {
         let stderr = fails(&["embed", path(&input), path(&dir.path().join("b.hdf5")), bad]);
         assert!(
