@@ -187,49 +187,64 @@ fn stateless_outputs_do_not_depend_on_batch_neighbours() {
 /// place named, before the model runs.
 #[test]
 fn char_id_tensors_are_checked() {
-    let device = Device::default();
-    let bilm = tiny_bilm(&device);
-    let expected = npy::<i64>("tiny/edge/char_ids.npy");
-    let [b, t, c] = [expected.shape[0], expected.shape[1], expected.shape[2]];
-    let tensor = |ids: &[i64]| {
-        burn::tensor::Tensor::<3, burn::tensor::Int>::from_data(
-            burn::tensor::TensorData::new(ids.to_vec(), [b, t, c]),
-            &device,
-        )
-    };
-    let out = bilm
-        .forward(tensor(&expected.data))
-        .expect("AllenNLP's ids");
-    let want = bilm.forward_sentences(&tiny_sentences("edge"), &device);
-    assert_eq!(out.lengths, want.lengths);
-    assert!(max_abs_diff3(&out.layers[2], &want.layers[2]) == 0.0);
-    // `Elmo::forward` of the same ids: AllenNLP's `Elmo` output.
-    let elmo = tiny_elmo(&device, false).forward(tensor(&expected.data));
-    let elmo = elmo.expect("AllenNLP's ids");
-    let want = npy("tiny/edge/elmo.npy");
-    assert_close("Elmo::forward", &elmo.representations[0], &want, TOL, None);
-    assert_eq!(
-        bools2(&elmo.mask).1,
-        npy::<bool>("tiny/edge/elmo_mask.npy").data
-    );
+    // Each CPU backend, and wgpu where an adapter opens (burn's default device is a GPU one in a
+    // build with wgpu, which a CPU-only machine may lack).
+    for (name, device) in cpu_and_wgpu_devices("char_id_tensors_are_checked") {
+        let bilm = tiny_bilm(&device);
+        let expected = npy::<i64>("tiny/edge/char_ids.npy");
+        let [b, t, c] = [expected.shape[0], expected.shape[1], expected.shape[2]];
+        let tensor = |ids: &[i64]| {
+            burn::tensor::Tensor::<3, burn::tensor::Int>::from_data(
+                burn::tensor::TensorData::new(ids.to_vec(), [b, t, c]),
+                &device,
+            )
+        };
+        let out = bilm
+            .forward(tensor(&expected.data))
+            .expect("AllenNLP's ids");
+        let want = bilm.forward_sentences(&tiny_sentences("edge"), &device);
+        assert_eq!(out.lengths, want.lengths);
+        assert!(max_abs_diff3(&out.layers[2], &want.layers[2]) == 0.0);
+        // `Elmo::forward` of the same ids: AllenNLP's `Elmo` output.
+        let elmo = tiny_elmo(&device, false).forward(tensor(&expected.data));
+        let elmo = elmo.expect("AllenNLP's ids");
+        let want = npy("tiny/edge/elmo.npy");
+        assert_close(
+            &format!("{name} Elmo::forward"),
+            &elmo.representations[0],
+            &want,
+            TOL,
+            None,
+        );
+        assert_eq!(
+            bools2(&elmo.mask).1,
+            npy::<bool>("tiny/edge/elmo_mask.npy").data
+        );
 
-    let mut ids = expected.data.clone();
-    ids[c + 7] = 262; // sentence 0, token 1, slot 7
-    let error = bilm.forward(tensor(&ids)).expect_err("id 262").to_string();
-    for word in ["sentence 0", "token 1", "slot 7", "262"] {
-        assert!(error.contains(word), "{error:?} does not name {word:?}");
+        let mut ids = expected.data.clone();
+        ids[c + 7] = 262; // sentence 0, token 1, slot 7
+        let error = bilm.forward(tensor(&ids)).expect_err("id 262").to_string();
+        for word in ["sentence 0", "token 1", "slot 7", "262"] {
+            assert!(
+                error.contains(word),
+                "{name}: {error:?} does not name {word:?}"
+            );
+        }
+        // Sentence 3 has one token: a real token after its padding.
+        let mut ids = expected.data.clone();
+        ids[(3 * t + 2) * c] = 5;
+        let error = bilm.forward(tensor(&ids)).expect_err("a gap").to_string();
+        for word in ["sentence 3", "token 1", "token 2"] {
+            assert!(
+                error.contains(word),
+                "{name}: {error:?} does not name {word:?}"
+            );
+        }
+        let error = tiny_elmo(&device, false)
+            .forward(tensor(&ids))
+            .expect_err("a gap");
+        assert!(error.to_string().contains("sentence 3"), "{name}: {error}");
     }
-    // Sentence 3 has one token: a real token after its padding.
-    let mut ids = expected.data.clone();
-    ids[(3 * t + 2) * c] = 5;
-    let error = bilm.forward(tensor(&ids)).expect_err("a gap").to_string();
-    for word in ["sentence 3", "token 1", "token 2"] {
-        assert!(error.contains(word), "{error:?} does not name {word:?}");
-    }
-    let error = tiny_elmo(&device, false)
-        .forward(tensor(&ids))
-        .expect_err("a gap");
-    assert!(error.to_string().contains("sentence 3"), "{error}");
 }
 
 /// A batch of empty sentences: no positions once `<S>` and `</S>` are removed (it panicked in
