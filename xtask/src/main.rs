@@ -13,6 +13,12 @@
 //!   cuBLAS of `xtask/device/fake-cuda/` (built with `cc`), which compute its products on the
 //!   host; no GPU and no CUDA toolkit. It reuses `spirv`'s build (no third build of burn); CI
 //!   runs it last.
+//! - `cargo xtask aarch64 [--test]`: clippy `-D warnings` on every target of the workspace for
+//!   64-bit ARM Linux ([`ARM_TARGET`]: Graviton, Ampere, Raspberry Pi 5; the code that x86-64
+//!   leaves out, the host kernels' portable path, is compiled and linted there); with `--test`,
+//!   the workspace's tests built for it and run under `qemu-aarch64` (Debian's `qemu-user` and
+//!   `gcc-aarch64-linux-gnu`), but the two that run an ARM binary or extension from a host
+//!   process. Needs `rustup target add aarch64-unknown-linux-gnu`. CI runs the lint.
 //! - `cargo xtask cycles`: no import cycles among the modules of any workspace crate.
 //! - `cargo xtask scripts`: `bash -n` on the shell scripts (also part of `ci`).
 //! - `cargo xtask fuzz [-- --cases N]`: mutation fuzzing of every reader of user files.
@@ -160,6 +166,86 @@ fn cublas() -> Result<(), String> {
     run(check)
 }
 
+/// The 64-bit ARM Linux target of [`aarch64`].
+const ARM_TARGET: &str = "aarch64-unknown-linux-gnu";
+
+/// `cargo xtask aarch64 [--test]`: clippy `-D warnings` on the workspace for [`ARM_TARGET`];
+/// with `--test`, its unit tests and integration tests run under `qemu-aarch64`, linked by
+/// `aarch64-linux-gnu-gcc`, but for [`HOST_ONLY_TESTS`]. Tests are chosen by target, not by
+/// package, so that the build has the workspace's one feature resolution.
+fn aarch64(args: &[String]) -> Result<(), String> {
+    clippy(&["--target", ARM_TARGET])?;
+    if !args.iter().any(|a| a == "--test") {
+        return Ok(());
+    }
+    let target_env = ARM_TARGET.to_uppercase().replace('-', "_");
+    let mut test = cargo();
+    test.args([
+        "test",
+        "--workspace",
+        "--target",
+        ARM_TARGET,
+        "--lib",
+        "--bins",
+    ]);
+    for name in integration_tests(&workspace_root())? {
+        if !HOST_ONLY_TESTS.contains(&name.as_str()) {
+            test.args(["--test", &name]);
+        }
+    }
+    test.env(
+        format!("CARGO_TARGET_{target_env}_LINKER"),
+        "aarch64-linux-gnu-gcc",
+    )
+    .env(
+        format!("CARGO_TARGET_{target_env}_RUNNER"),
+        "qemu-aarch64 -L /usr/aarch64-linux-gnu",
+    )
+    // Under qemu there is no GPU adapter: the wgpu tests report themselves skipped, and
+    // burn's default device (where burn-optim reads a resumed run's optimizer state) is
+    // flex, as the `elmo` binary pins its backend.
+    .env_remove("ELMO_REQUIRE_WGPU")
+    .env("BURN_DEVICE", "flex");
+    run(test)
+}
+
+/// Integration tests that cannot run under `qemu-aarch64` from a host process: `cli` runs the
+/// `elmo` binary (an ARM one) as a child process, `python_module` loads the ARM extension into
+/// the host's Python.
+const HOST_ONLY_TESTS: [&str; 2] = ["cli", "python_module"];
+
+/// The names of the workspace crates' integration tests: each `crates/*/tests/NAME.rs`, and
+/// each `crates/*/tests/NAME/main.rs`.
+fn integration_tests(root: &std::path::Path) -> Result<Vec<String>, String> {
+    let list = |dir: &std::path::Path| -> Result<Vec<PathBuf>, String> {
+        let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        Ok(entries.filter_map(|e| e.ok().map(|e| e.path())).collect())
+    };
+    let mut names = Vec::new();
+    for krate in list(&root.join("crates"))? {
+        let tests = krate.join("tests");
+        if !tests.is_dir() {
+            continue;
+        }
+        for path in list(&tests)? {
+            let stem = path
+                .file_stem()
+                .and_then(|s| s.to_str())
+                .map(str::to_string);
+            let is_test = match path.is_dir() {
+                true => path.join("main.rs").is_file(),
+                false => path.extension().is_some_and(|e| e == "rs"),
+            };
+            if let (true, Some(stem)) = (is_test, stem) {
+                names.push(stem);
+            }
+        }
+    }
+    names.sort();
+    names.dedup();
+    Ok(names)
+}
+
 fn bench(args: &[String]) -> Result<(), String> {
     let (which, rest) = match args.split_first() {
         Some((first, rest)) if !first.starts_with('-') => (first.as_str(), rest),
@@ -210,12 +296,13 @@ fn main() -> ExitCode {
         Some("ci") => ci(),
         Some("spirv") => spirv(),
         Some("cublas") => cublas(),
+        Some("aarch64") => aarch64(&args[1..]),
         Some("cycles") => module_cycles::check(&workspace_root()),
         Some("scripts") => shell_syntax(&workspace_root()),
         Some("bench") => bench(&args[1..]),
         Some("fuzz") => fuzz(&args[1..]),
         _ => Err(
-            "usage: cargo xtask ci | cargo xtask spirv | cargo xtask cublas | cargo xtask cycles | cargo xtask scripts | cargo xtask bench [embed|train] [-- ARGS] | cargo xtask fuzz [-- ARGS]"
+            "usage: cargo xtask ci | cargo xtask spirv | cargo xtask cublas | cargo xtask aarch64 [--test] | cargo xtask cycles | cargo xtask scripts | cargo xtask bench [embed|train] [-- ARGS] | cargo xtask fuzz [-- ARGS]"
                 .into(),
         ),
     };

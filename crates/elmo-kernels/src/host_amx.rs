@@ -16,6 +16,7 @@ use crate::host_bf16::{Bf16Matrix, Bf16Rows, Output};
 /// Bytes of the panels of `B` that every block of 32 rows passes before the next group: they
 /// stay in L2 (2 MiB a core on the Xeons with AMX) while the rows' blocks pass, and a block
 /// writes its rows of `c` across the group's columns (a few pages, not one per row).
+#[cfg(target_arch = "x86_64")]
 const GROUP_BYTES: usize = 512 * 1024;
 
 /// The product of `rows` and the panels `panels` of `b` into `out` on AMX's tiles, on the

@@ -45,6 +45,8 @@ pub(crate) fn bf16_value(bits: u16) -> f32 {
 /// columns `p·32 .. (p+1)·32`, as `K/32` blocks of two `B` tiles (16 columns each), a tile 16
 /// rows of 16 pairs `(k, k+1)`; `K` and `N` padded with zeros to whole blocks and panels. Made
 /// only on a machine with a [`Bf16Unit`], for the unit its products run on.
+// Read by the units' kernels, which are x86-64 code: elsewhere none is ever made.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 #[derive(Debug, Clone)]
 pub struct Bf16Matrix {
     pub(crate) k: usize,
@@ -293,6 +295,8 @@ fn pack_pair(even: Option<&[f32]>, odd: Option<&[f32]>, out: &mut [MaybeUninit<u
 
 /// `m` rows of `a` rounded to `bf16`, row-major with `K` padded to whole blocks and the rows to
 /// a multiple of 32 (zeros).
+// Read by the units' kernels, which are x86-64 code: elsewhere none is ever made.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(crate) struct Bf16Rows {
     pub(crate) m: usize,
     pub(crate) stride: usize,
@@ -433,6 +437,8 @@ const PARALLEL_VALUES: usize = 1 << 16;
 
 /// Where a product writes: `c` with row stride `ldc`, its first `n` columns (of as many rows as
 /// the product has, checked by [`Output::of`]).
+// Read by the units' kernels, which are x86-64 code: elsewhere none is ever made.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Output {
     pub(crate) values: *mut f32,
