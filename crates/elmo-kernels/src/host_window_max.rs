@@ -13,7 +13,7 @@ use burn::tensor::Tensor;
 use rayon::prelude::*;
 
 use crate::Precision;
-use crate::host_gemm::{HostInstructions, Isa};
+use crate::host_gemm::{HostInstructions, Isa, PORTABLE_FMA, mul_add};
 use crate::host_tensor::HostTensor;
 use crate::host_weight::HostWeight;
 
@@ -278,11 +278,12 @@ impl SparsePass<'_> {
     }
 }
 
-/// `y += g · x` in plain code (what the target compiles to by default).
+/// `y += g · x` in plain code (what the target compiles to by default: fused where it has an
+/// FMA, as AArch64 does).
 #[inline(always)]
 fn add_scaled(y: &mut [f32], g: f32, x: &[f32]) {
     for (y, &x) in y.iter_mut().zip(x) {
-        *y += g * x;
+        *y = mul_add::<PORTABLE_FMA>(g, x, *y);
     }
 }
 
