@@ -12,13 +12,13 @@
 //!   strides, streams: `bench_train --blas-check cuda`) against the stand-in CUDA driver and
 //!   cuBLAS of `xtask/device/fake-cuda/` (built with `cc`), which compute its products on the
 //!   host; no GPU and no CUDA toolkit. It reuses `spirv`'s build (no third build of burn); CI
-//!   runs it last.
+//!   runs it after `spirv`.
 //! - `cargo xtask aarch64 [--test]`: clippy `-D warnings` on every target of the workspace for
 //!   64-bit ARM Linux ([`ARM_TARGET`]: Graviton, Ampere, Raspberry Pi 5; the code that x86-64
 //!   leaves out, the host kernels' portable path, is compiled and linted there); with `--test`,
 //!   the workspace's tests built for it and run under `qemu-aarch64` (Debian's `qemu-user` and
 //!   `gcc-aarch64-linux-gnu`), but the two that run an ARM binary or extension from a host
-//!   process. Needs `rustup target add aarch64-unknown-linux-gnu`. CI runs the lint.
+//!   process. Needs `rustup target add aarch64-unknown-linux-gnu`. CI runs the lint, last.
 //! - `cargo xtask cycles`: no import cycles among the modules of any workspace crate.
 //! - `cargo xtask scripts`: `bash -n` on the shell scripts (also part of `ci`).
 //! - `cargo xtask fuzz [-- --cases N]`: mutation fuzzing of every reader of user files.
