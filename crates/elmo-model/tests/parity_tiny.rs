@@ -187,12 +187,19 @@ fn stateless_outputs_do_not_depend_on_batch_neighbours() {
 /// place named, before the model runs.
 #[test]
 fn char_id_tensors_are_checked() {
+    let expected = npy::<i64>("tiny/edge/char_ids.npy");
+    let [b, t, c] = [expected.shape[0], expected.shape[1], expected.shape[2]];
+    let want_elmo = npy("tiny/edge/elmo.npy");
+    let want_mask = npy::<bool>("tiny/edge/elmo_mask.npy").data;
+    let mut bad_id = expected.data.clone();
+    bad_id[c + 7] = 262; // sentence 0, token 1, slot 7
+    // Sentence 3 has one token: a real token after its padding.
+    let mut gap = expected.data.clone();
+    gap[(3 * t + 2) * c] = 5;
     // Each CPU backend, and wgpu where an adapter opens (burn's default device is a GPU one in a
     // build with wgpu, which a CPU-only machine may lack).
     for (name, device) in cpu_and_wgpu_devices("char_id_tensors_are_checked") {
         let bilm = tiny_bilm(&device);
-        let expected = npy::<i64>("tiny/edge/char_ids.npy");
-        let [b, t, c] = [expected.shape[0], expected.shape[1], expected.shape[2]];
         let tensor = |ids: &[i64]| {
             burn::tensor::Tensor::<3, burn::tensor::Int>::from_data(
                 burn::tensor::TensorData::new(ids.to_vec(), [b, t, c]),
@@ -208,32 +215,24 @@ fn char_id_tensors_are_checked() {
         // `Elmo::forward` of the same ids: AllenNLP's `Elmo` output.
         let elmo = tiny_elmo(&device, false).forward(tensor(&expected.data));
         let elmo = elmo.expect("AllenNLP's ids");
-        let want = npy("tiny/edge/elmo.npy");
         assert_close(
             &format!("{name} Elmo::forward"),
             &elmo.representations[0],
-            &want,
+            &want_elmo,
             TOL,
             None,
         );
-        assert_eq!(
-            bools2(&elmo.mask).1,
-            npy::<bool>("tiny/edge/elmo_mask.npy").data
-        );
+        assert_eq!(bools2(&elmo.mask).1, want_mask);
 
-        let mut ids = expected.data.clone();
-        ids[c + 7] = 262; // sentence 0, token 1, slot 7
-        let error = bilm.forward(tensor(&ids)).expect_err("id 262").to_string();
+        let error = bilm.forward(tensor(&bad_id)).expect_err("id 262");
+        let error = error.to_string();
         for word in ["sentence 0", "token 1", "slot 7", "262"] {
             assert!(
                 error.contains(word),
                 "{name}: {error:?} does not name {word:?}"
             );
         }
-        // Sentence 3 has one token: a real token after its padding.
-        let mut ids = expected.data.clone();
-        ids[(3 * t + 2) * c] = 5;
-        let error = bilm.forward(tensor(&ids)).expect_err("a gap").to_string();
+        let error = bilm.forward(tensor(&gap)).expect_err("a gap").to_string();
         for word in ["sentence 3", "token 1", "token 2"] {
             assert!(
                 error.contains(word),
@@ -241,7 +240,7 @@ fn char_id_tensors_are_checked() {
             );
         }
         let error = tiny_elmo(&device, false)
-            .forward(tensor(&ids))
+            .forward(tensor(&gap))
             .expect_err("a gap");
         assert!(error.to_string().contains("sentence 3"), "{name}: {error}");
     }
