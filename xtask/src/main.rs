@@ -73,12 +73,12 @@ fn shell_syntax(root: &std::path::Path) -> Result<(), String> {
     Ok(())
 }
 
-/// `cargo clippy -D warnings` on every target of the workspace, with `features` (cargo's
-/// arguments, none for the default build).
-fn clippy(features: &[&str]) -> Result<(), String> {
+/// `cargo clippy -D warnings` on every target of the workspace, with cargo's further `args`
+/// (features, a target; none for the default build).
+fn clippy(args: &[&str]) -> Result<(), String> {
     let mut clippy = cargo();
     clippy.args(["clippy", "--workspace", "--all-targets"]);
-    clippy.args(features).args(["--", "-D", "warnings"]);
+    clippy.args(args).args(["--", "-D", "warnings"]);
     run(clippy)
 }
 
