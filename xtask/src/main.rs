@@ -113,13 +113,11 @@ const GPU_FEATURES: &str = "elmo-cli/vulkan,elmo-cli/cuda-runtime";
 /// its kernels to SPIR-V on a Vulkan adapter (lavapipe in CI), so the wgpu tests (parity with
 /// AllenNLP, the fused kernels, mixed precision, training against autodiff) check that compiler
 /// and `--backend vulkan`; with `cuda` its code (cuBLAS in elmo-kernels) runs beside them, on no
-/// CUDA device. burn's default device would be CUDA, the first of its order, which a CI machine
-/// lacks (burn-optim loads optimizer state there: the resume tests), so it is pinned to Vulkan,
-/// the default of a build with `vulkan` alone.
+/// CUDA device. burn's default device is then CUDA, the first of its order, which a CI machine
+/// lacks: nothing in the tests may use it (the resume tests check that).
 fn spirv() -> Result<(), String> {
     let mut test = cargo();
-    test.args(["test", "--workspace", "--features", GPU_FEATURES])
-        .env("BURN_DEVICE", "vulkan");
+    test.args(["test", "--workspace", "--features", GPU_FEATURES]);
     run(test)
 }
 
@@ -197,17 +195,17 @@ fn aarch64(args: &[String]) -> Result<(), String> {
         format!("CARGO_TARGET_{target_env}_LINKER"),
         "aarch64-linux-gnu-gcc",
     )
-    .env(
-        format!("CARGO_TARGET_{target_env}_RUNNER"),
-        "qemu-aarch64 -L /usr/aarch64-linux-gnu",
-    )
-    // Under qemu there is no GPU adapter: the wgpu tests report themselves skipped, and
-    // burn's default device (where burn-optim reads a resumed run's optimizer state) is
-    // flex, as the `elmo` binary pins its backend.
-    .env_remove("ELMO_REQUIRE_WGPU")
-    .env("BURN_DEVICE", "flex");
+    .env(format!("CARGO_TARGET_{target_env}_RUNNER"), QEMU)
+    // A test that runs itself again in a child process runs it through qemu too.
+    .env("ELMO_TEST_RUNNER", QEMU)
+    // Under qemu there is no GPU adapter: the wgpu tests report themselves skipped.
+    .env_remove("ELMO_REQUIRE_WGPU");
     run(test)
 }
+
+/// The command that runs an ARM test binary here (Debian's `qemu-user` and the cross gcc's
+/// libraries).
+const QEMU: &str = "qemu-aarch64 -L /usr/aarch64-linux-gnu";
 
 /// Integration tests that cannot run under `qemu-aarch64` from a host process: `cli` runs the
 /// `elmo` binary (an ARM one) as a child process, `python_module` loads the ARM extension into

@@ -23,10 +23,11 @@ pub enum Backend {
 impl Backend {
     /// Makes this backend burn's default device for the whole process (`BURN_DEVICE`).
     ///
-    /// Some burn code places tensors on `Device::default()` instead of a device it is given:
-    /// burn-optim loads optimizer state (`elmo train --resume`) there, and without this the
-    /// default is wgpu whenever it is compiled in, so a CPU run would start a GPU or software
-    /// Vulkan driver and move its state through it. Must run before any other thread starts.
+    /// Some burn code reads `Device::default()` instead of a device it is given (burn-optim's
+    /// `load_record` asks for it on `elmo train --resume`, though elmo-train builds the state on
+    /// the run's own device; burn's data loaders place batches there unless told), and without
+    /// this the default is wgpu whenever it is compiled in, or an unknown `BURN_DEVICE` in the
+    /// user's environment panics there. Must run before any other thread starts.
     pub fn pin_as_default(self) {
         let name = self.name();
         // SAFETY: called at the start of `main`, before the process has spawned any thread, so

@@ -29,6 +29,7 @@ pub mod run;
 pub mod run_info;
 mod seeds;
 pub mod softmax;
+mod state_device;
 mod step_input;
 pub mod step_losses;
 pub mod step_profile;

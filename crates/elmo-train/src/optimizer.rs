@@ -17,6 +17,7 @@ use elmo_kernels::{
 };
 
 use crate::config::OptimizerConfig;
+use crate::state_device::{OnDevice, load_onto};
 
 /// Where [`TrainingOptimizer::step_scaled`] hands a step's gradient scale (`[factor, apply]`
 /// on the device) to [`Adagrad`]'s update of each parameter, for that step only.
@@ -332,13 +333,15 @@ impl TrainingOptimizer {
         self.modules.save(path)
     }
 
-    /// The optimizer with its state read from a burnpack file ([`Self::save`]).
+    /// The optimizer with its state read from a burnpack file ([`Self::save`]) onto `device`,
+    /// the device of the parameters it updates (not burn's default device, where burn-optim
+    /// alone would put it).
     ///
     /// # Errors
     /// When the file cannot be read or is not an optimizer record.
-    pub fn load(self, path: impl AsRef<Path>) -> Result<Self, RecordError> {
+    pub fn load(self, path: impl AsRef<Path>, device: &Device) -> Result<Self, RecordError> {
         Ok(Self {
-            modules: self.modules.load(path)?,
+            modules: load_onto(device, || self.modules.load(path))?,
             ..self
         })
     }
@@ -355,16 +358,16 @@ pub fn build_optimizer(config: &OptimizerConfig, kernels: KernelSettings) -> Tra
             TrainingOptimizer {
                 device_scale: Some(adagrad.device_scale.clone()),
                 rows: Some(adagrad.rows.clone()),
-                modules: ModuleOptimizer::from(adagrad),
+                modules: ModuleOptimizer::from(OnDevice(adagrad)),
             }
         }
         OptimizerConfig::Adam { .. } => TrainingOptimizer {
-            modules: AdamConfig::new().init(),
+            modules: ModuleOptimizer::from(OnDevice(AdamConfig::new().build())),
             device_scale: None,
             rows: None,
         },
         OptimizerConfig::Sgd { .. } => TrainingOptimizer {
-            modules: SgdConfig::new().init(),
+            modules: ModuleOptimizer::from(OnDevice(SgdConfig::new().build())),
             device_scale: None,
             rows: None,
         },
@@ -833,7 +836,7 @@ mod tests {
         optim.save(&path).unwrap();
         let restored =
             build_optimizer(&OptimizerConfig::Sgd { lr: 0.1 }, KernelSettings::default())
-                .load(&path)
+                .load(&path, &Device::flex())
                 .unwrap();
         assert_eq!(restored.to_record().len(), optim.to_record().len());
     }

@@ -188,10 +188,9 @@ impl Trainer {
     ///
     /// `device` is the plain device of the model and optimizer; gradients are taken on its
     /// autodiff counterpart, or on the towers' devices ([`TrainOptions::tower_devices`]) and
-    /// summed on it. On resume, burn-optim reads the optimizer state onto burn's *default*
-    /// device (it takes no device), and the first step moves it to `device`: an application that
-    /// trains on another device than the default should make it the default (`BURN_DEVICE`), as
-    /// the `elmo` CLI does.
+    /// summed on it. On resume the optimizer state is read onto `device` too, whatever burn's
+    /// default device is (which need not start: a CPU run resumes on a machine without a GPU in
+    /// a build with wgpu or CUDA compiled in).
     pub fn open(
         config: &TrainConfig,
         vocab: Vocabulary,
@@ -263,9 +262,8 @@ impl Trainer {
                 model = model
                     .try_load_file(checkpoint.model_file())
                     .map_err(record_error(checkpoint.model_file()))?;
-                // Read onto `Device::default()` (see above), moved to `device` at the next step.
                 optimizer = optimizer
-                    .load(checkpoint.optimizer_file())
+                    .load(checkpoint.optimizer_file(), device)
                     .map_err(record_error(checkpoint.optimizer_file()))?;
                 progress = checkpoint.trainer_state()?;
                 if progress.averaging.n_averaged > 0 && config.averaging != Averaging::Off {

@@ -865,6 +865,65 @@ fn resume_reproduces_an_uninterrupted_run() {
     }
 }
 
+/// Set in the child process of [`a_resume_on_the_cpu_never_touches_burns_default_device`].
+const UNUSABLE_DEFAULT: &str = "ELMO_TEST_UNUSABLE_DEFAULT_DEVICE";
+
+/// Regression: burn-optim's `load_record` builds resumed optimizer state on burn's default
+/// device, which in a build with wgpu (or CUDA) compiled in is the GPU, so resuming a CPU run
+/// on a machine without a usable GPU panicked (found under qemu, where no Vulkan adapter
+/// opens). The trainer reads the state onto its own device. The test runs itself again in a
+/// child process whose default device cannot start (no wgpu adapter of that index, no CUDA
+/// device visible), with Adagrad's and Adam's state, and checks the resumed run's losses.
+/// `ELMO_TEST_RUNNER` (set by `cargo xtask aarch64 --test`) is the command that runs a test
+/// binary of another architecture, e.g. `qemu-aarch64 -L /usr/aarch64-linux-gnu`.
+#[test]
+fn a_resume_on_the_cpu_never_touches_burns_default_device() {
+    let name = "a_resume_on_the_cpu_never_touches_burns_default_device";
+    if std::env::var_os(UNUSABLE_DEFAULT).is_none() {
+        let runner = std::env::var("ELMO_TEST_RUNNER").unwrap_or_default();
+        let mut command: Vec<String> = runner.split_whitespace().map(String::from).collect();
+        command.push(std::env::current_exe().unwrap().display().to_string());
+        let output = std::process::Command::new(&command[0])
+            .args(&command[1..])
+            .args([name, "--exact", "--test-threads=1", "--nocapture"])
+            .env(UNUSABLE_DEFAULT, "1")
+            .env("CUBECL_WGPU_DEFAULT_DEVICE", "DiscreteGpu(4096)")
+            .env("CUDA_VISIBLE_DEVICES", "")
+            .env_remove("BURN_DEVICE")
+            .output()
+            .unwrap();
+        let log = String::from_utf8_lossy(&output.stdout).into_owned()
+            + &String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "{log}");
+        assert!(log.contains("1 passed"), "{log}");
+        return;
+    }
+    // The child: first make sure the default device really cannot start.
+    let default =
+        std::panic::catch_unwind(|| Tensor::<1>::zeros([1], &Device::default()).into_data());
+    assert!(default.is_err(), "the default device started");
+    for optimizer in [
+        OptimizerConfig::Adagrad {
+            lr: 0.2,
+            initial_accumulator: 1.0,
+        },
+        OptimizerConfig::Adam { lr: 0.01 },
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let corpus = write_corpus(dir.path());
+        let vocab = vocab(&corpus);
+        let mut config = tiny_config();
+        config.optimizer = optimizer;
+        let (straight, broken) = straight_and_resumed(
+            (&config, &vocab, &Device::flex(), dir.path()),
+            (4, 4),
+            |run, steps| options(run, &corpus, steps),
+            |_| {},
+        );
+        assert_eq!(train_losses(&straight), train_losses(&broken));
+    }
+}
+
 #[test]
 fn non_finite_loss_stops_with_the_last_checkpoint_intact() {
     let _one = autodiff_one_at_a_time();
