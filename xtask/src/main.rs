@@ -13,12 +13,13 @@
 //!   cuBLAS of `xtask/device/fake-cuda/` (built with `cc`), which compute its products on the
 //!   host; no GPU and no CUDA toolkit. It reuses `spirv`'s build (no third build of burn); CI
 //!   runs it after `spirv`.
-//! - `cargo xtask aarch64 [--test]`: clippy `-D warnings` on every target of the workspace for
-//!   64-bit ARM Linux ([`ARM_TARGET`]: Graviton, Ampere, Raspberry Pi 5; the code that x86-64
-//!   leaves out, the host kernels' portable path, is compiled and linted there); with `--test`,
-//!   the workspace's tests built for it and run under `qemu-aarch64` (Debian's `qemu-user` and
-//!   `gcc-aarch64-linux-gnu`), but the two that run an ARM binary or extension from a host
-//!   process. Needs `rustup target add aarch64-unknown-linux-gnu`. CI runs the lint, last.
+//! - `cargo xtask platforms [--test aarch64|windows]`: clippy `-D warnings` on every target of
+//!   the workspace for 64-bit ARM Linux (Graviton, Ampere, Raspberry Pi 5), macOS on Apple
+//!   silicon and Windows ([`LINT_TARGETS`]; the code that x86-64 Linux leaves out, the host
+//!   kernels' portable path among it, is compiled and linted there); with `--test aarch64`, the
+//!   workspace's tests built for ARM Linux and run under `qemu-aarch64`, with `--test windows`
+//!   built for Windows (MinGW) and run under wine ([`EMULATED`]: the Debian packages each needs).
+//!   Needs `rustup target add` of each target. CI runs the lint, last.
 //! - `cargo xtask cycles`: no import cycles among the modules of any workspace crate.
 //! - `cargo xtask scripts`: `bash -n` on the shell scripts (also part of `ci`).
 //! - `cargo xtask fuzz [-- --cases N]`: mutation fuzzing of every reader of user files.
@@ -164,53 +165,133 @@ fn cublas() -> Result<(), String> {
     run(check)
 }
 
-/// The 64-bit ARM Linux target of [`aarch64`].
-const ARM_TARGET: &str = "aarch64-unknown-linux-gnu";
+/// The platforms besides x86-64 Linux that [`platforms`] lints: 64-bit ARM Linux (Graviton,
+/// Ampere, Raspberry Pi 5), macOS on Apple silicon, and Windows (its usual MSVC toolchain).
+const LINT_TARGETS: [&str; 3] = [
+    "aarch64-unknown-linux-gnu",
+    "aarch64-apple-darwin",
+    "x86_64-pc-windows-msvc",
+];
 
-/// `cargo xtask aarch64 [--test]`: clippy `-D warnings` on the workspace for [`ARM_TARGET`];
-/// with `--test`, its unit tests and integration tests run under `qemu-aarch64`, linked by
-/// `aarch64-linux-gnu-gcc`, but for [`HOST_ONLY_TESTS`]. Tests are chosen by target, not by
-/// package, so that the build has the workspace's one feature resolution.
-fn aarch64(args: &[String]) -> Result<(), String> {
-    clippy(&["--target", ARM_TARGET])?;
-    if !args.iter().any(|a| a == "--test") {
+/// A platform whose tests [`platforms`] runs here, through an emulator.
+struct Emulated {
+    /// The name `--test` takes.
+    name: &'static str,
+    /// Rust's target.
+    target: &'static str,
+    /// The linker of that target (a cross gcc).
+    linker: &'static str,
+    /// The command that runs one of its binaries here.
+    runner: &'static str,
+    /// Whether a test binary must be run through `runner` to start one of its own kind (true
+    /// under qemu-user, which runs one process; wine starts Windows processes itself).
+    children_need_runner: bool,
+    /// Packages left out: `elmo-python`'s unit tests link Python's DLL on Windows, which wine
+    /// has not.
+    excluded: &'static [&'static str],
+    /// Integration tests that cannot run there from this host: `cli` runs the `elmo` binary as a
+    /// child process of the host's test process under qemu-user (wine runs it as it runs the
+    /// test), `python_module` loads the extension into the host's Python.
+    host_only: &'static [&'static str],
+}
+
+/// 64-bit ARM Linux under qemu-user (Debian's `qemu-user` and `gcc-aarch64-linux-gnu`), and
+/// Windows under wine (Debian's `wine64` and `gcc-mingw-w64-x86-64`; MinGW's target, as wine
+/// runs no MSVC linker).
+const EMULATED: [Emulated; 2] = [
+    Emulated {
+        name: "aarch64",
+        target: "aarch64-unknown-linux-gnu",
+        linker: "aarch64-linux-gnu-gcc",
+        runner: "qemu-aarch64 -L /usr/aarch64-linux-gnu",
+        children_need_runner: true,
+        excluded: &[],
+        host_only: &["cli", "python_module"],
+    },
+    Emulated {
+        name: "windows",
+        target: "x86_64-pc-windows-gnu",
+        linker: "x86_64-w64-mingw32-gcc",
+        runner: "wine",
+        children_need_runner: false,
+        excluded: &["elmo-python"],
+        host_only: &["python_module"],
+    },
+];
+
+/// `cargo xtask platforms [--test aarch64|windows]`: clippy `-D warnings` on the workspace for
+/// each of [`LINT_TARGETS`] (the code that x86-64 Linux leaves out, such as the host kernels'
+/// portable path, compiled and linted); with `--test NAME`, the workspace's unit and
+/// integration tests built for that [`EMULATED`] platform and run through its emulator, but its
+/// `host_only` ones. Tests are chosen by target, not by package, so that the build has the
+/// workspace's one feature resolution.
+fn platforms(args: &[String]) -> Result<(), String> {
+    let emulated = match args {
+        [] => None,
+        [flag, name] if flag == "--test" => Some(
+            EMULATED
+                .iter()
+                .find(|platform| platform.name == name)
+                .ok_or_else(|| format!("--test {name}: aarch64 or windows"))?,
+        ),
+        _ => return Err("usage: cargo xtask platforms [--test aarch64|windows]".into()),
+    };
+    let targets: Vec<&str> = LINT_TARGETS.iter().flat_map(|t| ["--target", t]).collect();
+    clippy(&targets)?;
+    let Some(platform) = emulated else {
         return Ok(());
-    }
-    let target_env = ARM_TARGET.to_uppercase().replace('-', "_");
+    };
+    let target_env = platform.target.to_uppercase().replace('-', "_");
     let mut test = cargo();
     test.args([
         "test",
         "--workspace",
         "--target",
-        ARM_TARGET,
+        platform.target,
         "--lib",
         "--bins",
+        "--no-fail-fast",
     ]);
+    for package in platform.excluded {
+        test.args(["--exclude", package]);
+    }
     for name in integration_tests(&workspace_root())? {
-        if !HOST_ONLY_TESTS.contains(&name.as_str()) {
+        if !platform.host_only.contains(&name.as_str()) {
             test.args(["--test", &name]);
         }
     }
-    test.env(
-        format!("CARGO_TARGET_{target_env}_LINKER"),
-        "aarch64-linux-gnu-gcc",
-    )
-    .env(format!("CARGO_TARGET_{target_env}_RUNNER"), QEMU)
-    // A test that runs itself again in a child process runs it through qemu too.
-    .env("ELMO_TEST_RUNNER", QEMU)
-    // Under qemu there is no GPU adapter: the wgpu tests report themselves skipped.
-    .env_remove("ELMO_REQUIRE_WGPU");
+    test.env(format!("CARGO_TARGET_{target_env}_LINKER"), platform.linker)
+        .env(format!("CARGO_TARGET_{target_env}_RUNNER"), platform.runner)
+        // There is no GPU adapter there: the wgpu tests report themselves skipped.
+        .env_remove("ELMO_REQUIRE_WGPU");
+    if platform.children_need_runner {
+        // A test that runs itself again in a child process runs it through the emulator too.
+        test.env("ELMO_TEST_RUNNER", platform.runner);
+    }
+    if platform.name == "windows" {
+        // Wine's drive Z: is the root of this machine's file system.
+        let dlls = format!("Z:{}", wine_dlls()?.display());
+        test.env("WINEPATH", dlls).env("WINEDEBUG", "-all");
+    }
     run(test)
 }
 
-/// The command that runs an ARM test binary here (Debian's `qemu-user` and the cross gcc's
-/// libraries).
-const QEMU: &str = "qemu-aarch64 -L /usr/aarch64-linux-gnu";
-
-/// Integration tests that cannot run under `qemu-aarch64` from a host process: `cli` runs the
-/// `elmo` binary (an ARM one) as a child process, `python_module` loads the ARM extension into
-/// the host's Python.
-const HOST_ONLY_TESTS: [&str; 2] = ["cli", "python_module"];
+/// Builds the DLLs that wine lacks (`xtask/wine/`) into the target directory; their folder, for
+/// `WINEPATH`.
+fn wine_dlls() -> Result<PathBuf, String> {
+    let root = workspace_root();
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
+    let dlls = target.join("wine-dlls");
+    std::fs::create_dir_all(&dlls).map_err(|e| format!("{}: {e}", dlls.display()))?;
+    let mut cc = Command::new("x86_64-w64-mingw32-gcc");
+    cc.args(["-O2", "-shared", "-Wall", "-o"])
+        .arg(dlls.join("bcryptprimitives.dll"))
+        .arg(root.join("xtask/wine/bcryptprimitives.c"))
+        .arg("-ladvapi32");
+    run(cc)?;
+    Ok(dlls)
+}
 
 /// The names of the workspace crates' integration tests: each `crates/*/tests/NAME.rs`, and
 /// each `crates/*/tests/NAME/main.rs`.
@@ -294,13 +375,13 @@ fn main() -> ExitCode {
         Some("ci") => ci(),
         Some("spirv") => spirv(),
         Some("cublas") => cublas(),
-        Some("aarch64") => aarch64(&args[1..]),
+        Some("platforms") => platforms(&args[1..]),
         Some("cycles") => module_cycles::check(&workspace_root()),
         Some("scripts") => shell_syntax(&workspace_root()),
         Some("bench") => bench(&args[1..]),
         Some("fuzz") => fuzz(&args[1..]),
         _ => Err(
-            "usage: cargo xtask ci | cargo xtask spirv | cargo xtask cublas | cargo xtask aarch64 [--test] | cargo xtask cycles | cargo xtask scripts | cargo xtask bench [embed|train] [-- ARGS] | cargo xtask fuzz [-- ARGS]"
+            "usage: cargo xtask ci | cargo xtask spirv | cargo xtask cublas | cargo xtask platforms [--test aarch64|windows] | cargo xtask cycles | cargo xtask scripts | cargo xtask bench [embed|train] [-- ARGS] | cargo xtask fuzz [-- ARGS]"
                 .into(),
         ),
     };

@@ -597,11 +597,18 @@ mod tests {
         std::fs::read(&path).expect("read")
     }
 
-    /// The run is killed after line `killed_after` (no destructor runs, as for SIGKILL).
+    /// The run is killed after line `killed_after`, as by SIGKILL: the values still in the
+    /// write buffer are lost, the files are closed (by the system) and nothing is removed.
+    /// (Leaking the writer instead kept its files open, which on Windows leaves a removed file
+    /// in its folder and refuses a new one of its name until the process ends.)
     fn killed(path: &Path, killed_after: usize, commit_bytes: usize) {
         let mut writer = open(path, commit_bytes).writer;
         add_lines(&mut writer, 0..killed_after);
-        std::mem::forget(writer);
+        if let Some(file) = writer.file.take() {
+            drop(file.into_parts());
+        }
+        writer.index = None;
+        writer.owns_files = false;
     }
 
     #[test]

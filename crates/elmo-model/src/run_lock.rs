@@ -45,11 +45,51 @@ fn host_name() -> String {
     }
 }
 
-/// Whether process `pid` runs on this host (`/proc/PID` on Linux; elsewhere assumed running, so
-/// a lock is never taken for stale there).
+/// Whether process `pid` runs on this host: `/proc/PID` on Linux (assumed running where `/proc`
+/// is not mounted), `kill(pid, 0)` on other Unix systems (macOS), `OpenProcess` and its exit
+/// code on Windows; assumed running elsewhere, so that a lock is never taken for stale there.
 fn is_running(pid: u32) -> bool {
-    let proc = Path::new("/proc");
-    !proc.is_dir() || proc.join(pid.to_string()).exists()
+    #[cfg(target_os = "linux")]
+    {
+        let proc = Path::new("/proc");
+        !proc.is_dir() || proc.join(pid.to_string()).exists()
+    }
+    #[cfg(all(unix, not(target_os = "linux")))]
+    {
+        let Ok(pid) = libc::pid_t::try_from(pid) else {
+            return false;
+        };
+        // SAFETY: signal 0 sends nothing; it only asks whether the process exists.
+        let found = unsafe { libc::kill(pid, 0) } == 0;
+        // EPERM: it exists, under another user.
+        found || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+    }
+    #[cfg(windows)]
+    {
+        use windows_sys::Win32::Foundation::{
+            CloseHandle, ERROR_ACCESS_DENIED, GetLastError, STILL_ACTIVE,
+        };
+        use windows_sys::Win32::System::Threading::{
+            GetExitCodeProcess, OpenProcess, PROCESS_QUERY_LIMITED_INFORMATION,
+        };
+        // SAFETY: plain Win32 calls on a handle this function opens and closes.
+        unsafe {
+            let handle = OpenProcess(PROCESS_QUERY_LIMITED_INFORMATION, 0, pid);
+            if handle.is_null() {
+                // No such process, or one of another user's that this one may not query.
+                return GetLastError() == ERROR_ACCESS_DENIED;
+            }
+            let mut code = 0u32;
+            let queried = GetExitCodeProcess(handle, &mut code) != 0;
+            CloseHandle(handle);
+            !queried || code == STILL_ACTIVE as u32
+        }
+    }
+    #[cfg(not(any(unix, windows)))]
+    {
+        let _ = pid;
+        true
+    }
 }
 
 impl RunLock {

@@ -874,8 +874,8 @@ const UNUSABLE_DEFAULT: &str = "ELMO_TEST_UNUSABLE_DEFAULT_DEVICE";
 /// opens). The trainer reads the state onto its own device. The test runs itself again in a
 /// child process whose default device cannot start (no wgpu adapter of that index, no CUDA
 /// device visible), with Adagrad's and Adam's state, and checks the resumed run's losses.
-/// `ELMO_TEST_RUNNER` (set by `cargo xtask aarch64 --test`) is the command that runs a test
-/// binary of another architecture, e.g. `qemu-aarch64 -L /usr/aarch64-linux-gnu`.
+/// `ELMO_TEST_RUNNER` (set by `cargo xtask platforms --test aarch64`) is the command that runs
+/// a test binary of another architecture, e.g. `qemu-aarch64 -L /usr/aarch64-linux-gnu`.
 #[test]
 fn a_resume_on_the_cpu_never_touches_burns_default_device() {
     let name = "a_resume_on_the_cpu_never_touches_burns_default_device";
