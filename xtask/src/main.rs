@@ -223,8 +223,9 @@ const EMULATED: [Emulated; 2] = [
 /// each of [`LINT_TARGETS`] (the code that x86-64 Linux leaves out, such as the host kernels'
 /// portable path, compiled and linted); with `--test NAME`, the workspace's unit and
 /// integration tests built for that [`EMULATED`] platform and run through its emulator, but its
-/// `host_only` ones. Tests are chosen by target, not by package, so that the build has the
-/// workspace's one feature resolution.
+/// `host_only` ones and `excluded` packages. Tests are chosen by target, not by package, so that
+/// the build has the workspace's one feature resolution (leaving `elmo-python` out changes no
+/// feature: no crate was rebuilt for it).
 fn platforms(args: &[String]) -> Result<(), String> {
     let emulated = match args {
         [] => None,
