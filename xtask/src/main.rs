@@ -40,6 +40,11 @@ fn workspace_root() -> PathBuf {
         .join("..")
 }
 
+/// Cargo's target directory: `CARGO_TARGET_DIR`, else `target/` of the workspace at `root`.
+fn target_dir(root: &std::path::Path) -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from)
+}
+
 fn cargo() -> Command {
     Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
 }
@@ -140,8 +145,7 @@ fn cublas() -> Result<(), String> {
     ]);
     run(build)?;
     let root = workspace_root();
-    let target =
-        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
+    let target = target_dir(&root);
     let libraries = target.join("cublas-check");
     std::fs::create_dir_all(&libraries).map_err(|e| format!("{}: {e}", libraries.display()))?;
     let stand_ins = root.join("xtask/device/fake-cuda");
@@ -281,9 +285,7 @@ fn platforms(args: &[String]) -> Result<(), String> {
 /// `WINEPATH`.
 fn wine_dlls() -> Result<PathBuf, String> {
     let root = workspace_root();
-    let target =
-        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
-    let dlls = target.join("wine-dlls");
+    let dlls = target_dir(&root).join("wine-dlls");
     std::fs::create_dir_all(&dlls).map_err(|e| format!("{}: {e}", dlls.display()))?;
     let mut cc = Command::new("x86_64-w64-mingw32-gcc");
     cc.args(["-O2", "-shared", "-Wall", "-o"])
