@@ -401,7 +401,7 @@ pub fn run(args: &EmbedArgs, held: Option<HeldModel<'_>>) -> Result<()> {
     args.precision.check_device(backend, &device)?;
     let (model, carried) = match held {
         Some(HeldModel { model, state }) => (model, Some(state)),
-        None => (args.model.load(&device)?, None),
+        None => (args.model.load(&device, args.quiet)?, None),
     };
     let batch_size = args.batch_size.map_or(
         match (args.stateful, on_gpu) {

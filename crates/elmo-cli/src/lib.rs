@@ -1,5 +1,6 @@
 //! The `elmo` command line as a library: its commands, the one place that picks a burn backend
-//! (`Backend`), where a pretrained biLM comes from (`ModelArgs`), and `elmo embed`'s HDF5 output
+//! (`Backend`), where a pretrained biLM comes from (`ModelArgs`; files named by URL and
+//! AllenNLP's published models through `FileCache`), and `elmo embed`'s HDF5 output
 //! for other front ends (the Python module of `crates/elmo-python`). The binary is `main.rs`.
 
 mod backend;
@@ -12,6 +13,7 @@ mod hdf5_walk;
 mod input;
 mod kernel_cache;
 mod merge_cmd;
+mod model_files;
 mod model_source;
 mod plot_cmd;
 mod progress;
@@ -25,6 +27,7 @@ mod vocab_cmd;
 use std::num::NonZeroUsize;
 
 pub use backend::{Backend, PrecisionArg};
+pub use model_files::{FileCache, PUBLISHED_MODELS, PublishedModel};
 pub use model_source::{HeldModel, LoadedModel, ModelArgs};
 
 use clap::{Parser, Subcommand};
@@ -36,6 +39,7 @@ use clap::{Parser, Subcommand};
     version,
     about,
     after_help = "Examples:\n  elmo embed --options options.json --weights weights.hdf5 input.txt output.hdf5\n  \
+                  elmo embed --model original input.txt output.hdf5\n  \
                   elmo tokens --options options.json --weights weights.hdf5 vocab.txt tokens.hdf5\n  \
                   elmo vocab --out vocab.txt train.txt\n  \
                   elmo train --preset small --train train.txt --vocab vocab.txt --out runs/small\n  \
@@ -248,7 +252,7 @@ mod tests {
             weights: None,
             model: None,
         }
-        .load(&burn::tensor::Device::flex())
+        .load(&burn::tensor::Device::flex(), true)
         .unwrap();
         let arguments = [
             input.as_os_str(),

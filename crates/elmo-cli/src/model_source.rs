@@ -1,5 +1,5 @@
-//! Where `elmo embed` takes its biLM from: `--options/--weights`, a run directory, or the embedded
-//! demo model.
+//! Where `elmo embed` takes its biLM from: `--options/--weights` (paths or URLs), a model or run
+//! directory, a model AllenNLP publishes (by name), or the embedded demo model.
 
 use std::path::{Path, PathBuf};
 
@@ -9,6 +9,8 @@ use elmo_model::options::BiLmOptions;
 use elmo_model::weights::{WeightFile, load_bilm_from};
 use elmo_model::{BiLm, BiLmState};
 
+use crate::model_files::{PublishedModel, local_path, published_model, url_of};
+
 /// The embedded demo model: AllenNLP's small test biLM (Apache-2.0, see fixtures/README.md).
 const DEMO_OPTIONS: &str = include_str!("../../../fixtures/allennlp/options.json");
 const DEMO_WEIGHTS: &[u8] = include_bytes!("../../../fixtures/allennlp/lm_weights.hdf5");
@@ -16,7 +18,9 @@ const DEMO_WEIGHTS: &[u8] = include_bytes!("../../../fixtures/allennlp/lm_weight
 /// Model selection flags shared by the commands that need a pretrained biLM.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ModelArgs {
-    /// bilm-tf / AllenNLP `options.json` (with --weights; AllenNLP's `--options-file` too).
+    /// bilm-tf / AllenNLP `options.json`, a path or an `http(s)://` URL (downloaded once into
+    /// the cache, `ELMO_CACHE_DIR` or `~/.cache/elmo-rs`) (with --weights; AllenNLP's
+    /// `--options-file` too).
     #[arg(
         long,
         alias = "options-file",
@@ -25,8 +29,8 @@ pub struct ModelArgs {
         conflicts_with = "model"
     )]
     pub options: Option<PathBuf>,
-    /// HDF5 weights in the official bilm-tf layout (with --options; AllenNLP's `--weight-file`
-    /// too).
+    /// HDF5 weights in the official bilm-tf layout, a path or an `http(s)://` URL (with
+    /// --options; AllenNLP's `--weight-file` too).
     #[arg(
         long,
         alias = "weight-file",
@@ -35,10 +39,12 @@ pub struct ModelArgs {
         conflicts_with = "model"
     )]
     pub weights: Option<PathBuf>,
-    /// A model directory holding `options.json` and `weights.hdf5` (as `elmo export` writes), or
-    /// a training run directory (`elmo train --out`; its newest checkpoint is used).
-    /// Without any of these flags the small embedded demo model is used.
-    #[arg(long, value_name = "DIR")]
+    /// A model directory holding `options.json` and `weights.hdf5` (as `elmo export` writes),
+    /// a training run directory (`elmo train --out`; its newest checkpoint is used), or the
+    /// name of a model AllenNLP publishes: `small`, `medium`, `original` (the paper's) or
+    /// `original-5.5b`, downloaded once into the cache (`ELMO_CACHE_DIR`, else `elmo-rs` in the
+    /// user's cache folder). Without any of these flags the small embedded demo model is used.
+    #[arg(long, value_name = "DIR|NAME")]
     pub model: Option<PathBuf>,
 }
 
@@ -62,11 +68,18 @@ pub struct HeldModel<'a> {
     pub state: &'a mut Option<BiLmState>,
 }
 
-fn load_files(options: &Path, weights: &Path, device: &Device) -> Result<LoadedModel> {
-    let parsed = BiLmOptions::from_file(options)?;
-    let mut file = WeightFile::open(weights)?;
-    let bilm = load_bilm_from(&parsed, &mut file, device)?;
-    file.finish()?;
+fn load_files(options: &Path, weights: &Path, device: &Device, quiet: bool) -> Result<LoadedModel> {
+    let local_options = local_path(options, quiet)?;
+    let parsed = BiLmOptions::from_file(&local_options);
+    let parsed = naming_download(parsed.map_err(Into::into), options, &local_options)?;
+    let local_weights = local_path(weights, quiet)?;
+    let bilm = (|| {
+        let mut file = WeightFile::open(&local_weights)?;
+        let bilm = load_bilm_from(&parsed, &mut file, device)?;
+        file.finish()?;
+        Ok(bilm)
+    })();
+    let bilm = naming_download(bilm, weights, &local_weights)?;
     Ok(LoadedModel {
         bilm,
         options: parsed,
@@ -74,14 +87,50 @@ fn load_files(options: &Path, weights: &Path, device: &Device) -> Result<LoadedM
     })
 }
 
+/// `result`, naming the URL and the cache file where `source` is a URL: a file that the server
+/// sent but is not what it should be (a web page, an outdated file) stays in the cache until
+/// deleted.
+fn naming_download<T>(result: Result<T>, source: &Path, local: &Path) -> Result<T> {
+    match url_of(source) {
+        Some(url) => result.with_context(|| {
+            format!(
+                "{url}, downloaded to {} (delete it to download again)",
+                local.display()
+            )
+        }),
+        None => result,
+    }
+}
+
 impl ModelArgs {
-    /// Loads the selected model.
-    pub fn load(&self, device: &Device) -> Result<LoadedModel> {
+    /// Loads the selected model, downloading the files named by URL or by a published model's
+    /// name that the cache does not hold yet (announced on standard error, with a progress bar
+    /// on a terminal, unless `quiet`).
+    pub fn load(&self, device: &Device, quiet: bool) -> Result<LoadedModel> {
         match (&self.options, &self.weights, &self.model) {
-            (Some(options), Some(weights), None) => load_files(options, weights, device),
+            (Some(options), Some(weights), None) => load_files(options, weights, device, quiet),
             (None, None, Some(dir)) => {
                 if !dir.is_dir() {
-                    bail!("{}: not a model directory", dir.display());
+                    let Some(published) = published_model(dir) else {
+                        bail!(
+                            "{}: not a model directory, nor the name of a model AllenNLP \
+                             publishes ({})",
+                            dir.display(),
+                            PublishedModel::names()
+                        );
+                    };
+                    let (options, weights) = (published.options_url(), published.weights_url());
+                    let loaded = load_files(options.as_ref(), weights.as_ref(), device, quiet)
+                        .with_context(|| {
+                            format!("loading AllenNLP's `{}` model", published.name)
+                        })?;
+                    return Ok(LoadedModel {
+                        description: format!(
+                            "AllenNLP's `{}` model (elmo_{})",
+                            published.name, published.stem
+                        ),
+                        ..loaded
+                    });
                 }
                 if elmo_train::TrainedRun::is_run_directory(dir) {
                     let run = elmo_train::TrainedRun::load(dir, device)?;
@@ -91,7 +140,8 @@ impl ModelArgs {
                         description: format!("run {} at step {}", dir.display(), run.step),
                     });
                 }
-                load_files(&dir.join("options.json"), &dir.join("weights.hdf5"), device)
+                let (options, weights) = (dir.join("options.json"), dir.join("weights.hdf5"));
+                load_files(&options, &weights, device, quiet)
                     .with_context(|| format!("loading model directory {}", dir.display()))
             }
             (None, None, None) => {

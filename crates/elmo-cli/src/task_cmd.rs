@@ -15,6 +15,7 @@ use elmo_tasks::{
 use indicatif::ProgressBar;
 
 use crate::backend::Backend;
+use crate::model_files::{published_model, url_of};
 use crate::model_source::ModelArgs;
 
 /// `elmo task ...`.
@@ -301,7 +302,7 @@ fn features(
     device: &Device,
     quiet: bool,
 ) -> Result<BiLmFeatures> {
-    let loaded = model_args(elmo).load(device)?;
+    let loaded = model_args(elmo).load(device, quiet)?;
     let sentences: Vec<&[String]> = sets
         .iter()
         .flat_map(|set| set.iter())
@@ -344,7 +345,12 @@ fn model_args(source: &ElmoSource) -> ModelArgs {
     }
 }
 
+/// `path` made absolute, for the task directory's record to find it from any folder; a URL, or
+/// the name of a model AllenNLP publishes where no such folder exists, as it is.
 fn absolute(path: &Path) -> PathBuf {
+    if url_of(path).is_some() || published_model(path).is_some() {
+        return path.to_path_buf();
+    }
     std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
 }
 

@@ -50,7 +50,7 @@ pub fn run(args: &TokensArgs) -> Result<()> {
     let _lock = RunLock::acquire(crate::embed::lock_path(&args.output), args.break_stale_lock)?;
     let vocab = Vocabulary::from_file(&args.vocab)?;
     let device = args.backend.device()?;
-    let model = args.model.load(&device)?;
+    let model = args.model.load(&device, args.quiet)?;
     let width = model.bilm.token_encoder.d_output();
     let fingerprint = OutputFingerprint {
         input: format!("tokens of {}", args.vocab.display()),

@@ -14,6 +14,7 @@ use elmo_train::{InitFrom, TrainObserver, TrainOptions, TrainedRun, Vocabulary, 
 use indicatif::ProgressBar;
 
 use crate::backend::{Backend, PrecisionArg};
+use crate::model_files::{PublishedModel, local_path, published_model};
 
 /// Optimizers selectable on the command line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -68,8 +69,10 @@ pub struct TrainArgs {
     /// --lr, --warmup-steps, --plateau-decay and --constant-lr may change the rate from there on).
     #[arg(long)]
     pub resume: bool,
-    /// Start a new run from trained weights: pretrained OPTIONS_JSON WEIGHTS_HDF5 (the
-    /// architecture comes from them; the softmax is new), or a RUN_DIR of `elmo train` (its
+    /// Start a new run from trained weights: pretrained OPTIONS_JSON WEIGHTS_HDF5 (paths or
+    /// URLs; the architecture comes from them; the softmax is new), the NAME of a model
+    /// AllenNLP publishes (as `embed --model`: small, medium, original, original-5.5b), or a
+    /// RUN_DIR of `elmo train` (its
     /// newest checkpoint; its softmax too when --vocab is the run's vocabulary; with no --preset
     /// its config.json, overrides applied: its rate schedule too, unless --constant-lr,
     /// --warmup-steps or --plateau-decay replaces it). Optimizer state, step and data position
@@ -77,7 +80,7 @@ pub struct TrainArgs {
     #[arg(
         long,
         num_args = 1..=2,
-        value_names = ["RUN_DIR|OPTIONS_JSON", "WEIGHTS_HDF5"]
+        value_names = ["RUN_DIR|NAME|OPTIONS_JSON", "WEIGHTS_HDF5"]
     )]
     pub init_from: Option<Vec<PathBuf>>,
     /// Compute backend.
@@ -210,12 +213,24 @@ impl TrainArgs {
     fn init_from(&self) -> Result<Option<InitFrom>> {
         Ok(match self.init_from.as_deref() {
             None => None,
-            Some([options, weights]) => Some(InitFrom::Weights(options.clone(), weights.clone())),
+            Some([options, weights]) => Some(InitFrom::Weights(
+                local_path(options, self.quiet)?,
+                local_path(weights, self.quiet)?,
+            )),
             Some([dir]) if TrainedRun::is_run_directory(dir) => Some(InitFrom::Run(dir.clone())),
+            Some([name]) if let Some(published) = published_model(name) => {
+                let (options, weights) = (published.options_url(), published.weights_url());
+                Some(InitFrom::Weights(
+                    local_path(options.as_ref(), self.quiet)?,
+                    local_path(weights.as_ref(), self.quiet)?,
+                ))
+            }
             Some(paths) => bail!(
                 "--init-from {}: not a run directory of `elmo train` (config.json and \
-                 checkpoints/); pretrained weights take two paths, OPTIONS_JSON WEIGHTS_HDF5",
-                paths[0].display()
+                 checkpoints/) nor the name of a model AllenNLP publishes ({}); pretrained \
+                 weights take two paths or URLs, OPTIONS_JSON WEIGHTS_HDF5",
+                paths[0].display(),
+                PublishedModel::names()
             ),
         })
     }

@@ -65,7 +65,7 @@ pub use run_lock::RunLock;
 pub use scalar_mix::{ScalarMix, ScalarMixConfig};
 pub use seeded_init::seeded_init;
 pub use token_cache::TokenEmbeddingCache;
-pub use write_atomic::write_atomic;
+pub use write_atomic::{write_atomic, write_atomic_with};
 
 /// The README's Rust snippets, compiled as doctests.
 #[cfg(doctest)]

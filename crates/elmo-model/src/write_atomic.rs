@@ -12,6 +12,20 @@ use std::path::Path;
 /// # Errors
 /// The I/O error of the create, write, flush or rename (the caller names `path` in its error).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    write_atomic_with(path, |file| file.write_all(bytes))
+}
+
+/// [`write_atomic`] for content that `write` streams into the temporary file (a download, a
+/// file too large to hold in memory): `path` appears only once `write` has returned `Ok` and
+/// the file is flushed to disk.
+///
+/// # Errors
+/// The error of `write`, or the I/O error of the create, flush or rename; the temporary file
+/// is removed.
+pub fn write_atomic_with<E: From<std::io::Error>>(
+    path: &Path,
+    write: impl FnOnce(&mut std::fs::File) -> Result<(), E>,
+) -> Result<(), E> {
     let dir = path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
@@ -23,9 +37,11 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let temp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
     let result = (|| {
         let mut file = std::fs::File::create(&temp)?;
-        file.write_all(bytes)?;
+        write(&mut file)?;
         file.sync_all()?;
-        std::fs::rename(&temp, path)
+        drop(file);
+        std::fs::rename(&temp, path)?;
+        Ok(())
     })();
     if result.is_err() {
         let _ = std::fs::remove_file(&temp);
@@ -56,5 +72,19 @@ mod tests {
             .map(|e| e.expect("entry").file_name())
             .collect();
         assert_eq!(names.len(), 2, "{names:?}");
+    }
+
+    #[test]
+    fn a_streamed_write_that_fails_leaves_nothing() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("w.hdf5");
+        let failed = write_atomic_with(&path, |file| {
+            file.write_all(b"half")?;
+            Err(std::io::Error::other("connection closed"))
+        });
+        assert_eq!(failed.expect_err("fails").to_string(), "connection closed");
+        assert_eq!(std::fs::read_dir(dir.path()).expect("list").count(), 0);
+        write_atomic_with(&path, |file| file.write_all(b"whole")).expect("write");
+        assert_eq!(std::fs::read(&path).expect("read"), b"whole");
     }
 }

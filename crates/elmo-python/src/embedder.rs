@@ -22,9 +22,11 @@ use crate::{ElmoError, to_python};
 /// ELMo vectors of tokenised sentences, as AllenNLP's `ElmoEmbedder`.
 ///
 /// `ElmoEmbedder(options_file, weight_file)` loads bilm-tf / AllenNLP weights (an `options.json`
-/// and its HDF5 weights); `model=DIR` a directory that `elmo export` or `elmo train` wrote;
-/// neither, the small demo model built in (AllenNLP's test biLM; AllenNLP downloads the
-/// `original` model instead).
+/// and its HDF5 weights, paths or URLs, downloaded once into the cache as AllenNLP's
+/// `cached_path` does: `ELMO_CACHE_DIR`, else `~/.cache/elmo-rs`); `model=DIR` a directory
+/// that `elmo export` or `elmo train` wrote; `model="original"` (or `small`, `medium`,
+/// `original-5.5b`) a model AllenNLP publishes; none, the small demo model built in (AllenNLP's
+/// test biLM; AllenNLP downloads the `original` model instead).
 ///
 /// Unlike AllenNLP, every sentence starts from a zero LSTM state by default, so its vectors do
 /// not depend on the sentences embedded before it; `stateful=True` carries the state from batch

@@ -98,7 +98,7 @@ impl ModelChoice {
         precision
             .check_device(backend, &device)
             .map_err(to_python)?;
-        let model = source.load(&device).map_err(to_python)?;
+        let model = source.load(&device, false).map_err(to_python)?;
         Ok(Loaded {
             model,
             device,

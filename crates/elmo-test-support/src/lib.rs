@@ -1,17 +1,19 @@
 //! Helpers of elmo-rs's tests and benchmarks, outside the libraries' public API (not
 //! published): a wgpu device where one opens, the parameters a gradient reaches, one
 //! differentiating test at a time, values compared at their scale, and the flags, devices and
-//! memory measure of the benchmark programs.
+//! memory measure of the benchmark programs, and a loopback file server for the download tests.
 
 mod autodiff_lock;
 pub mod bench;
 mod compare;
+mod file_server;
 mod gradients;
 mod npy;
 mod wgpu_probe;
 
 pub use autodiff_lock::autodiff_one_at_a_time;
 pub use compare::scaled_difference;
+pub use file_server::{FileServer, Reply};
 pub use gradients::nonzero_gradients;
 pub use npy::{Array, NpyElement, read_npy};
 pub use wgpu_probe::{

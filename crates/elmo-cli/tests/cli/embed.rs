@@ -1,6 +1,6 @@
 //! End-to-end tests of `elmo embed` (the real binary): AllenNLP's HDF5 layout, values equal to the
-//! library's, empty lines, layer selections, statelessness, the token cache, and clear errors that
-//! leave no output.
+//! library's, empty lines, layer selections, statelessness, the token cache, model files named by
+//! URL, and clear errors that leave no output.
 
 use std::path::{Path, PathBuf};
 
@@ -8,7 +8,8 @@ use burn::tensor::Device;
 use elmo_model::options::BiLmOptions;
 use elmo_model::weights::{WeightFile, load_bilm_from};
 
-use crate::common::{elmo, fails, fixture, ok, path};
+use crate::common::{elmo, elmo_with_env, fails, fixture, ok, path};
+use elmo_test_support::{FileServer, Reply};
 
 fn embed(dir: &Path, input: &str, extra: &[&str]) -> (PathBuf, std::process::Output) {
     let input_path = dir.join("input.txt");
@@ -1227,4 +1228,78 @@ fn h5py_reads_every_dataset_by_name_and_sentence_to_index() {
         read["hdf5"]
     );
     assert_eq!(read["allennlp"], ours[0]);
+}
+
+/// `--options-file URL --weight-file URL` as AllenNLP's `elmo` command takes them: the files
+/// are downloaded once into `ELMO_CACHE_DIR`, the vectors are those of the local files, and
+/// later runs read the cache without a request (the server gone); a missing file names its URL
+/// and status, an unknown model name the names there are.
+#[test]
+fn files_named_by_url_are_downloaded_once_into_the_cache() {
+    let (options, weights) = (
+        fixture("allennlp/options.json"),
+        fixture("allennlp/lm_weights.hdf5"),
+    );
+    let read = |p: &Path| std::fs::read(p).expect("fixture");
+    let server = FileServer::start(vec![
+        ("/elmo/options.json", Reply::File(read(&options))),
+        ("/elmo/weights.hdf5", Reply::File(read(&weights))),
+    ]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cache = dir.path().join("cache");
+    let local = dir.path().join("local");
+    std::fs::create_dir(&local).expect("mkdir");
+    let files = ["--options", path(&options), "--weights", path(&weights)];
+    let (expected, result) = embed(&local, TEXT, &files);
+    assert!(result.status.success(), "{result:?}");
+    let input = local.join("input.txt");
+    let (options_url, weights_url) = (
+        server.url("/elmo/options.json"),
+        server.url("/elmo/weights.hdf5"),
+    );
+    let remote = |name: &str, options_url: &str| {
+        let output = dir.path().join(format!("{name}.hdf5"));
+        let args = [
+            "embed",
+            "--quiet",
+            path(&input),
+            path(&output),
+            "--options-file",
+            options_url,
+            "--weight-file",
+            &weights_url,
+        ];
+        let result = elmo_with_env(&args, &[("ELMO_CACHE_DIR", path(&cache))]);
+        (output, result)
+    };
+    let (first, result) = remote("first", &options_url);
+    assert!(
+        result.status.success(),
+        "{}",
+        String::from_utf8_lossy(&result.stderr)
+    );
+    assert_eq!(contents(&first), contents(&expected));
+    assert_eq!(server.requests(), 2);
+    let (_, result) = remote("second", &options_url);
+    assert!(result.status.success(), "{result:?}");
+    assert_eq!(server.requests(), 2, "the second run downloads nothing");
+    let (output, result) = remote("missing", &server.url("/elmo/gone.json"));
+    let stderr = String::from_utf8_lossy(&result.stderr);
+    assert!(!result.status.success() && !output.exists(), "{stderr}");
+    assert!(
+        stderr.contains("/elmo/gone.json: the server answered HTTP 404"),
+        "{stderr}"
+    );
+    drop(server);
+    let (third, result) = remote("third", &options_url);
+    assert!(result.status.success(), "{result:?}");
+    assert_eq!(contents(&third), contents(&expected));
+    let stderr = fails(&["embed", "--model", "large", path(&input), "o.hdf5"]);
+    assert!(
+        stderr.contains(
+            "large: not a model directory, nor the name of a model AllenNLP publishes (small, \
+             medium, original, original-5.5b)"
+        ),
+        "{stderr}"
+    );
 }

@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::common::{elmo, elmo_with_env, ok, path};
+use elmo_test_support::{FileServer, Reply};
 
 const CORPUS: &str = "The cat sat on the mat.\nA dog ran in the park!\n\nThe bird sang a song.\n";
 
@@ -206,30 +207,66 @@ fn vocab_train_resume_eval_export_embed() {
     let tuned = d.join("tuned");
     let options = export.join("options.json");
     let weights = export.join("weights.hdf5");
-    ok(&[
-        "train",
-        "--quiet",
-        "--preset",
-        "small",
-        "--tokenize",
-        "--train",
-        path(&corpus),
-        "--vocab",
-        path(&vocab),
-        "--out",
-        path(&tuned),
-        "--steps",
-        "1",
-        "--init-from",
-        path(&options),
-        path(&weights),
-    ]);
+    let fine_tune = |out: &Path, options: &str, weights: &str, cache: &Path| {
+        let args = [
+            "train",
+            "--quiet",
+            "--preset",
+            "small",
+            "--tokenize",
+            "--train",
+            path(&corpus),
+            "--vocab",
+            path(&vocab),
+            "--out",
+            path(out),
+            "--steps",
+            "1",
+            "--init-from",
+            options,
+            weights,
+        ];
+        let out = elmo_with_env(&args, &[("ELMO_CACHE_DIR", path(cache))]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let cache = d.join("cache");
+    fine_tune(&tuned, path(&options), path(&weights), &cache);
     let config: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(tuned.join("config.json")).expect("config"))
             .expect("json");
     let exported: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&options).expect("options")).expect("json");
     assert_eq!(config["model"], exported);
+    // The same from URLs (downloaded into ELMO_CACHE_DIR): the same architecture and first step.
+    let server = FileServer::start(vec![
+        (
+            "/e/options.json",
+            Reply::File(std::fs::read(&options).expect("options")),
+        ),
+        (
+            "/e/weights.hdf5",
+            Reply::File(std::fs::read(&weights).expect("weights")),
+        ),
+    ]);
+    let remote = d.join("tuned-from-urls");
+    let (options_url, weights_url) = (server.url("/e/options.json"), server.url("/e/weights.hdf5"));
+    fine_tune(&remote, &options_url, &weights_url, &cache);
+    let first_loss = |run: &Path| -> serde_json::Value {
+        let metrics = std::fs::read_to_string(run.join("metrics.jsonl")).expect("metrics");
+        let line = metrics.lines().next().expect("a line");
+        serde_json::from_str::<serde_json::Value>(line).expect("json")["loss"].clone()
+    };
+    let remote_config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(remote.join("config.json")).expect("config"))
+            .expect("json");
+    assert_eq!(remote_config["model"], exported);
+    assert!(first_loss(&tuned).is_number());
+    assert_eq!(first_loss(&remote), first_loss(&tuned));
+    assert_eq!(server.requests(), 2);
 
     // A run directory as --init-from: with no --preset the run's config (tiny, --tokenize, the
     // plateau schedule, which needs --valid), here continued with another optimizer.
