@@ -19,8 +19,6 @@ pub struct PublishedModel {
     pub name: &'static str,
     /// Its folder and file stem on AllenNLP's server (`elmo_{stem}_options.json`).
     pub stem: &'static str,
-    /// Its size: weights to download, vectors' width.
-    pub size: &'static str,
 }
 
 /// AllenNLP's English ELMo models, smallest first (allennlp.org/elmo).
@@ -28,22 +26,18 @@ pub const PUBLISHED_MODELS: [PublishedModel; 4] = [
     PublishedModel {
         name: "small",
         stem: "2x1024_128_2048cnn_1xhighway",
-        size: "54 MB, vectors of 256",
     },
     PublishedModel {
         name: "medium",
         stem: "2x2048_256_2048cnn_1xhighway",
-        size: "107 MB, vectors of 512",
     },
     PublishedModel {
         name: "original",
         stem: "2x4096_512_2048cnn_2xhighway",
-        size: "357 MB, vectors of 1024",
     },
     PublishedModel {
         name: "original-5.5b",
         stem: "2x4096_512_2048cnn_2xhighway_5.5B",
-        size: "357 MB, vectors of 1024; trained on 5.5B tokens",
     },
 ];
 

@@ -188,7 +188,7 @@ def check_on_wgpu(tiny, sentences, options, weights, allennlp_vectors):
             close(f"ElmoEmbedder on wgpu {folder}[{i}]", g, w)
 
 
-def main(tiny, tmp):
+def main(tiny, tmp, base_url=None):
     sentences = json.load(open(os.path.join(tiny, "sentences.json"), encoding="utf-8"))
     options = os.path.join(tiny, "options.json")
     weights = os.path.join(tiny, "weights.hdf5")
@@ -229,6 +229,13 @@ def main(tiny, tmp):
         for i, (g, w) in enumerate(zip(streamed, want)):
             close(f"embed_sentences {folder}[{i}]", g, w)
         assert len(streamed) == len(want)
+    # Files named by URL, as AllenNLP's cached_path takes them: downloaded into ELMO_CACHE_DIR,
+    # the vectors of the local files.
+    if base_url:
+        remote = elmo_rs.ElmoEmbedder(f"{base_url}/options.json", f"{base_url}/weights.hdf5")
+        for i, sentence in enumerate(sentences["main"]):
+            want = embedder.embed_sentence(sentence)
+            close(f"from URLs [{i}]", remote.embed_sentence(sentence), want, 0.0)
     # batch_to_embeddings: AllenNLP's padded activations (B, 3, T, 2P) and bool mask (B, T).
     for folder in ("main", "edge"):
         activations, mask = embedder.batch_to_embeddings(sentences[folder])
@@ -403,4 +410,4 @@ def main(tiny, tmp):
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:3])
+    main(*sys.argv[1:4])

@@ -6,6 +6,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use elmo_test_support::{FileServer, Reply};
+
 /// The extension module this test's build made (`libelmo_rs.so` beside the test's deps).
 fn built_module() -> PathBuf {
     let exe = std::env::current_exe().expect("the test's path");
@@ -51,11 +53,19 @@ fn the_python_module_gives_allennlp_vectors() {
     std::fs::copy(built_module(), module_dir.join("elmo_rs.so")).expect("copy the module");
     let work = dir.path().join("work");
     std::fs::create_dir(&work).expect("a work folder");
+    // The tiny model's files by URL too (downloaded into the folder's cache).
+    let served = |name: &str| Reply::File(std::fs::read(tiny.join(name)).expect("a tiny file"));
+    let server = FileServer::start(vec![
+        ("/tiny/options.json", served("options.json")),
+        ("/tiny/weights.hdf5", served("weights.hdf5")),
+    ]);
     let out = Command::new("python3")
         .arg(crate_dir.join("tests/elmo_rs_test.py"))
         .arg(&tiny)
         .arg(&work)
+        .arg(server.url("/tiny"))
         .env("PYTHONPATH", &module_dir)
+        .env("ELMO_CACHE_DIR", dir.path().join("cache"))
         // The module computes on flex; a thread each is enough for the tiny model.
         .env("RAYON_NUM_THREADS", "2")
         .output()
