@@ -7,7 +7,7 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, anyhow, bail};
-use elmo_model::write_atomic_with;
+use elmo_model::{ElmoError, RunLock, write_atomic_with};
 
 /// Where AllenNLP publishes its ELMo models.
 const PUBLISHED_ROOT: &str = "https://allennlp.s3.amazonaws.com/models/elmo";
@@ -139,56 +139,102 @@ impl FileCache {
     /// the file downloaded into the cache first, with a progress bar on a terminal unless
     /// `quiet`. A download is written beside its place and renamed into it once every byte the
     /// server announced has arrived, so the cache never holds a partial file; delete the
-    /// file (or its folder) to download it again.
+    /// file (or its folder) to download it again. One process downloads a URL at a time (a
+    /// lock in its folder); what a killed download left there is removed by the next.
     ///
     /// # Errors
-    /// The URL, with the server's status or the connection's error; the cache file, with the
-    /// I/O error.
+    /// The URL, with the server's status or the connection's error, or the process that is
+    /// downloading it already; the cache file, with the I/O error.
     pub fn local_copy(&self, url: &str, quiet: bool) -> Result<PathBuf> {
         let path = self.path_of(url);
         if path.is_file() {
             return Ok(path);
         }
-        if !quiet {
-            eprintln!("downloading {url}\n         to {}", path.display());
-        }
-        let (length, mut body) = fetch(url)?;
-        let folder = path.parent().unwrap_or(&self.dir);
-        std::fs::create_dir_all(folder)
+        let folder = path.parent().unwrap_or(&self.dir).to_path_buf();
+        std::fs::create_dir_all(&folder)
             .with_context(|| format!("{}: cannot create the cache folder", folder.display()))?;
-        let bar = crate::progress::bar(
-            length.unwrap_or(0),
-            quiet,
-            "{bytes:>10} / {total_bytes} {bar:30} {bytes_per_sec} (ETA {eta})",
-        );
-        write_atomic_with(&path, |file| -> Result<()> {
-            let mut buffer = vec![0u8; 1 << 16];
-            let mut received = 0u64;
-            loop {
-                let n = match body.read(&mut buffer) {
-                    Ok(0) => break,
-                    Ok(n) => n,
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                    Err(e) => bail!("{url}: the download broke off after {received} bytes: {e}"),
-                };
-                file.write_all(&buffer[..n])
-                    .with_context(|| format!("{}: cannot write the download", path.display()))?;
-                received += n as u64;
-                bar.set_position(received);
-            }
-            if let Some(length) = length.filter(|&l| l != received) {
-                bail!("{url}: the server announced {length} bytes and sent {received}");
-            }
-            Ok(())
-        })
-        .inspect_err(|_| {
-            bar.abandon();
-            // The URL's folder, empty again (another process may be filling it).
-            let _ = std::fs::remove_dir(folder);
-        })?;
-        bar.finish_and_clear();
-        Ok(path)
+        let downloaded = download(url, &path, quiet);
+        if downloaded.is_err() {
+            // The URL's folder, where the failure left it empty (the lock is gone by now).
+            let _ = std::fs::remove_dir(&folder);
+        }
+        downloaded.map(|()| path)
     }
+}
+
+/// Downloads `url` to `path` under the lock of its folder (see [`FileCache::local_copy`]).
+fn download(url: &str, path: &Path, quiet: bool) -> Result<()> {
+    let folder = path.parent().unwrap_or(Path::new("."));
+    let _lock = match RunLock::acquire(folder.join(".download.lock"), true) {
+        Ok(lock) => lock,
+        Err(ElmoError::Locked { pid, host, .. }) => bail!(
+            "{url}: process {pid} on {host} is downloading it into {}; run again once it \
+             has finished",
+            folder.display()
+        ),
+        Err(e) => return Err(e.into()),
+    };
+    // Another process may have finished it between the caller's look and the lock.
+    if path.is_file() {
+        return Ok(());
+    }
+    remove_leftovers(path)?;
+    if !quiet {
+        eprintln!("downloading {url}\n         to {}", path.display());
+    }
+    let (length, mut body) = fetch(url)?;
+    let bar = crate::progress::bar(
+        length.unwrap_or(0),
+        quiet,
+        "{bytes:>10} / {total_bytes} {bar:30} {bytes_per_sec} (ETA {eta})",
+    );
+    write_atomic_with(path, |file| -> Result<()> {
+        let mut buffer = vec![0u8; 1 << 16];
+        let mut received = 0u64;
+        loop {
+            let n = match body.read(&mut buffer) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => bail!("{url}: the download broke off after {received} bytes: {e}"),
+            };
+            file.write_all(&buffer[..n])
+                .with_context(|| format!("{}: cannot write the download", path.display()))?;
+            received += n as u64;
+            bar.set_position(received);
+        }
+        if let Some(length) = length.filter(|&l| l != received) {
+            bail!("{url}: the server announced {length} bytes and sent {received}");
+        }
+        Ok(())
+    })
+    .inspect_err(|_| bar.abandon())?;
+    bar.finish_and_clear();
+    Ok(())
+}
+
+/// Removes the temporary files of `path` that a killed download left beside it
+/// (`write_atomic_with`'s `.NAME.PID.tmp`); the caller holds the folder's lock, so no other
+/// download is writing one.
+fn remove_leftovers(path: &Path) -> Result<()> {
+    let (Some(folder), Some(name)) = (path.parent(), path.file_name()) else {
+        return Ok(());
+    };
+    let prefix = format!(".{}.", name.to_string_lossy());
+    let entries = std::fs::read_dir(folder)
+        .with_context(|| format!("{}: cannot list the cache folder", folder.display()))?;
+    for entry in entries.flatten() {
+        let entry_name = entry.file_name().to_string_lossy().into_owned();
+        if entry_name.starts_with(&prefix) && entry_name.ends_with(".tmp") {
+            std::fs::remove_file(entry.path()).with_context(|| {
+                format!(
+                    "{}: cannot remove a killed download",
+                    entry.path().display()
+                )
+            })?;
+        }
+    }
+    Ok(())
 }
 
 /// A GET of `url`: the length the server announces (`Content-Length`) and the body.
@@ -301,6 +347,48 @@ mod tests {
     use elmo_test_support::{FileServer, Reply};
 
     use super::*;
+
+    /// A download under way elsewhere (the folder's lock held by a running process) is not
+    /// raced; what a killed one left (its lock, its temporary file) is removed by the next.
+    #[test]
+    fn a_running_download_is_not_raced_and_a_killed_one_is_cleaned_up() {
+        let weights = b"weights".repeat(1000);
+        let server = FileServer::start(vec![("/m/weights.hdf5", Reply::File(weights.clone()))]);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cache = FileCache {
+            dir: dir.path().join("cache"),
+        };
+        let url = server.url("/m/weights.hdf5");
+        let path = cache.path_of(&url);
+        let folder = path.parent().expect("folder").to_path_buf();
+        std::fs::create_dir_all(&folder).expect("folder");
+        let lock_path = folder.join(".download.lock");
+        let running = RunLock::acquire(&lock_path, false).expect("lock");
+        let error = format!("{:#}", cache.local_copy(&url, true).expect_err("locked"));
+        assert!(error.contains("is downloading it into"), "{error}");
+        assert_eq!(server.requests(), 0);
+        // Killed: its lock names a process that has ended, its temporary file stays.
+        let host = std::fs::read_to_string(&lock_path).expect("lock file");
+        let host = host.split_whitespace().nth(1).expect("host").to_string();
+        drop(running);
+        let mut child = std::process::Command::new(std::env::current_exe().expect("this test"))
+            .arg("--list")
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("a child");
+        let dead = child.id();
+        child.wait().expect("it ends");
+        std::fs::write(&lock_path, format!("{dead} {host}\n")).expect("stale lock");
+        let leftover = folder.join(format!(".weights.hdf5.{dead}.tmp"));
+        std::fs::write(&leftover, b"half a down").expect("leftover");
+        assert_eq!(cache.local_copy(&url, true).expect("download"), path);
+        assert_eq!(std::fs::read(&path).expect("read"), weights);
+        let names: Vec<_> = std::fs::read_dir(&folder)
+            .expect("folder")
+            .map(|e| e.expect("entry").file_name())
+            .collect();
+        assert_eq!(names, ["weights.hdf5"]);
+    }
 
     #[test]
     fn published_models_name_allennlps_files() {
