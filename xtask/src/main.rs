@@ -190,6 +190,8 @@ struct Emulated {
     /// Whether a test binary must be run through `runner` to start one of its own kind (true
     /// under qemu-user, which runs one process; wine starts Windows processes itself).
     children_need_runner: bool,
+    /// Whether the runner needs the stand-in DLLs of `xtask/wine/` ([`wine_dlls`]).
+    needs_wine_dlls: bool,
     /// Packages left out: `elmo-python`'s unit tests link Python's DLL on Windows, which wine
     /// has not.
     excluded: &'static [&'static str],
@@ -209,6 +211,7 @@ const EMULATED: [Emulated; 2] = [
         linker: "aarch64-linux-gnu-gcc",
         runner: "qemu-aarch64 -L /usr/aarch64-linux-gnu",
         children_need_runner: true,
+        needs_wine_dlls: false,
         excluded: &[],
         host_only: &["cli", "python_module"],
     },
@@ -218,6 +221,7 @@ const EMULATED: [Emulated; 2] = [
         linker: "x86_64-w64-mingw32-gcc",
         runner: "wine",
         children_need_runner: false,
+        needs_wine_dlls: true,
         excluded: &["elmo-python"],
         host_only: &["python_module"],
     },
@@ -273,7 +277,7 @@ fn platforms(args: &[String]) -> Result<(), String> {
         // A test that runs itself again in a child process runs it through the emulator too.
         test.env("ELMO_TEST_RUNNER", platform.runner);
     }
-    if platform.name == "windows" {
+    if platform.needs_wine_dlls {
         // Wine's drive Z: is the root of this machine's file system.
         let dlls = format!("Z:{}", wine_dlls()?.display());
         test.env("WINEPATH", dlls).env("WINEDEBUG", "-all");
