@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, anyhow, bail};
 use elmo_model::{ElmoError, RunLock, write_atomic_with};
+use elmo_train::TrainError;
 
 /// Where AllenNLP publishes its ELMo models.
 const PUBLISHED_ROOT: &str = "https://allennlp.s3.amazonaws.com/models/elmo";
@@ -87,6 +88,65 @@ pub fn local_path(path: &Path, quiet: bool) -> Result<PathBuf> {
     match url_of(path) {
         Some(url) => FileCache::from_environment()?.local_copy(url, quiet),
         None => Ok(path.to_path_buf()),
+    }
+}
+
+/// A model file that was named by URL, and its copy in the cache: messages about the copy name
+/// the URL too.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Download {
+    /// The URL the user gave.
+    pub url: String,
+    /// Its copy in the cache.
+    pub local: PathBuf,
+}
+
+impl Download {
+    /// The download of `source`, where `source` is a URL whose copy is `local`.
+    pub fn of(source: &Path, local: &Path) -> Option<Self> {
+        url_of(source).map(|url| Self {
+            url: url.to_string(),
+            local: local.to_path_buf(),
+        })
+    }
+
+    /// `URL, downloaded to PATH (delete it to download again)`: a file that the server sent but
+    /// is not what it should be (a web page, an outdated file) stays in the cache until deleted.
+    fn describe(&self) -> String {
+        format!(
+            "{}, downloaded to {} (delete it to download again)",
+            self.url,
+            self.local.display()
+        )
+    }
+}
+
+/// `result`, naming the URL and the cache file where `source` is a URL whose copy is `local`.
+///
+/// # Errors
+/// `result`'s.
+pub fn naming_download<T>(result: Result<T>, source: &Path, local: &Path) -> Result<T> {
+    match Download::of(source, local) {
+        Some(download) => result.with_context(|| download.describe()),
+        None => result,
+    }
+}
+
+/// `error`, naming the download that it is about: the one whose cached copy is the file of an
+/// [`ElmoError`] in its chain (also behind a [`TrainError::Model`]). Other errors are returned
+/// as they are.
+pub fn naming_downloads(error: anyhow::Error, downloads: &[Download]) -> anyhow::Error {
+    let about = error
+        .chain()
+        .filter_map(|e| match e.downcast_ref::<TrainError>() {
+            Some(TrainError::Model(model)) => Some(model),
+            _ => e.downcast_ref::<ElmoError>(),
+        })
+        .filter_map(ElmoError::path)
+        .find_map(|path| downloads.iter().find(|d| d.local == path));
+    match about {
+        Some(download) => error.context(download.describe()),
+        None => error,
     }
 }
 

@@ -9,7 +9,7 @@ use elmo_model::options::BiLmOptions;
 use elmo_model::weights::{WeightFile, load_bilm_from};
 use elmo_model::{BiLm, BiLmState};
 
-use crate::model_files::{PublishedModel, local_path, published_model, url_of};
+use crate::model_files::{PublishedModel, local_path, naming_download, published_model};
 
 /// The embedded demo model: AllenNLP's small test biLM (Apache-2.0, see fixtures/README.md).
 const DEMO_OPTIONS: &str = include_str!("../../../fixtures/allennlp/options.json");
@@ -85,21 +85,6 @@ fn load_files(options: &Path, weights: &Path, device: &Device, quiet: bool) -> R
         options: parsed,
         description: format!("{} + {}", options.display(), weights.display()),
     })
-}
-
-/// `result`, naming the URL and the cache file where `source` is a URL: a file that the server
-/// sent but is not what it should be (a web page, an outdated file) stays in the cache until
-/// deleted.
-fn naming_download<T>(result: Result<T>, source: &Path, local: &Path) -> Result<T> {
-    match url_of(source) {
-        Some(url) => result.with_context(|| {
-            format!(
-                "{url}, downloaded to {} (delete it to download again)",
-                local.display()
-            )
-        }),
-        None => result,
-    }
 }
 
 impl ModelArgs {

@@ -1,7 +1,7 @@
 //! `elmo train`: pretrain or fine-tune a biLM (bilm-tf's recipe), with checkpoints, `--resume`,
 //! a metrics log and perplexity curves.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use elmo_model::KernelSettings;
@@ -14,7 +14,7 @@ use elmo_train::{InitFrom, TrainObserver, TrainOptions, TrainedRun, Vocabulary, 
 use indicatif::ProgressBar;
 
 use crate::backend::{Backend, PrecisionArg};
-use crate::model_files::{PublishedModel, local_path, published_model};
+use crate::model_files::{Download, PublishedModel, local_path, naming_downloads, published_model};
 
 /// Optimizers selectable on the command line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -209,21 +209,29 @@ pub struct TrainArgs {
 }
 
 impl TrainArgs {
-    /// `--init-from`: two paths are pretrained files, one a run directory.
-    fn init_from(&self) -> Result<Option<InitFrom>> {
-        Ok(match self.init_from.as_deref() {
-            None => None,
-            Some([options, weights]) => Some(InitFrom::Weights(
+    /// `--init-from`: two paths (or URLs) are pretrained files, one a run directory or a
+    /// published model's name; with the downloads among the files, for messages about them.
+    fn init_from(&self) -> Result<(Option<InitFrom>, Vec<Download>)> {
+        let pretrained = |options: &Path, weights: &Path| -> Result<_> {
+            let local = (
                 local_path(options, self.quiet)?,
                 local_path(weights, self.quiet)?,
-            )),
-            Some([dir]) if TrainedRun::is_run_directory(dir) => Some(InitFrom::Run(dir.clone())),
+            );
+            let downloads = [(options, &local.0), (weights, &local.1)]
+                .into_iter()
+                .filter_map(|(source, local)| Download::of(source, local))
+                .collect();
+            Ok((Some(InitFrom::Weights(local.0, local.1)), downloads))
+        };
+        match self.init_from.as_deref() {
+            None => Ok((None, Vec::new())),
+            Some([options, weights]) => pretrained(options, weights),
+            Some([dir]) if TrainedRun::is_run_directory(dir) => {
+                Ok((Some(InitFrom::Run(dir.clone())), Vec::new()))
+            }
             Some([name]) if let Some(published) = published_model(name) => {
                 let (options, weights) = (published.options_url(), published.weights_url());
-                Some(InitFrom::Weights(
-                    local_path(options.as_ref(), self.quiet)?,
-                    local_path(weights.as_ref(), self.quiet)?,
-                ))
+                pretrained(options.as_ref(), weights.as_ref())
             }
             Some(paths) => bail!(
                 "--init-from {}: not a run directory of `elmo train` (config.json and \
@@ -232,11 +240,11 @@ impl TrainArgs {
                 paths[0].display(),
                 PublishedModel::names()
             ),
-        })
+        }
     }
 
     /// The effective configuration: preset or file, pretrained architecture, then the overrides.
-    fn config(&self, init_from: Option<&InitFrom>) -> Result<TrainConfig> {
+    fn config(&self, init_from: Option<&InitFrom>, downloads: &[Download]) -> Result<TrainConfig> {
         let run = RunDirectory::new(&self.out);
         let mut config = match (&self.preset, self.resume, init_from) {
             (Some(spec), _, _) => TrainConfig::from_preset_or_file(spec)?,
@@ -250,7 +258,7 @@ impl TrainArgs {
             }
         };
         if let Some(from) = init_from {
-            config.model = from.options()?;
+            config.model = (from.options()).map_err(|e| naming_downloads(e.into(), downloads))?;
         }
         if let Some(v) = self.batch_size {
             config.batch_size = v;
@@ -482,8 +490,8 @@ impl TrainObserver for Progress {
 
 /// Runs `elmo train`.
 pub fn run(args: &TrainArgs) -> Result<()> {
-    let init_from = args.init_from()?;
-    let config = args.config(init_from.as_ref())?;
+    let (init_from, downloads) = args.init_from()?;
+    let config = args.config(init_from.as_ref(), &downloads)?;
     let vocab = Vocabulary::from_file(&args.vocab)?;
     let train_files = expand_patterns(&args.train)?;
     // With --gpus the trainer's device is the first tower's.
@@ -529,7 +537,8 @@ pub fn run(args: &TrainArgs) -> Result<()> {
         quiet: args.quiet,
         last_valid: None,
     };
-    let summary = train(&config, vocab, &options, &device, &mut progress)?;
+    let summary = train(&config, vocab, &options, &device, &mut progress)
+        .map_err(|e| naming_downloads(e.into(), &downloads))?;
     progress.bar.finish_and_clear();
     let run = RunDirectory::new(&args.out);
     let valid = summary
@@ -617,7 +626,7 @@ mod tests {
             let mut args = vec!["--preset", preset, "--train", "t.txt", "--vocab", "v.txt"];
             args.extend(["--out", "run"]);
             args.extend(extra);
-            train_args(&args)?.config(None)
+            train_args(&args)?.config(None, &[])
         };
         assert_eq!(parse(&[])?.lr_schedule, config.lr_schedule);
         assert_eq!(parse(&["--constant-lr"])?.lr_schedule, LrSchedule::Constant);

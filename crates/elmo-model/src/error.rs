@@ -1,6 +1,6 @@
 //! The error type of `elmo-model`: every failure names the file, dataset or option it is about.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Everything that can go wrong while building, loading or saving an ELMo model.
 ///
@@ -153,6 +153,33 @@ pub enum ElmoError {
         /// The lock file.
         path: PathBuf,
     },
+}
+
+impl ElmoError {
+    /// The file the error is about, where it is about one (a file read or written, a weight
+    /// file's dataset, a lock).
+    pub fn path(&self) -> Option<&Path> {
+        match self {
+            ElmoError::Io { path, .. }
+            | ElmoError::Options { path, .. }
+            | ElmoError::Hdf5 { path, .. }
+            | ElmoError::MissingDataset { path, .. }
+            | ElmoError::ShapeMismatch { path, .. }
+            | ElmoError::DatasetRead { path, .. }
+            | ElmoError::InvalidWeights { path, .. }
+            | ElmoError::UnusedDatasets { path, .. }
+            | ElmoError::NonFinite { path, .. }
+            | ElmoError::Hdf5Write { path, .. }
+            | ElmoError::Record { path, .. }
+            | ElmoError::Locked { path, .. }
+            | ElmoError::StaleLock { path, .. }
+            | ElmoError::BadLock { path } => Some(path),
+            ElmoError::InvalidOptions(_)
+            | ElmoError::TensorData(_)
+            | ElmoError::InvalidConfig(_)
+            | ElmoError::InvalidInput(_) => None,
+        }
+    }
 }
 
 /// Result alias for this crate.

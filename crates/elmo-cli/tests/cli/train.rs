@@ -207,7 +207,7 @@ fn vocab_train_resume_eval_export_embed() {
     let tuned = d.join("tuned");
     let options = export.join("options.json");
     let weights = export.join("weights.hdf5");
-    let fine_tune = |out: &Path, options: &str, weights: &str, cache: &Path| {
+    let try_fine_tune = |out: &Path, options: &str, weights: &str, cache: &Path| {
         let args = [
             "train",
             "--quiet",
@@ -226,7 +226,10 @@ fn vocab_train_resume_eval_export_embed() {
             options,
             weights,
         ];
-        let out = elmo_with_env(&args, &[("ELMO_CACHE_DIR", path(cache))]);
+        elmo_with_env(&args, &[("ELMO_CACHE_DIR", path(cache))])
+    };
+    let fine_tune = |out: &Path, options: &str, weights: &str, cache: &Path| {
+        let out = try_fine_tune(out, options, weights, cache);
         assert!(
             out.status.success(),
             "{}",
@@ -267,6 +270,36 @@ fn vocab_train_resume_eval_export_embed() {
     assert!(first_loss(&tuned).is_number());
     assert_eq!(first_loss(&remote), first_loss(&tuned));
     assert_eq!(server.requests(), 2);
+    // A download that is not what its name says (a web page) is named by its URL and its copy.
+    let (web_page, options_json) = (
+        b"<html>moved</html>".to_vec(),
+        std::fs::read(&options).expect("options"),
+    );
+    let broken = FileServer::start(vec![
+        ("/b/options.json", Reply::File(web_page.clone())),
+        ("/b/weights.hdf5", Reply::File(web_page)),
+        ("/c/options.json", Reply::File(options_json)),
+    ]);
+    // The options are read first, then the weights.
+    for (options, weights, named) in [
+        ("/b/options.json", "/b/weights.hdf5", "/b/options.json"),
+        ("/c/options.json", "/b/weights.hdf5", "/b/weights.hdf5"),
+    ] {
+        let out = try_fine_tune(
+            &d.join("not-tuned"),
+            &broken.url(options),
+            &broken.url(weights),
+            &cache,
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success());
+        let named = format!("{}, downloaded to ", broken.url(named));
+        assert!(
+            stderr.contains(&named) && stderr.contains("delete it to download again"),
+            "{stderr}"
+        );
+    }
+    assert!(!d.join("not-tuned").join("checkpoints").exists());
 
     // A run directory as --init-from: with no --preset the run's config (tiny, --tokenize, the
     // plateau schedule, which needs --valid), here continued with another optimizer.
