@@ -11,7 +11,7 @@ use anyhow::{Context, Result, bail};
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::Tensor;
 use clap::ValueEnum;
-use elmo_model::{BiLm, EmbedderConfig, KernelSettings, LayerSelection, RunLock};
+use elmo_model::{BiLm, EmbedderConfig, KernelSettings, LayerSelection, Pooling, RunLock};
 use indicatif::ProgressBar;
 
 use crate::backend::{Backend, PrecisionArg};
@@ -30,6 +30,25 @@ pub enum LayerArg {
     Top,
     /// The average of all layers: `(n_tokens, 2P)`.
     Average,
+}
+
+/// What each line's dataset holds: its tokens' vectors or their mean.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PoolArg {
+    /// Each token's vectors: `(L + 1, n_tokens, 2P)` or `(n_tokens, 2P)`.
+    None,
+    /// One vector per line and layer, the mean of its tokens' (TF Hub ELMo's `default` output
+    /// pools this way): `(L + 1, 2P)` or `(2P,)`; zeros for an empty line.
+    Mean,
+}
+
+impl From<PoolArg> for Pooling {
+    fn from(arg: PoolArg) -> Self {
+        match arg {
+            PoolArg::None => Self::Tokens,
+            PoolArg::Mean => Self::Mean,
+        }
+    }
 }
 
 impl From<LayerArg> for LayerSelection {
@@ -66,6 +85,10 @@ pub struct EmbedArgs {
     /// `--layers average`, as AllenNLP's `elmo` command spells it.
     #[arg(long, conflicts_with = "layers")]
     pub average: bool,
+    /// `mean`: one vector per line (and layer), the mean of its tokens' vectors, for
+    /// sentence-level uses (an output a token count smaller).
+    #[arg(long, value_enum, default_value_t = PoolArg::None)]
+    pub pool: PoolArg,
     /// Name each line's dataset by its sentence (the line without surrounding whitespace)
     /// instead of its line number, with no `sentence_to_index` (AllenNLP's
     /// `--use-sentence-keys`). No two lines may be equal, empty, `.` or hold a `/`: checked over
@@ -433,7 +456,11 @@ pub fn run(args: &EmbedArgs, held: Option<HeldModel<'_>>) -> Result<()> {
             " keys=sentences"
         } else {
             ""
-        } + if args.tokenize { " tokenize" } else { "" },
+        } + if args.tokenize { " tokenize" } else { "" }
+            + match args.pool {
+                PoolArg::Mean => " pool=mean",
+                PoolArg::None => "",
+            },
     };
     let commit_bytes = args.commit_mib.saturating_mul(1 << 20);
     // The names of this run's datasets: a partial output naming another is damaged.
@@ -500,6 +527,7 @@ pub fn run(args: &EmbedArgs, held: Option<HeldModel<'_>>) -> Result<()> {
     }
     let mut embedder = EmbedderConfig {
         layers: args.layer_selection().into(),
+        pooling: args.pool.into(),
         stateful: args.stateful,
         batch_size,
         max_batch_positions,

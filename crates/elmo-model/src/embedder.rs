@@ -1,7 +1,8 @@
 //! ELMo vectors of many sentences, on the host (AllenNLP's `ElmoEmbedder` and `allennlp elmo`
 //! command, allennlp/commands/elmo.py): batching by length, stateless or stateful runs, the token
-//! cache, and all / top / average layers per sentence. The one embedder of `elmo embed`, the
-//! task feature pass (elmo-tasks) and library callers.
+//! cache, all / top / average layers per sentence, each token's vectors or their mean (TF Hub
+//! ELMo's `default` output pools this way). The one embedder of `elmo embed`, the task feature
+//! pass (elmo-tasks) and library callers.
 
 use burn::tensor::{Device, Int, Tensor, TensorData};
 
@@ -23,11 +24,25 @@ pub enum LayerSelection {
     Average,
 }
 
+/// Whether an [`Embedder`] hands out each token's vectors or one vector per sentence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Pooling {
+    /// Each token's vectors: `[L + 1, n, 2P]` (all layers) or `[n, 2P]`.
+    #[default]
+    Tokens,
+    /// The mean of the sentence's token vectors, layer by layer: `[L + 1, 2P]` (all layers) or
+    /// `[2P]`; zeros for a sentence without tokens (as AllenNLP's `masked_mean`). TF Hub ELMo's
+    /// `default` output is this mean of its mix of the layers.
+    Mean,
+}
+
 /// Settings of an [`Embedder`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct EmbedderConfig {
     /// Layers returned per sentence.
     pub layers: LayerSelection,
+    /// Each token's vectors or their mean.
+    pub pooling: Pooling,
     /// Carry the LSTM state from batch to batch, row by row, in input order (AllenNLP's
     /// `ElmoEmbedder`). Otherwise every sentence starts from a zero state, so its vectors do not
     /// depend on its neighbours or the batch size, and sentences are batched by length.
@@ -46,6 +61,7 @@ impl Default for EmbedderConfig {
     fn default() -> Self {
         Self {
             layers: LayerSelection::All,
+            pooling: Pooling::Tokens,
             stateful: false,
             batch_size: 64,
             max_batch_positions: 8192,
@@ -69,8 +85,8 @@ struct LaunchedBatch {
 /// The vectors of one sentence.
 ///
 /// # Shapes
-/// `shape` is `[L + 1, n, 2P]` for [`LayerSelection::All`], else `[n, 2P]`; `values` is that
-/// array in row-major order.
+/// `shape` is `[L + 1, n, 2P]` for [`LayerSelection::All`], else `[n, 2P]`, without the token
+/// axis `n` for [`Pooling::Mean`]; `values` is that array in row-major order.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SentenceVectors {
     /// The values, row-major.
@@ -83,7 +99,8 @@ pub struct SentenceVectors {
 /// ([`Embedder::embed_each_view`]): a sink that writes them out needs no copy of its own.
 ///
 /// # Shapes
-/// As [`SentenceVectors`]: `[L + 1, n, 2P]` for [`LayerSelection::All`], else `[n, 2P]`.
+/// As [`SentenceVectors`]: `[L + 1, n, 2P]` for [`LayerSelection::All`], else `[n, 2P]`, without
+/// `n` for [`Pooling::Mean`].
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SentenceView<'a> {
     values: &'a [f32],
@@ -266,8 +283,9 @@ impl Embedder {
         } else {
             // Empty sentences need no model run; the rest is sorted by length to cut padding,
             // longest first: the order the LSTM computes in, so it need not reorder each batch.
+            let mut pooled = Vec::new();
             for &i in order.iter().filter(|&&i| len(i) == 0) {
-                sink(i, self.view(&[], 0))?;
+                sink(i, self.view(&[], 0, &mut pooled))?;
             }
             order.retain(|&i| len(i) > 0);
             order.sort_by_key(|&i| std::cmp::Reverse(len(i)));
@@ -322,12 +340,39 @@ impl Embedder {
         out
     }
 
-    /// A view of `n` tokens' `values`, in the shape of the layer selection.
-    fn view<'a>(&self, values: &'a [f32], n: usize) -> SentenceView<'a> {
+    /// A view of a sentence's `n` tokens' `values` (each selected layer's `n` vectors, layer
+    /// after layer), in the shape of the layer selection; with [`Pooling::Mean`] their mean,
+    /// computed into `pooled`.
+    fn view<'a>(&self, values: &'a [f32], n: usize, pooled: &'a mut Vec<f32>) -> SentenceView<'a> {
         let d = self.d_output();
-        let (dims, rank) = match self.config.layers {
-            LayerSelection::All => ([self.n_layers(), n, d], 3),
-            _ => ([n, d, 0], 2),
+        let layers = match self.config.layers {
+            LayerSelection::All => self.n_layers(),
+            _ => 1,
+        };
+        let (values, dims, rank) = match (self.config.pooling, self.config.layers) {
+            (Pooling::Tokens, LayerSelection::All) => (values, [layers, n, d], 3),
+            (Pooling::Tokens, _) => (values, [n, d, 0], 2),
+            (Pooling::Mean, selection) => {
+                pooled.clear();
+                pooled.resize(layers * d, 0.0);
+                let mut sum = vec![0.0f64; d];
+                for (layer, out) in pooled.chunks_exact_mut(d).enumerate() {
+                    sum.fill(0.0);
+                    for token in values[layer * n * d..(layer + 1) * n * d].chunks_exact(d) {
+                        for (s, &v) in sum.iter_mut().zip(token) {
+                            *s += f64::from(v);
+                        }
+                    }
+                    let scale = 1.0 / n.max(1) as f64;
+                    for (o, s) in out.iter_mut().zip(&sum) {
+                        *o = (s * scale) as f32;
+                    }
+                }
+                match selection {
+                    LayerSelection::All => (&pooled[..], [layers, d, 0], 2),
+                    _ => (&pooled[..], [d, 0, 0], 1),
+                }
+            }
         };
         SentenceView { values, dims, rank }
     }
@@ -398,10 +443,10 @@ impl Embedder {
             LayerSelection::All => self.n_layers() * self.d_output(),
             _ => self.d_output(),
         };
-        let mut start = 0;
+        let (mut start, mut pooled) = (0, Vec::new());
         for (&i, &n) in indices.iter().zip(&batch.lengths) {
             let end = start + n * per_token;
-            sink(i, self.view(&host[start..end], n))?;
+            sink(i, self.view(&host[start..end], n, &mut pooled))?;
             start = end;
         }
         Ok(())

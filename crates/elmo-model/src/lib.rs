@@ -56,7 +56,9 @@ pub use char_ids::CharIdBatch;
 pub use distinct_tokens::DistinctTokens;
 pub use elmo::{Elmo, ElmoConfig, ElmoOutput};
 pub use elmo_kernels::{HostInstructions, KernelSettings, Precision};
-pub use embedder::{Embedder, EmbedderConfig, LayerSelection, SentenceVectors, SentenceView};
+pub use embedder::{
+    Embedder, EmbedderConfig, LayerSelection, Pooling, SentenceVectors, SentenceView,
+};
 pub use error::{ElmoError, Result};
 pub use host_weights::{HostBf16Weight, HostWeights};
 pub use lstm_projection::{LstmState, LstmWithProjection, LstmWithProjectionConfig};

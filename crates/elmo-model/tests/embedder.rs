@@ -1,13 +1,15 @@
 //! The `Embedder` (what `elmo embed` and the task feature pass run) against the genuine AllenNLP
 //! 2.10.1 outputs of `fixtures/tiny`: stateless vectors per sentence whatever the batching,
-//! top / average from the same layers, and the stateful sequence of calls; on the CPUs and on
-//! wgpu (the fused inference kernels).
+//! top / average from the same layers, their means over each sentence's tokens, and the stateful
+//! sequence of calls; on the CPUs and on wgpu (the fused inference kernels).
 
 mod common;
 
 use burn::tensor::Device;
 use common::*;
-use elmo_model::{Embedder, EmbedderConfig, KernelSettings, LayerSelection, SentenceVectors};
+use elmo_model::{
+    Embedder, EmbedderConfig, KernelSettings, LayerSelection, Pooling, SentenceVectors,
+};
 
 const TOL: f32 = 1e-5;
 
@@ -139,6 +141,70 @@ fn top_and_average_are_cut_from_all_layers() {
                 .expect("embed_each_view");
             let viewed: Vec<SentenceVectors> = viewed.into_iter().flatten().collect();
             assert_eq!(&viewed, owned, "{name}: {layers:?}");
+        }
+    }
+}
+
+/// `Pooling::Mean`: each selected layer's mean over the sentence's tokens, against the mean of
+/// AllenNLP's layers (zeros for the empty sentence of `edge`), stateless and stateful (the
+/// mean of the same run's token vectors).
+#[test]
+fn the_mean_pools_each_layers_tokens() {
+    for (name, device) in cpu_and_wgpu_devices("the_mean_pools_each_layers_tokens") {
+        for batch in ["main", "edge"] {
+            let sentences = tiny_sentences(batch);
+            let reference = reference_layers(batch);
+            let d = reference[0].shape[2];
+            let mean_of = |tokens: &[f32]| -> Vec<f32> {
+                let n = tokens.len() / d;
+                (0..d)
+                    .map(|j| (0..n).map(|t| tokens[t * d + j]).sum::<f32>() / n.max(1) as f32)
+                    .collect()
+            };
+            let run = |layers, pooling, stateful| {
+                let config = EmbedderConfig {
+                    layers,
+                    pooling,
+                    stateful,
+                    ..EmbedderConfig::default()
+                };
+                embedder(&device, config).embed(&sentences).expect("embed")
+            };
+            let (all, top, average) = (
+                run(LayerSelection::All, Pooling::Mean, false),
+                run(LayerSelection::Top, Pooling::Mean, false),
+                run(LayerSelection::Average, Pooling::Mean, false),
+            );
+            for (row, sentence) in sentences.iter().enumerate() {
+                let n = sentence.len();
+                let layer_means: Vec<Vec<f32>> = (0..3)
+                    .map(|l| mean_of(&reference_row(&reference, l, row, n)))
+                    .collect();
+                assert_eq!(all[row].shape, [3, d], "{name}: {batch} {row}");
+                assert!(max_diff(&all[row].values, &layer_means.concat()) <= TOL);
+                assert_eq!(top[row].shape, [d], "{name}: {batch} {row}");
+                assert!(max_diff(&top[row].values, &layer_means[2]) <= TOL);
+                let average_mean: Vec<f32> = (0..d)
+                    .map(|j| layer_means.iter().map(|m| m[j]).sum::<f32>() / 3.0)
+                    .collect();
+                assert!(max_diff(&average[row].values, &average_mean) <= TOL);
+                if n == 0 {
+                    assert!(all[row].values.iter().all(|&v| v == 0.0), "{name}: {batch}");
+                }
+            }
+            let tokens = run(LayerSelection::All, Pooling::Tokens, true);
+            let pooled = run(LayerSelection::All, Pooling::Mean, true);
+            for (t, p) in tokens.iter().zip(&pooled) {
+                let n = t.shape[1];
+                let means: Vec<f32> = (0..3)
+                    .flat_map(|l| mean_of(&t.values[l * n * d..(l + 1) * n * d]))
+                    .collect();
+                assert_eq!(p.shape, [3, d]);
+                assert!(
+                    max_diff(&p.values, &means) <= 1e-6,
+                    "{name}: {batch} stateful"
+                );
+            }
         }
     }
 }

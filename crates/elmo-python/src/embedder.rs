@@ -8,7 +8,7 @@ use burn::tensor::Device;
 use clap::ValueEnum;
 use elmo_cli::{Backend, HeldModel, LoadedModel, PrecisionArg};
 use elmo_model::options::BiLmOptions;
-use elmo_model::{Embedder, EmbedderConfig, LayerSelection, SentenceVectors};
+use elmo_model::{Embedder, EmbedderConfig, LayerSelection, Pooling, SentenceVectors};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyAny;
@@ -91,6 +91,7 @@ impl ElmoEmbedder {
         .load()?;
         let embedder = EmbedderConfig {
             layers: LayerSelection::All,
+            pooling: Pooling::Tokens,
             stateful,
             // Stateful, a call's rows are state rows: a batch is not split, as in AllenNLP.
             batch_size: if stateful { usize::MAX } else { batch_size },

@@ -5,7 +5,7 @@
 use std::collections::{HashMap, HashSet};
 
 use burn::tensor::{Device, Tensor, TensorData};
-use elmo_model::{BiLm, Embedder, EmbedderConfig, LayerSelection, TokenEmbeddingCache};
+use elmo_model::{BiLm, Embedder, EmbedderConfig, LayerSelection, Pooling, TokenEmbeddingCache};
 
 use crate::error::Result;
 
@@ -32,6 +32,7 @@ impl BiLmFeatures {
     pub fn new(bilm: &BiLm, device: &Device) -> Result<Self> {
         let embedder = EmbedderConfig {
             layers: LayerSelection::All,
+            pooling: Pooling::Tokens,
             stateful: false,
             batch_size: BATCH_SENTENCES,
             token_cache_bytes: TOKEN_CACHE_BYTES,

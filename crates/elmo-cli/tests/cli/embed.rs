@@ -179,6 +179,50 @@ fn top_and_average_layers() {
     assert!(stderr.contains("cannot be used with"), "{stderr}");
 }
 
+/// `--pool mean`: one vector per line and layer, the mean of the line's token vectors (zeros
+/// for the empty line), in the same file layout.
+#[test]
+fn pooled_lines_are_the_means_of_their_tokens() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (all_path, all) = embed(dir.path(), TEXT, &[]);
+    assert!(all.status.success(), "{all:?}");
+    let file = hdf5_pure::File::open(&all_path).expect("open");
+    for (extra, layers) in [(&[][..], 3), (&["--layers", "top"][..], 1)] {
+        let sub = dir.path().join(format!("pooled-{layers}"));
+        std::fs::create_dir(&sub).expect("mkdir");
+        let (output, result) = embed(&sub, TEXT, &[extra, &["--pool", "mean"]].concat());
+        assert!(result.status.success(), "{result:?}");
+        let pooled = hdf5_pure::File::open(&output).expect("open");
+        for line in ["0", "1", "2", "3"] {
+            let (shape, values) = dataset(&file, line);
+            let [_, n, d] = shape[..] else {
+                panic!("{shape:?}")
+            };
+            let expected: Vec<f32> = (3 - layers..3)
+                .flat_map(|l| {
+                    let layer = &values[l * n * d..(l + 1) * n * d];
+                    (0..d).map(move |j| {
+                        (0..n).map(|t| layer[t * d + j]).sum::<f32>() / n.max(1) as f32
+                    })
+                })
+                .collect();
+            let (got_shape, got) = dataset(&pooled, line);
+            let want_shape = match layers {
+                1 => vec![d],
+                _ => vec![layers, d],
+            };
+            assert_eq!(got_shape, want_shape, "line {line}");
+            assert_eq!(got.len(), expected.len());
+            for (g, e) in got.iter().zip(&expected) {
+                assert!((g - e).abs() <= 1e-6, "line {line}: {g} vs {e}");
+            }
+            if n == 0 {
+                assert!(got.iter().all(|&v| v == 0.0), "the empty line");
+            }
+        }
+    }
+}
+
 #[test]
 fn stateless_output_does_not_depend_on_batch_size_and_stateful_does() {
     let text = "a b c d e f\nthe cat sat on the mat\nhello world\nx\n".repeat(3);
