@@ -66,24 +66,39 @@ fn list_datasets(
 }
 
 impl WeightFile {
-    /// Opens a weight file from disk.
+    /// Opens a weight file from disk. Datasets are read from the file as they are asked for,
+    /// not from a copy of the whole file in memory.
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
-        let bytes = std::fs::read(path).map_err(|source| ElmoError::Io {
+        // hdf5-pure reports a missing or unreadable file as an I/O error of its own.
+        std::fs::File::open(path).map_err(|source| ElmoError::Io {
             path: path.to_path_buf(),
             source,
         })?;
-        Self::from_bytes(bytes, path)
+        let file = hdf5_pure::File::open_streaming(path).map_err(|source| ElmoError::Hdf5 {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::from_file(file, path)
     }
 
     /// Opens a weight file held in memory; `name` is used in error messages.
     pub fn from_bytes(bytes: Vec<u8>, name: impl AsRef<Path>) -> Result<Self> {
-        let path = name.as_ref().to_path_buf();
+        let path = name.as_ref();
+        let file = hdf5_pure::File::from_bytes(bytes).map_err(|source| ElmoError::Hdf5 {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::from_file(file, path)
+    }
+
+    /// A weight file of `file`, with its datasets listed; `path` names it in messages.
+    fn from_file(file: hdf5_pure::File, path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref().to_path_buf();
         let hdf5 = |source| ElmoError::Hdf5 {
             path: path.clone(),
             source,
         };
-        let file = hdf5_pure::File::from_bytes(bytes).map_err(hdf5)?;
         let mut unread = BTreeSet::new();
         match list_datasets(&file.root(), "", 0, &mut unread) {
             Ok(()) => Ok(Self { file, path, unread }),
