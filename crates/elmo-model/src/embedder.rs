@@ -275,6 +275,7 @@ impl Embedder {
     ) -> std::result::Result<(), E> {
         let len = |i: usize| sentences[i].as_ref().len();
         let mut order: Vec<usize> = (0..sentences.len()).collect();
+        let mut pooled = Vec::new();
         let batches = if self.config.stateful {
             order
                 .chunks(self.config.batch_size)
@@ -283,7 +284,6 @@ impl Embedder {
         } else {
             // Empty sentences need no model run; the rest is sorted by length to cut padding,
             // longest first: the order the LSTM computes in, so it need not reorder each batch.
-            let mut pooled = Vec::new();
             for &i in order.iter().filter(|&&i| len(i) == 0) {
                 sink(i, self.view(&[], 0, &mut pooled))?;
             }
@@ -297,6 +297,18 @@ impl Embedder {
         // After the last batch, `None` launches nothing and finishes the one in flight.
         let mut in_flight: Option<(Vec<usize>, LaunchedBatch)> = None;
         for batch in batches.into_iter().map(Some).chain([None]) {
+            // Stateful, a batch of one empty sentence is answered without running the biLM, so
+            // the carried state stays as it was: AllenNLP's `ElmoEmbedder.embed_batch` (and with
+            // it `embed_sentence` and its `elmo` command) does so for `[[]]`.
+            if let Some(&[i]) = batch.as_deref()
+                && len(i) == 0
+            {
+                if let Some((indices, previous)) = in_flight.take() {
+                    self.finish_batch(previous, &indices, &mut sink)?;
+                }
+                sink(i, self.view(&[], 0, &mut pooled))?;
+                continue;
+            }
             let launched = match batch {
                 Some(batch) => {
                     let rows: Vec<&[S]> = batch.iter().map(|&i| sentences[i].as_ref()).collect();

@@ -313,6 +313,36 @@ fn stateful_batches_in_one_call_equal_one_call_each() {
     }
 }
 
+/// Regression: stateful, a batch of one empty sentence ran the biLM over `<S> </S>` and moved
+/// the carried state. AllenNLP's `ElmoEmbedder.embed_batch` answers `[[]]` without running it
+/// (so `embed_sentence([])` leaves the state as it was); a batch of two empty sentences runs.
+#[test]
+fn a_batch_of_one_empty_sentence_leaves_the_state() {
+    let device = Device::flex();
+    let config = EmbedderConfig {
+        stateful: true,
+        ..EmbedderConfig::default()
+    };
+    let sentences = tiny_sentences("main");
+    let (first, second) = (&sentences[..2], &sentences[2..4]);
+    let empty: Vec<Vec<String>> = vec![Vec::new()];
+    let mut without = embedder(&device, config.clone());
+    without.embed(first).expect("embed");
+    let expected = without.embed(second).expect("embed");
+    for (between, moves) in [
+        (empty.clone(), false),
+        ([empty.clone(), empty].concat(), true),
+    ] {
+        let mut with = embedder(&device, config.clone());
+        with.embed(first).expect("embed");
+        let answered = with.embed(&between).expect("embed");
+        assert!(answered.iter().all(|v| v.shape == [3, 0, 32]));
+        let got = with.embed(second).expect("embed");
+        let moved = got.iter().zip(&expected).any(|(g, e)| g.values != e.values);
+        assert_eq!(moved, moves, "{} empty sentences between", between.len());
+    }
+}
+
 #[test]
 fn a_zero_batch_size_is_an_error() {
     let device = Device::flex();

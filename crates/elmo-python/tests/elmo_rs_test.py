@@ -272,6 +272,12 @@ def main(tiny, tmp, base_url=None):
     first = stateful.embed_batch(calls[0])
     for i, (g, w) in enumerate(zip(first, allennlp_vectors(calls[0], "main"))):
         close(f"stateful after reset_state [{i}]", g, w)
+    # AllenNLP's `embed_batch` answers `[[]]` without running the biLM: the state stays, and the
+    # next call is AllenNLP's call 1.
+    assert stateful.embed_sentence([]).shape == (3, 0, 32)
+    second = stateful.embed_batch(calls[1])
+    for i, (g, w) in enumerate(zip(second, allennlp_call(1, calls[1]))):
+        close(f"stateful after an empty sentence [{i}]", g, w, STATEFUL_TOLERANCE)
 
     # Token embeddings (bilm-tf's dump_token_embeddings): the token layer of each token alone.
     token_layer = np.load(os.path.join(tiny, "main", "token_embedding.npy"))
