@@ -20,6 +20,10 @@
 //!   workspace's tests built for ARM Linux and run under `qemu-aarch64`, with `--test windows`
 //!   built for Windows (MinGW) and run under wine ([`EMULATED`]: the Debian packages each needs).
 //!   Needs `rustup target add` of each target. CI runs the lint, last.
+//! - `cargo xtask features`: clippy `-D warnings` on the feature sets a user builds besides the
+//!   workspace's one ([`FEATURE_SETS`]): the `elmo` binary for the CPU alone (the README's
+//!   shorter first build) or for wgpu alone, and the library crates on a backend that a burn
+//!   project picks. CI runs it before `platforms`.
 //! - `cargo xtask cycles`: no import cycles among the modules of any workspace crate.
 //! - `cargo xtask scripts`: `bash -n` on the shell scripts (also part of `ci`).
 //! - `cargo xtask fuzz [-- --cases N]`: mutation fuzzing of every reader of user files.
@@ -86,6 +90,50 @@ fn clippy(args: &[&str]) -> Result<(), String> {
     clippy.args(["clippy", "--workspace", "--all-targets"]);
     clippy.args(args).args(["--", "-D", "warnings"]);
     run(clippy)
+}
+
+/// The feature sets of [`features`]: each is a build of its own that the workspace's build
+/// (every feature of the `elmo` binary) does not compile, so code behind a `cfg(feature)` that
+/// one of them leaves out can break or warn there unseen.
+const FEATURE_SETS: [&[&str]; 3] = [
+    // The `elmo` binary for the CPU only (README: the shorter first build).
+    &[
+        "-p",
+        "elmo-cli",
+        "--no-default-features",
+        "--features",
+        "flex,download",
+    ],
+    // ... and for wgpu only, with the project's kernels.
+    &[
+        "-p",
+        "elmo-cli",
+        "--no-default-features",
+        "--features",
+        "wgpu,kernels",
+    ],
+    // The libraries in a burn project that picked ndarray (no flex, no CubeCL kernels).
+    &[
+        "-p",
+        "elmo-model",
+        "-p",
+        "elmo-train",
+        "-p",
+        "elmo-tasks",
+        "--features",
+        "burn/ndarray",
+    ],
+];
+
+/// Clippy `-D warnings` on the library and binaries of each of [`FEATURE_SETS`].
+fn features() -> Result<(), String> {
+    for set in FEATURE_SETS {
+        let mut clippy = cargo();
+        clippy.args(["clippy", "--lib", "--bins"]);
+        clippy.args(set).args(["--", "-D", "warnings"]);
+        run(clippy)?;
+    }
+    Ok(())
 }
 
 fn ci() -> Result<(), String> {
@@ -383,12 +431,13 @@ fn main() -> ExitCode {
         Some("spirv") => spirv(),
         Some("cublas") => cublas(),
         Some("platforms") => platforms(&args[1..]),
+        Some("features") => features(),
         Some("cycles") => module_cycles::check(&workspace_root()),
         Some("scripts") => shell_syntax(&workspace_root()),
         Some("bench") => bench(&args[1..]),
         Some("fuzz") => fuzz(&args[1..]),
         _ => Err(
-            "usage: cargo xtask ci | cargo xtask spirv | cargo xtask cublas | cargo xtask platforms [--test aarch64|windows] | cargo xtask cycles | cargo xtask scripts | cargo xtask bench [embed|train] [-- ARGS] | cargo xtask fuzz [-- ARGS]"
+            "usage: cargo xtask ci | cargo xtask spirv | cargo xtask cublas | cargo xtask features | cargo xtask platforms [--test aarch64|windows] | cargo xtask cycles | cargo xtask scripts | cargo xtask bench [embed|train] [-- ARGS] | cargo xtask fuzz [-- ARGS]"
                 .into(),
         ),
     };

@@ -1,7 +1,9 @@
 //! The one place that picks a burn backend: `--backend flex|ndarray|wgpu|vulkan|cuda`, and the
 //! precision of its products (`--precision f32|mixed`).
 
-use burn::tensor::{Device, DeviceKind, Tensor};
+#[cfg(feature = "wgpu")]
+use burn::tensor::DeviceKind;
+use burn::tensor::{Device, Tensor};
 use clap::ValueEnum;
 use elmo_model::Precision;
 
