@@ -2,13 +2,16 @@
 //! from a file or from standard input (`-`, as AllenNLP's `elmo` command takes it). Lines and
 //! tokens are what AllenNLP's `elmo` command reads (`allennlp/commands/elmo.py`: a file opened
 //! in Python's text mode, `line.strip()`, `sentence.split()`), by [`elmo_model::python_text`];
-//! with `--tokenize` a line's tokens are the built-in tokenizer's instead.
+//! with `--tokenize` a line's tokens are the built-in tokenizer's instead. A gzip-compressed
+//! input is read decompressed ([`elmo_model::open_text`]): its lines, hash and size are the
+//! text's.
 
 use std::fs::File;
-use std::io::{BufRead, BufReader};
+use std::io::BufRead;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
+use elmo_model::open_text;
 use elmo_model::python_text::{LineCounter, UniversalLines, python_strip};
 
 /// The text `elmo embed` reads: a file, or standard input copied to a hidden file beside the
@@ -86,7 +89,7 @@ pub struct InputSummary {
 
 /// Reads sentences one line at a time (bounded memory).
 pub struct SentenceReader {
-    lines: UniversalLines<BufReader<File>>,
+    lines: UniversalLines<Box<dyn BufRead + Send>>,
     label: String,
     next_index: usize,
     max_tokens: usize,
@@ -99,10 +102,10 @@ impl SentenceReader {
     /// line's tokens are the built-in tokenizer's (`elmo train --tokenize`'s), else its
     /// whitespace-separated words.
     pub fn open(input: &InputText, max_tokens: usize, tokenize: bool) -> Result<Self> {
-        let file = File::open(&input.path)
+        let text = open_text(&input.path, 1 << 16)
             .with_context(|| format!("{}: cannot open input", input.label))?;
         Ok(Self {
-            lines: UniversalLines::new(BufReader::new(file)),
+            lines: UniversalLines::new(text),
             label: input.label.clone(),
             next_index: 0,
             max_tokens,
@@ -115,9 +118,8 @@ impl SentenceReader {
     /// and hashes its bytes (xxh3: which input a partial output belongs to).
     pub fn scan(input: &InputText) -> Result<InputSummary> {
         let label = &input.label;
-        let file =
-            File::open(&input.path).with_context(|| format!("{label}: cannot open input"))?;
-        let mut reader = BufReader::with_capacity(1 << 20, file);
+        let mut reader = open_text(&input.path, 1 << 20)
+            .with_context(|| format!("{label}: cannot open input"))?;
         let mut hasher = xxhash_rust::xxh3::Xxh3::new();
         let mut ends = LineCounter::default();
         let mut bytes = 0u64;
@@ -183,6 +185,7 @@ impl SentenceReader {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::BufReader;
 
     /// The lines and tokens of `bytes` through [`SentenceReader`], and the count
     /// [`SentenceReader::scan`] gives.
@@ -193,10 +196,10 @@ mod tests {
         let input = InputText::open(&path, dir.path().join("spool")).expect("open");
         let mut reader = SentenceReader::open(&input, 100, false).expect("reader");
         // A small buffer, so that line ends fall across its refills.
-        reader.lines = UniversalLines::new(BufReader::with_capacity(
+        reader.lines = UniversalLines::new(Box::new(BufReader::with_capacity(
             3,
             File::open(&path).expect("open"),
-        ));
+        )));
         let mut lines = Vec::new();
         while let Some(sentence) = reader.next_sentence().expect("sentence") {
             assert_eq!(sentence.index, lines.len());

@@ -37,11 +37,17 @@ pub fn run(args: &VocabArgs) -> Result<()> {
         .iter()
         .map(|f| std::fs::metadata(f).map(|m| m.len()).unwrap_or(0))
         .sum();
-    let bar = crate::progress::bar(
-        total,
-        args.quiet,
-        "{spinner} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} ({bytes_per_sec}) ETA {eta}",
-    );
+    // The bar counts the text's bytes: a gzip file's are more than its size says.
+    let template = match files
+        .iter()
+        .any(|f| elmo_model::is_gzip(f).unwrap_or(false))
+    {
+        true => "{spinner} [{elapsed_precise}] {bytes} of text ({bytes_per_sec})",
+        false => {
+            "{spinner} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} ({bytes_per_sec}) ETA {eta}"
+        }
+    };
+    let bar = crate::progress::bar(total, args.quiet, template);
     let vocab = Vocabulary::build(
         &files,
         args.tokenize,

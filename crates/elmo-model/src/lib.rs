@@ -44,6 +44,7 @@ pub mod python_text;
 mod run_lock;
 pub mod scalar_mix;
 pub mod seeded_init;
+mod text_file;
 pub mod token_cache;
 pub mod tokenizer;
 pub mod weights;
@@ -66,6 +67,7 @@ pub use options::BiLmOptions;
 pub use run_lock::RunLock;
 pub use scalar_mix::{ScalarMix, ScalarMixConfig};
 pub use seeded_init::seeded_init;
+pub use text_file::{is_gzip, open_text};
 pub use token_cache::TokenEmbeddingCache;
 pub use write_atomic::{write_atomic, write_atomic_with};
 

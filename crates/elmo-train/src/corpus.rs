@@ -4,9 +4,8 @@
 //! `sentence.split()`), by [`elmo_model::python_text`]: a line ends at `\n`, `\r\n` or a lone `\r`,
 //! and tokens are split at Python's whitespace (1B Word Benchmark style), or raw text is split by
 //! [`elmo_model::tokenizer`]. Blank lines are skipped (bilm-tf trains on them as `<S> </S>`).
-//! Invalid UTF-8 is an error naming file and line.
+//! Invalid UTF-8 is an error naming file and line. A gzip-compressed file is read decompressed.
 
-use std::io::BufReader;
 use std::path::{Path, PathBuf};
 
 use elmo_model::python_text::{UniversalLines, python_split, python_strip};
@@ -41,10 +40,11 @@ pub fn expand_patterns<S: AsRef<str>>(patterns: &[S]) -> Result<Vec<PathBuf>> {
 }
 
 /// Calls `f(line_number, line)` for every line of `path` (1-based numbers, the line without
-/// its end), streaming the file; invalid UTF-8 is an error naming the file and line.
+/// its end), streaming the file, decompressed where it is gzip ([`elmo_model::open_text`]);
+/// invalid UTF-8 is an error naming the file and line.
 pub fn for_each_line(path: &Path, mut f: impl FnMut(usize, &str) -> Result<()>) -> Result<()> {
-    let file = std::fs::File::open(path).map_err(io_error(path))?;
-    let mut reader = UniversalLines::new(BufReader::with_capacity(1 << 20, file));
+    let text = elmo_model::open_text(path, 1 << 20).map_err(io_error(path))?;
+    let mut reader = UniversalLines::new(text);
     let mut buffer = Vec::new();
     let mut number = 0;
     while reader.read_line(&mut buffer).map_err(io_error(path))? {
@@ -122,6 +122,12 @@ mod tests {
         assert_eq!(split_line(&lines[1], false), vec!["Don't", "go."]);
         assert_eq!(split_line(&lines[1], true), vec!["Do", "n't", "go", "."]);
         assert_eq!(split_line(&lines[2], false), vec!["x", "y", "z"]);
+        // A gzip-compressed shard reads as its text.
+        let gz = dir.path().join("a.txt.gz");
+        let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        std::io::Write::write_all(&mut encoder, text.as_bytes()).unwrap();
+        std::fs::write(&gz, encoder.finish().unwrap()).unwrap();
+        assert_eq!(read_shard(&gz).unwrap(), lines);
 
         let b = dir.path().join("b.txt");
         std::fs::write(&b, b"fine\r\rbad \xc3 byte\n").unwrap();

@@ -723,6 +723,56 @@ fn standard_input_embeds_as_a_file_does() {
     assert_eq!(left, ["out.hdf5", "stdin.hdf5"]);
 }
 
+/// gzip-compressed text in two members (as `cat a.gz b.gz` makes), from a file and from
+/// standard input, embeds as the text does: the same file, `sentence_to_index` included; a
+/// cut stream is a read error naming the input that leaves no output.
+#[test]
+fn gzip_input_embeds_as_its_text() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let text = corpus(30);
+    let (plain, result) = embed(dir.path(), &text, &[]);
+    assert!(result.status.success(), "{result:?}");
+    let (first, second) = text.split_at(text.len() / 2);
+    let mut gzip = Vec::new();
+    for member in [first, second] {
+        let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        encoder.write_all(member.as_bytes()).expect("compress");
+        gzip.extend(encoder.finish().expect("finish"));
+    }
+    let input = dir.path().join("input.txt.gz");
+    std::fs::write(&input, &gzip).expect("write");
+    let from_gzip = dir.path().join("gzip.hdf5");
+    ok(&["embed", "--quiet", path(&input), path(&from_gzip)]);
+    assert_eq!(contents(&from_gzip), contents(&plain));
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_elmo"))
+        .args([
+            "embed",
+            "--quiet",
+            "-",
+            path(&dir.path().join("piped.hdf5")),
+        ])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    (child.stdin.take().expect("stdin"))
+        .write_all(&gzip)
+        .expect("write stdin");
+    assert!(child.wait().expect("wait").success());
+    assert_eq!(contents(&dir.path().join("piped.hdf5")), contents(&plain));
+
+    std::fs::write(&input, &gzip[..gzip.len() - 20]).expect("write");
+    let cut = dir.path().join("cut.hdf5");
+    let stderr = fails(&["embed", "--quiet", path(&input), path(&cut)]);
+    assert!(stderr.contains("input.txt.gz: read error"), "{stderr}");
+    let mut left = leftovers(dir.path());
+    left.sort();
+    assert_eq!(
+        left,
+        ["gzip.hdf5", "input.txt.gz", "out.hdf5", "piped.hdf5"]
+    );
+}
+
 /// AllenNLP's `--cuda-device N`: -1 is the default CPU run, N ≥ 0 is `--gpu N` on the build's
 /// NVIDIA backend (`cuda` with that feature, else `wgpu`), with the same outcome (on a machine
 /// without such a GPU, the same error); it names the device alone.
