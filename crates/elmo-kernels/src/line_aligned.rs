@@ -110,7 +110,8 @@ impl<T: Plain> LineAligned<T> {
         let value_bytes = len.div_ceil(LINE_BYTES / size_of::<T>()) * LINE_BYTES;
         // `vec![0u8; n]` is `calloc`: zero bytes, a value of `T` (`Plain`).
         let bytes = vec![0u8; value_bytes + LINE_BYTES];
-        let offset = bytes.as_ptr().align_offset(LINE_BYTES);
+        // (`align_offset` may answer "cannot" by its contract; the address arithmetic cannot.)
+        let offset = (LINE_BYTES - bytes.as_ptr() as usize % LINE_BYTES) % LINE_BYTES;
         Self {
             storage: Storage::Zeroed { bytes, offset },
             len,
