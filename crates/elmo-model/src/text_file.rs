@@ -3,7 +3,7 @@
 //! every member of a multi-member file in turn, as `zcat` reads it.
 
 use std::fs::File;
-use std::io::{self, BufRead, BufReader, Read};
+use std::io::{self, BufRead, BufReader};
 use std::path::Path;
 
 use flate2::bufread::MultiGzDecoder;
@@ -19,8 +19,7 @@ const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 /// Where the file cannot be opened or its first bytes read.
 pub fn open_text(path: &Path, capacity: usize) -> io::Result<Box<dyn BufRead + Send>> {
     let mut file = BufReader::with_capacity(capacity.max(GZIP_MAGIC.len()), File::open(path)?);
-    let gzip = file.fill_buf()?.starts_with(&GZIP_MAGIC);
-    Ok(match gzip {
+    Ok(match starts_gzip(&mut file)? {
         true => Box::new(BufReader::with_capacity(
             capacity,
             MultiGzDecoder::new(file),
@@ -34,15 +33,22 @@ pub fn open_text(path: &Path, capacity: usize) -> io::Result<Box<dyn BufRead + S
 /// # Errors
 /// Where the file cannot be opened or read.
 pub fn is_gzip(path: &Path) -> io::Result<bool> {
-    let mut start = Vec::with_capacity(GZIP_MAGIC.len());
-    io::Read::take(File::open(path)?, GZIP_MAGIC.len() as u64).read_to_end(&mut start)?;
-    Ok(start == GZIP_MAGIC)
+    starts_gzip(&mut BufReader::with_capacity(
+        GZIP_MAGIC.len(),
+        File::open(path)?,
+    ))
+}
+
+/// Whether the file that `file` reads from its start begins with gzip's magic number (its
+/// buffer filled, nothing consumed).
+fn starts_gzip(file: &mut BufReader<File>) -> io::Result<bool> {
+    Ok(file.fill_buf()?.starts_with(&GZIP_MAGIC))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::Write;
+    use std::io::{Read, Write};
 
     fn gzip(members: &[&[u8]]) -> Vec<u8> {
         let mut out = Vec::new();
