@@ -29,6 +29,14 @@ pub enum ElmoError {
     /// An option has a value this implementation cannot use.
     #[error("invalid ELMo options: {0}")]
     InvalidOptions(String),
+    /// An options file (or JSON text named so) asks for a value this implementation cannot use.
+    #[error("{path}: invalid ELMo options: {reason}")]
+    InvalidOptionsFile {
+        /// The options file.
+        path: PathBuf,
+        /// What is wrong, naming the field.
+        reason: String,
+    },
     /// The weight file is not a readable HDF5 file (wrong format, truncated...).
     #[error("{path}: not a readable HDF5 weight file")]
     Hdf5 {
@@ -162,6 +170,7 @@ impl ElmoError {
         match self {
             ElmoError::Io { path, .. }
             | ElmoError::Options { path, .. }
+            | ElmoError::InvalidOptionsFile { path, .. }
             | ElmoError::Hdf5 { path, .. }
             | ElmoError::MissingDataset { path, .. }
             | ElmoError::ShapeMismatch { path, .. }

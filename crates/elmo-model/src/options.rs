@@ -92,13 +92,21 @@ impl BiLmOptions {
         Self::from_json_str(&text, path)
     }
 
-    /// Parses and validates options from JSON text; `source` names it in errors.
+    /// Parses and validates options from JSON text; `source_name` names it in errors (a value
+    /// out of bounds is an [`ElmoError::InvalidOptionsFile`] naming it and the field).
     pub fn from_json_str(text: &str, source_name: impl AsRef<Path>) -> Result<Self> {
+        let path = source_name.as_ref();
         let options: Self = serde_json::from_str(text).map_err(|source| ElmoError::Options {
-            path: source_name.as_ref().to_path_buf(),
+            path: path.to_path_buf(),
             source,
         })?;
-        options.validate()?;
+        options.validate().map_err(|error| match error {
+            ElmoError::InvalidOptions(reason) => ElmoError::InvalidOptionsFile {
+                path: path.to_path_buf(),
+                reason,
+            },
+            other => other,
+        })?;
         Ok(options)
     }
 
@@ -294,11 +302,13 @@ mod tests {
             let mut options = demo();
             change(&mut options);
             let text = serde_json::to_string(&options).expect("serialisable");
-            let error = BiLmOptions::from_json_str(&text, "bad.json")
-                .expect_err("out of bounds")
-                .to_string();
+            let error = BiLmOptions::from_json_str(&text, "bad.json").expect_err("out of bounds");
+            assert_eq!(error.path(), Some(Path::new("bad.json")), "{error}");
+            let error = error.to_string();
             assert!(
-                error.contains(field) || (field == "char_cnn.filters" && error.contains("filters")),
+                error.starts_with("bad.json: ")
+                    && (error.contains(field)
+                        || (field == "char_cnn.filters" && error.contains("filters"))),
                 "{field}: {error}"
             );
         }

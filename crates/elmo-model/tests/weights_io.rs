@@ -165,6 +165,16 @@ fn bad_options_are_clear_errors() {
         options.validate(),
         Err(ElmoError::InvalidOptions(_))
     ));
+    // The same value read from a file: the error names the file and the field.
+    std::fs::write(&path, serde_json::to_string(&options).expect("json")).expect("write");
+    let err = BiLmOptions::from_file(&path).expect_err("must fail");
+    assert_eq!(err.path(), Some(path.as_path()));
+    assert!(
+        matches!(err, ElmoError::InvalidOptionsFile { .. })
+            && err.to_string().contains("options.json: ")
+            && err.to_string().contains("max_characters_per_token"),
+        "{err}"
+    );
     // Options that disagree with the weights: a shape error naming the dataset.
     let mut options = BiLmOptions::from_file(fixture("tiny/options.json")).expect("options");
     options.lstm.dim = 64;

@@ -275,15 +275,23 @@ fn vocab_train_resume_eval_export_embed() {
         b"<html>moved</html>".to_vec(),
         std::fs::read(&options).expect("options"),
     );
+    // Options that parse but ask for a model that cannot be built (a field out of bounds).
+    let mut too_wide: serde_json::Value = serde_json::from_slice(&options_json).expect("json");
+    too_wide["lstm"]["dim"] = serde_json::json!(1u64 << 40);
     let broken = FileServer::start(vec![
         ("/b/options.json", Reply::File(web_page.clone())),
         ("/b/weights.hdf5", Reply::File(web_page)),
         ("/c/options.json", Reply::File(options_json)),
+        (
+            "/d/options.json",
+            Reply::File(too_wide.to_string().into_bytes()),
+        ),
     ]);
     // The options are read first, then the weights.
     for (options, weights, named) in [
         ("/b/options.json", "/b/weights.hdf5", "/b/options.json"),
         ("/c/options.json", "/b/weights.hdf5", "/b/weights.hdf5"),
+        ("/d/options.json", "/b/weights.hdf5", "/d/options.json"),
     ] {
         let out = try_fine_tune(
             &d.join("not-tuned"),
