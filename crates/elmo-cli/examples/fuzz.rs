@@ -431,11 +431,20 @@ fn run_case(reader: &str, case: u64, seeds: &Seeds, keep: Option<&Path>) -> Outc
                         _ => (TSV, elmo_tasks::TaskKind::Classify),
                     };
                     write(&mutate(seed.as_bytes(), &mut rng));
+                    let tokenize = rng.random_bool(0.5);
+                    // Columns by name or by number; a quarter of the cases read the header
+                    // line as a row.
+                    let header = rng.random_bool(0.75);
+                    let (text_column, label_column) = match header && rng.random_bool(0.5) {
+                        true => ("text", "label"),
+                        false => ("1", "2"),
+                    };
                     elmo_tasks::DataFormat {
                         kind,
-                        text_column: "text".into(),
-                        label_column: "label".into(),
-                        tokenize: rng.random_bool(0.5),
+                        text_column: text_column.into(),
+                        label_column: label_column.into(),
+                        header,
+                        tokenize,
                         max_tokens: 200,
                     }
                     .read(&file)

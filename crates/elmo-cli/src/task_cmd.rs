@@ -104,7 +104,8 @@ impl From<PlaceArg> for ElmoPlace {
 #[command(
     after_help = "Formats: tag = CoNLL columns (token<TAB>tag, blank line between \
     sentences, `#` lines ignored); classify = TSV with a header (--text-column, \
-    --label-column); pair = TSV with text_a, text_b, label.\n\nExample:\n  elmo task train \
+    --label-column), or `label<TAB>text` lines with --no-header; pair = TSV with text_a, \
+    text_b, label, or `label<TAB>text_a<TAB>text_b` lines with --no-header.\n\nExample:\n  elmo task train \
     --task tag --train pos.train.conll --dev pos.dev.conll --out tasks/pos --model runs/lm"
 )]
 pub struct TaskTrainArgs {
@@ -176,12 +177,20 @@ pub struct TaskTrainArgs {
     /// Most task words.
     #[arg(long, default_value_t = 50_000)]
     max_words: usize,
-    /// TSV column with the text.
-    #[arg(long, default_value = "text")]
-    text_column: String,
-    /// TSV column with the label.
-    #[arg(long, default_value = "label")]
-    label_column: String,
+    /// TSV column with the text: a name in the header line or a 1-based number (pairs: the
+    /// columns `NAME_a` and `NAME_b`, or `N` and `N + 1`) [default: `text`, or 2 with
+    /// --no-header]
+    #[arg(long, value_name = "NAME|N")]
+    text_column: Option<String>,
+    /// TSV column with the label: a name in the header line or a 1-based number [default:
+    /// `label`, or 1 with --no-header]
+    #[arg(long, value_name = "NAME|N")]
+    label_column: Option<String>,
+    /// The TSV files have no header line: every line is an example and columns are numbers
+    /// (by default `label<TAB>text`, as SentEval's and Pang & Lee's files; pairs
+    /// `label<TAB>text_a<TAB>text_b`). Kept in the task directory for `eval` and `predict`
+    #[arg(long)]
+    no_header: bool,
     /// Split TSV text with the built-in tokenizer (otherwise on whitespace).
     #[arg(long)]
     tokenize: bool,
@@ -400,8 +409,11 @@ fn train(args: &TaskTrainArgs) -> Result<()> {
     let device = args.backend.device()?;
     let format = DataFormat {
         kind: args.task.into(),
-        text_column: args.text_column.clone(),
-        label_column: args.label_column.clone(),
+        text_column: (args.text_column.clone())
+            .unwrap_or_else(|| if args.no_header { "2" } else { "text" }.into()),
+        label_column: (args.label_column.clone())
+            .unwrap_or_else(|| if args.no_header { "1" } else { "label" }.into()),
+        header: !args.no_header,
         tokenize: args.tokenize,
         max_tokens: args.max_tokens,
     };

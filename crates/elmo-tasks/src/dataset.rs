@@ -1,5 +1,6 @@
 //! Task examples read from the task's file format: tagging (CoNLL columns), classification (TSV
-//! `text`, `label`) and sentence pairs (TSV `text_a`, `text_b`, `label`).
+//! `text`, `label`, or `label<TAB>text` without a header) and sentence pairs (TSV `text_a`,
+//! `text_b`, `label`).
 
 use std::path::Path;
 
@@ -7,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::conll::read_conll;
 use crate::error::{Result, TaskError};
-use crate::tsv::read_tsv;
+use crate::tsv::{is_column_number, read_tsv};
 
 /// The kind of task, which fixes the file format and the head.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -61,15 +62,25 @@ impl Example {
 pub struct DataFormat {
     /// Task kind.
     pub kind: TaskKind,
-    /// TSV text column (classification; pairs use `<text>_a` and `<text>_b` unless the column
-    /// is `text`, i.e. `text_a`, `text_b`).
+    /// TSV text column, a header's name or a 1-based number (classification; pairs use
+    /// `<text>_a` and `<text>_b` unless the column is `text`, i.e. `text_a`, `text_b`, and by
+    /// number columns `N` and `N + 1`).
     pub text_column: String,
-    /// TSV label column.
+    /// TSV label column, a name or a 1-based number.
     pub label_column: String,
+    /// The TSV files open with a header line (without one, columns are numbers). Task
+    /// directories written before this setting had one.
+    #[serde(default = "with_header")]
+    pub header: bool,
     /// Split TSV text with the built-in tokenizer (otherwise on whitespace).
     pub tokenize: bool,
     /// Longer sentences are cut (tagging) or truncated (classification, pairs).
     pub max_tokens: usize,
+}
+
+/// `DataFormat::header`'s value where a task directory does not give it.
+fn with_header() -> bool {
+    true
 }
 
 impl DataFormat {
@@ -85,7 +96,7 @@ impl DataFormat {
                 })
                 .collect()),
             TaskKind::Classify => {
-                let rows = read_tsv(path, &[&self.text_column, &self.label_column])?;
+                let rows = read_tsv(path, &[&self.text_column, &self.label_column], self.header)?;
                 rows.into_iter()
                     .map(|row| {
                         Ok(Example {
@@ -97,15 +108,18 @@ impl DataFormat {
                     .collect()
             }
             TaskKind::Pair => {
-                let (a, b) = if self.text_column == "text" {
+                let column = self.text_column.as_str();
+                let (a, b) = if is_column_number(column) {
+                    // Columns N and N + 1 (the reader refuses a number too large).
+                    let next = (column.parse::<usize>())
+                        .map_or(column.to_string(), |n| n.saturating_add(1).to_string());
+                    (column.to_string(), next)
+                } else if column == "text" {
                     ("text_a".to_string(), "text_b".to_string())
                 } else {
-                    (
-                        format!("{}_a", self.text_column),
-                        format!("{}_b", self.text_column),
-                    )
+                    (format!("{column}_a"), format!("{column}_b"))
                 };
-                let rows = read_tsv(path, &[&a, &b, &self.label_column])?;
+                let rows = read_tsv(path, &[&a, &b, &self.label_column], self.header)?;
                 rows.into_iter()
                     .map(|row| {
                         Ok(Example {

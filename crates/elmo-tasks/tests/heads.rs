@@ -203,6 +203,7 @@ fn spec_for(
             kind,
             text_column: "text".into(),
             label_column: "label".into(),
+            header: true,
             tokenize: false,
             max_tokens: 100,
         },

@@ -172,6 +172,61 @@ fn classify_tsv_columns_and_pairs() {
     let labels = on_data("predict", &out, &data);
     assert_eq!(labels.lines().count(), 3);
     assert!(labels.lines().all(|l| l == "pos" || l == "neg"), "{labels}");
+    // The same columns by number.
+    let mut args = common.to_vec();
+    args.extend_from_slice(&["--text-column", "3", "--label-column", "2"]);
+    ok(&args);
+    assert_eq!(on_data("predict", &out, &data).lines().count(), 3);
+
+    // `label<TAB>text` lines without a header (SentEval's and Pang & Lee's layout): every
+    // line is an example, for training and for the task directory's eval and predict.
+    let headerless = d.join("polarity.tsv");
+    std::fs::write(
+        &headerless,
+        "pos\tA good film.\nneg\tA bad film!\npos\tReally good.\nneg\tBad.\n",
+    )
+    .expect("write");
+    let plain_out = d.join("polarity-task");
+    let plain = [
+        "task",
+        "train",
+        "--quiet",
+        "--task",
+        "classify",
+        "--train",
+        path(&headerless),
+        "--dev",
+        path(&headerless),
+        "--out",
+        path(&plain_out),
+        "--epochs",
+        "1",
+        "--no-header",
+    ];
+    ok(&plain);
+    let labels = on_data("predict", &plain_out, &headerless);
+    assert_eq!(labels.lines().count(), 4, "{labels}");
+    assert!(labels.lines().all(|l| l == "pos" || l == "neg"), "{labels}");
+    assert!(on_data("eval", &plain_out, &headerless).starts_with("accuracy "));
+    let mut args = plain.to_vec();
+    args.extend_from_slice(&["--text-column", "text"]);
+    let error = fails(&args);
+    assert!(
+        error.contains("polarity.tsv:1") && error.contains("no header"),
+        "{error}"
+    );
+    // A task directory written before `header` was a setting reads its files with one.
+    let spec_file = out.join("task.json");
+    let mut spec: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&spec_file).expect("task.json"))
+            .expect("json");
+    assert_eq!(spec["format"]["header"], serde_json::json!(true), "{spec}");
+    spec["format"]
+        .as_object_mut()
+        .expect("format")
+        .remove("header");
+    std::fs::write(&spec_file, spec.to_string()).expect("write");
+    assert_eq!(on_data("predict", &out, &data).lines().count(), 3);
 
     let pairs = d.join("pairs.tsv");
     std::fs::write(
@@ -197,4 +252,24 @@ fn classify_tsv_columns_and_pairs() {
     ]);
     let line = on_data("eval", &pair_out, &pairs);
     assert!(line.starts_with("accuracy "), "{line}");
+    // Pairs without a header: `label<TAB>text_a<TAB>text_b`.
+    std::fs::write(&pairs, "same\ta b\ta b\ndifferent\ta b\tc d\n").expect("write");
+    ok(&[
+        "task",
+        "train",
+        "--quiet",
+        "--task",
+        "pair",
+        "--train",
+        path(&pairs),
+        "--dev",
+        path(&pairs),
+        "--out",
+        path(&pair_out),
+        "--epochs",
+        "1",
+        "--no-header",
+    ]);
+    let labels = on_data("predict", &pair_out, &pairs);
+    assert_eq!(labels.lines().count(), 2, "{labels}");
 }
