@@ -57,24 +57,15 @@ impl From<TaskArg> for TaskKind {
     }
 }
 
-/// `--mix`: elmo-tasks' [`MixKind`] as a command-line value.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-enum MixArg {
-    /// Learned softmax weights over all layers (ELMo).
-    All,
-    /// The top layer only (fixed).
-    Top,
-    /// A fixed equal average of all layers.
-    Average,
-}
-
-impl From<MixArg> for MixKind {
-    fn from(arg: MixArg) -> Self {
-        match arg {
-            MixArg::All => MixKind::All,
-            MixArg::Top => MixKind::Top,
-            MixArg::Average => MixKind::Average,
-        }
+/// `--mix`: `all`, `top`, `average` or a layer's number, as elmo-tasks' [`MixKind`].
+fn mix_kind(text: &str) -> std::result::Result<MixKind, String> {
+    match text {
+        "all" => Ok(MixKind::All),
+        "top" => Ok(MixKind::Top),
+        "average" => Ok(MixKind::Average),
+        _ => text.parse().map(MixKind::Layer).map_err(|_| {
+            format!("`{text}`: all, top, average or a layer's number (0 the token layer)")
+        }),
     }
 }
 
@@ -127,9 +118,12 @@ pub struct TaskTrainArgs {
     /// Train the baseline: the same head without ELMo.
     #[arg(long, conflicts_with_all = ["options", "weights", "model"])]
     no_elmo: bool,
-    /// Which biLM layers the task's scalar mix uses.
-    #[arg(long, value_enum, default_value_t = MixArg::All)]
-    mix: MixArg,
+    /// Which biLM layers the task's scalar mix uses: `all` (learned softmax weights over all
+    /// layers: ELMo), `top` (the top layer only), `average` (a fixed equal average), or a
+    /// layer's number alone (0 the token layer, 1 the first LSTM layer, ...: the paper's probes
+    /// of each layer, §5.3)
+    #[arg(long, value_name = "all|top|average|N", default_value = "all", value_parser = mix_kind)]
+    mix: MixKind,
     /// Where ELMo is concatenated: the task RNN's input, output, or both (separate mixes).
     #[arg(long, value_enum, default_value_t = PlaceArg::Input)]
     elmo_at: PlaceArg,
@@ -461,7 +455,7 @@ fn train(args: &TaskTrainArgs) -> Result<()> {
                 elmo: cache.as_ref().map(|c| ElmoSettings {
                     n_layers: c.n_layers,
                     d_layer: c.d_layer,
-                    mix: args.mix.into(),
+                    mix: args.mix,
                     place: args.elmo_at.into(),
                     dropout: args.elmo_dropout,
                 }),

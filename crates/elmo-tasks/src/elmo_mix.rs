@@ -18,6 +18,20 @@ pub enum MixKind {
     Top,
     /// A fixed equal average of all layers.
     Average,
+    /// One layer only (fixed): 0 the token layer, `j` the `j`-th LSTM layer, as the paper
+    /// probes each layer alone (§5.3, Tables 5 and 6).
+    Layer(usize),
+}
+
+impl MixKind {
+    /// The one layer a fixed mix of `n_layers` layers keeps (`None`: all and average).
+    pub fn single_layer(self, n_layers: usize) -> Option<usize> {
+        match self {
+            Self::All | Self::Average => None,
+            Self::Top => Some(n_layers.saturating_sub(1)),
+            Self::Layer(layer) => Some(layer),
+        }
+    }
 }
 
 /// Where ELMo is concatenated.
@@ -55,25 +69,24 @@ pub struct ElmoMixerConfig {
 }
 
 impl ElmoMixerConfig {
-    /// Creates the mixer (`γ = 1`; `s = 0` for `all` and `average`, one-hot on the top for `top`).
+    /// Creates the mixer (`γ = 1`; `s = 0` for `all` and `average`, one-hot on the top layer
+    /// for `top` and on layer `j` for `layer(j)`).
     ///
     /// # Panics
-    /// When `dropout` is not in `[0, 1)` (burn's `Dropout` refuses it;
-    /// [`crate::encoder::SentenceEncoderConfig::validate`] checks a task's settings first).
+    /// When `dropout` is not in `[0, 1)` (burn's `Dropout` refuses it) or a single layer is
+    /// not one of the `n_layers` ([`crate::encoder::SentenceEncoderConfig::validate`] checks a
+    /// task's settings first).
     pub fn init(&self, device: &Device) -> ElmoMixer {
         let mut mix = ScalarMixConfig::new(self.n_layers);
-        match self.kind {
-            MixKind::All => {}
-            MixKind::Average => mix.trainable = false,
-            MixKind::Top => {
-                // softmax([-40, ..., -40, 0]) is 1 on the top layer to float32 precision.
-                let mut weights = vec![-40.0; self.n_layers];
-                if let Some(top) = weights.last_mut() {
-                    *top = 0.0;
-                }
-                mix.initial_weights = Some(weights);
-                mix.trainable = false;
-            }
+        if self.kind != MixKind::All {
+            mix.trainable = false;
+        }
+        if let Some(layer) = self.kind.single_layer(self.n_layers) {
+            assert!(layer < self.n_layers, "layer {layer} of {}", self.n_layers);
+            // softmax([-40, ..., 0, ..., -40]) is 1 on the layer to float32 precision.
+            let mut weights = vec![-40.0; self.n_layers];
+            weights[layer] = 0.0;
+            mix.initial_weights = Some(weights);
         }
         ElmoMixer {
             mix: mix.init(device),
@@ -104,5 +117,48 @@ impl ElmoMixer {
     /// `λ ‖s‖²`, shape `[1]`.
     pub fn penalty(&self, lambda: f64) -> Tensor<1> {
         self.mix.penalty(lambda)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use burn::tensor::TensorData;
+
+    use super::*;
+
+    /// A fixed mix passes its one layer through unchanged (`γ = 1`, no dropout), `top` the last;
+    /// `average` is the mean; a single layer out of range is refused before `init`.
+    #[test]
+    fn a_single_layer_mix_is_that_layer() {
+        let device = Device::flex();
+        let layers: Vec<Tensor<3>> = (0..3)
+            .map(|j| {
+                let values: Vec<f32> = (0..8).map(|i| (i * 3 + j * 11) as f32 - 7.5).collect();
+                Tensor::from_data(TensorData::new(values, [1, 2, 4]), &device)
+            })
+            .collect();
+        let mask = Tensor::<2, Bool>::from_data(TensorData::new(vec![true, true], [1, 2]), &device);
+        let mixed = |kind: MixKind| {
+            let mixer = ElmoMixerConfig {
+                n_layers: 3,
+                kind,
+                dropout: 0.0,
+            }
+            .init(&device);
+            mixer.forward(&layers, &mask).into_data()
+        };
+        let tolerance = burn::tensor::Tolerance::absolute(1e-5);
+        for (kind, expected) in [
+            (MixKind::Layer(0), layers[0].clone()),
+            (MixKind::Layer(1), layers[1].clone()),
+            (MixKind::Layer(2), layers[2].clone()),
+            (MixKind::Top, layers[2].clone()),
+            (
+                MixKind::Average,
+                (layers[0].clone() + layers[1].clone() + layers[2].clone()).div_scalar(3.0),
+            ),
+        ] {
+            mixed(kind).assert_approx_eq::<f32>(&expected.into_data(), tolerance);
+        }
     }
 }

@@ -121,6 +121,15 @@ impl SentenceEncoderConfig {
                     elmo.n_layers, elmo.d_layer
                 ));
             }
+            if let MixKind::Layer(layer) = elmo.mix
+                && layer >= elmo.n_layers
+            {
+                return bad(format!(
+                    "encoder.elmo.mix is layer {layer}; the biLM has layers 0-{} (0 the token \
+                     layer, then its LSTM layers)",
+                    elmo.n_layers - 1
+                ));
+            }
         }
         if let Some(chars) = &self.chars {
             let max_width = elmo_model::char_ids::MAX_CHARS_PER_TOKEN;

@@ -222,7 +222,7 @@ fn all_tasks() -> [(TaskKind, Vec<Example>); 3] {
 }
 
 /// Every parameter of each head gets a gradient, ELMo's mixes at both places and the character
-/// CNN included; the fixed `top` mix gets none. (The biLM itself is not part of a task model: its layers come
+/// CNN included; the fixed `top` and single-layer mixes get none. (The biLM itself is not part of a task model: its layers come
 /// from the cache as constants.)
 #[test]
 fn every_trainable_parameter_gets_a_gradient() {
@@ -231,7 +231,7 @@ fn every_trainable_parameter_gets_a_gradient() {
     let bilm = fixture_bilm(&device);
     for (kind, examples) in all_tasks() {
         let features = features_of(&bilm, &examples, &device);
-        for mix in [MixKind::All, MixKind::Top] {
+        for mix in [MixKind::All, MixKind::Top, MixKind::Layer(1)] {
             let settings = ElmoSettings {
                 n_layers: features.n_layers,
                 d_layer: features.d_layer,
@@ -258,7 +258,7 @@ fn every_trainable_parameter_gets_a_gradient() {
             assert!(found.iter().any(|(p, _)| p.contains("input_mix")));
             assert!(found.iter().any(|(p, _)| p.contains("chars.convolutions")));
             for (path, nonzero) in found {
-                let fixed_mix = mix == MixKind::Top && path.contains("_mix");
+                let fixed_mix = mix != MixKind::All && path.contains("_mix");
                 assert_eq!(nonzero, !fixed_mix, "{kind:?} {mix:?}: {path}");
             }
         }
@@ -382,6 +382,16 @@ fn refused_settings_name_the_setting_and_write_nothing() {
         &with(&|e| e.elmo = Some(elmo(1.5))),
         &options,
         &["encoder.elmo.dropout", "1.5"],
+    );
+    refused(
+        &with(&|e| {
+            e.elmo = Some(ElmoSettings {
+                mix: MixKind::Layer(3),
+                ..elmo(0.5)
+            })
+        }),
+        &options,
+        &["encoder.elmo.mix", "layer 3", "0-2"],
     );
     refused(&with(&|e| e.d_hidden = 0), &options, &["d_hidden"]);
     // ELMo at the output only: the BiLSTM reads the word embedding alone.

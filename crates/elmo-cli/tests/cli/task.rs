@@ -83,6 +83,21 @@ fn tag_train_eval_predict_and_errors() {
         ]
     );
 
+    // One biLM layer alone (the paper's probes, §5.3): kept in task.json; a layer the biLM
+    // does not have is refused by name.
+    train(&["--mix", "1"]);
+    let spec = std::fs::read_to_string(out.join("task.json")).expect("task.json");
+    assert!(
+        spec.contains("\"mix\": {\n") && spec.contains("\"layer\": 1"),
+        "{spec}"
+    );
+    assert!(on_data("eval", &out, &data).starts_with("accuracy "));
+    let error = fails(&tag_train_args(&data, &data, &d.join("y"), &["--mix", "3"]));
+    assert!(
+        error.contains("encoder.elmo.mix is layer 3") && error.contains("0-2"),
+        "{error}"
+    );
+
     // The baseline writes a task without ELMo.
     let base = d.join("base");
     ok(&tag_train_args(
@@ -110,6 +125,7 @@ fn tag_train_eval_predict_and_errors() {
         ("--lr", "nan"),
         ("--lambda", "-1"),
         ("--d-hidden", "0"),
+        ("--mix", "first"),
     ] {
         let refused = d.join("refused");
         let setting = format!("{flag}={value}");
