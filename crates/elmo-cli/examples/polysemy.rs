@@ -79,16 +79,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .iter()
                 .position(|t| t.eq_ignore_ascii_case(word))
                 .unwrap_or(0);
-            let layers = features.batch(&[s.as_slice()], &device);
+            let layers = features.batch(&[s.as_slice()], &device)?;
             let top = layers.last().expect("a biLM has layers").clone();
             let d = features.d_layer;
-            top.narrow(1, position, 1)
+            Ok(top
+                .narrow(1, position, 1)
                 .reshape([d])
                 .into_data()
                 .try_to_vec::<f32>()
-                .unwrap_or_default()
+                .unwrap_or_default())
         })
-        .collect();
+        .collect::<Result<_, elmo_tasks::TaskError>>()?;
     println!(
         "`{word}` in {} sentences of {}; the token layer gives every use the same vector.\n",
         sentences.len(),

@@ -191,6 +191,11 @@ pub struct TaskTrainArgs {
     /// Longer sentences are cut (tagging) or truncated.
     #[arg(long, default_value_t = 200)]
     max_tokens: usize,
+    /// Host memory for the biLM layers of the data's sentences, computed once (for all epochs);
+    /// the sentences beyond it are kept in an unnamed temporary file beside the task directory
+    /// (removed at exit) and read back per batch.
+    #[arg(long, value_name = "MIB", default_value_t = 4096)]
+    features_memory_mib: usize,
     /// Compute backend.
     #[arg(long, value_enum, default_value_t = Backend::Flex)]
     backend: Backend,
@@ -211,6 +216,11 @@ pub struct TaskEvalArgs {
     /// Also print per-type span scores and the most frequent confusions.
     #[arg(long)]
     details: bool,
+    /// Host memory for the biLM layers of the data's sentences, computed once (for all epochs);
+    /// the sentences beyond it are kept in an unnamed temporary file beside the task directory
+    /// (removed at exit) and read back per batch.
+    #[arg(long, value_name = "MIB", default_value_t = 4096)]
+    features_memory_mib: usize,
     /// Compute backend.
     #[arg(long, value_enum, default_value_t = Backend::Flex)]
     backend: Backend,
@@ -228,9 +238,14 @@ pub struct TaskPredictArgs {
     /// Data in the task's format (the gold labels are ignored).
     #[arg(long, value_name = "FILE")]
     data: PathBuf,
-    /// Output file (standard output without).
+    /// Output file, written whole or not at all (standard output without).
     #[arg(long, value_name = "FILE")]
     out: Option<PathBuf>,
+    /// Host memory for the biLM layers of the data's sentences, computed once (for all epochs);
+    /// the sentences beyond it are kept in an unnamed temporary file beside the task directory
+    /// (removed at exit) and read back per batch.
+    #[arg(long, value_name = "MIB", default_value_t = 4096)]
+    features_memory_mib: usize,
     /// Compute backend.
     #[arg(long, value_enum, default_value_t = Backend::Flex)]
     backend: Backend,
@@ -298,11 +313,13 @@ fn read(format: &DataFormat, path: &Path, what: &str) -> Result<Vec<Example>> {
     Ok(format.read(path)?)
 }
 
-/// The biLM layers of every sentence of `sets`, with a progress bar.
+/// The biLM layers of every sentence of `sets`, with a progress bar; beyond `memory_mib` they
+/// go to a temporary file in `spill_dir`.
 fn features(
     elmo: &ElmoSource,
     sets: &[&[Example]],
     device: &Device,
+    (memory_mib, spill_dir): (usize, &Path),
     quiet: bool,
 ) -> Result<BiLmFeatures> {
     let loaded = model_args(elmo).load(device, quiet)?;
@@ -317,13 +334,23 @@ fn features(
         "biLM {bar:30} {pos}/{len} sentences ({per_sec}, ETA {eta})",
     );
     let start = std::time::Instant::now();
-    let mut cache = BiLmFeatures::new(&loaded.bilm, device)?;
+    let mut cache = BiLmFeatures::new(&loaded.bilm, device)?.spilling(
+        memory_mib.saturating_mul(1 << 20),
+        std::path::absolute(spill_dir).unwrap_or_else(|_| spill_dir.to_path_buf()),
+    );
     cache.add(sentences, || bar.inc(1))?;
     bar.finish_and_clear();
     if !quiet {
+        let spilled = cache.spilled().map_or(String::new(), |(bytes, dir)| {
+            format!(
+                " and {:.0} MiB in a temporary file in {} (--features-memory-mib)",
+                bytes as f64 / (1 << 20) as f64,
+                dir.display()
+            )
+        });
         eprintln!(
-            "biLM features of {} sentences from {} in {:.1} s ({:.0} MiB), computed once for \
-             all epochs",
+            "biLM features of {} sentences from {} in {:.1} s ({:.0} MiB in memory{spilled}), \
+             computed once for all epochs",
             cache.len(),
             loaded.description,
             start.elapsed().as_secs_f64(),
@@ -441,7 +468,16 @@ fn train(args: &TaskTrainArgs) -> Result<()> {
         eprintln!("note: no --options/--weights or --model: using the small embedded demo biLM");
     }
     let cache = match &elmo {
-        Some(source) => Some(features(source, &[&train, &dev], &device, args.quiet)?),
+        Some(source) => {
+            let memory = (args.features_memory_mib, existing_folder(&args.out));
+            Some(features(
+                source,
+                &[&train, &dev],
+                &device,
+                memory,
+                args.quiet,
+            )?)
+        }
         None => None,
     };
     let spec = TaskSpec {
@@ -510,11 +546,21 @@ fn train(args: &TaskTrainArgs) -> Result<()> {
     Ok(())
 }
 
-/// The spec, model and (with ELMo) features of a task directory for `data`.
+/// `path` where it is a folder, else the nearest folder above it that exists (`.` for a
+/// relative path none of whose folders exist yet).
+fn existing_folder(path: &Path) -> &Path {
+    (path.ancestors())
+        .find(|folder| folder.is_dir())
+        .unwrap_or(Path::new("."))
+}
+
+/// The spec, model and (with ELMo) features of a task directory for `data`, keeping at most
+/// `memory_mib` of them in memory.
 fn open(
     dir: &Path,
     data: &Path,
     device: &Device,
+    memory_mib: usize,
     quiet: bool,
 ) -> Result<(
     TaskSpec,
@@ -529,7 +575,13 @@ fn open(
         .with_context(|| format!("{}: no trained model yet?", dir.display()))?;
     let examples = read(&spec.format, data, "data")?;
     let cache = match &spec.elmo {
-        Some(source) => Some(features(source, &[&examples], device, quiet)?),
+        Some(source) => Some(features(
+            source,
+            &[&examples],
+            device,
+            (memory_mib, dir),
+            quiet,
+        )?),
         None => None,
     };
     Ok((spec, model, examples, cache))
@@ -537,8 +589,10 @@ fn open(
 
 fn eval(args: &TaskEvalArgs) -> Result<()> {
     let device = args.backend.device()?;
-    let (spec, model, examples, cache) = open(&args.model, &args.data, &device, args.quiet)?;
-    let scores = elmo_tasks::evaluate(&model, &spec, &examples, cache.as_ref(), &device);
+    let memory = args.features_memory_mib;
+    let (spec, model, examples, cache) =
+        open(&args.model, &args.data, &device, memory, args.quiet)?;
+    let scores = elmo_tasks::evaluate(&model, &spec, &examples, cache.as_ref(), &device)?;
     println!("{scores}");
     if args.details {
         for (kind, s) in &scores.per_type {
@@ -559,27 +613,33 @@ fn eval(args: &TaskEvalArgs) -> Result<()> {
 
 fn predict(args: &TaskPredictArgs) -> Result<()> {
     let device = args.backend.device()?;
-    let (spec, model, examples, cache) = open(&args.model, &args.data, &device, args.quiet)?;
-    let predictions = elmo_tasks::predict(&model, &spec, &examples, cache.as_ref(), &device);
-    let mut out: Box<dyn Write> = match &args.out {
-        Some(path) => Box::new(std::io::BufWriter::new(
-            std::fs::File::create(path).with_context(|| format!("{}", path.display()))?,
-        )),
-        None => Box::new(std::io::stdout().lock()),
-    };
+    let memory = args.features_memory_mib;
+    let (spec, model, examples, cache) =
+        open(&args.model, &args.data, &device, memory, args.quiet)?;
+    let predictions = elmo_tasks::predict(&model, &spec, &examples, cache.as_ref(), &device)?;
+    let mut text = Vec::new();
     for (example, predicted) in examples.iter().zip(&predictions) {
         match spec.format.kind {
             TaskKind::Tag => {
                 for (token, tag) in example.tokens.iter().zip(predicted) {
-                    writeln!(out, "{token}\t{tag}")?;
+                    writeln!(text, "{token}\t{tag}")?;
                 }
-                writeln!(out)?;
+                writeln!(text)?;
             }
             TaskKind::Classify | TaskKind::Pair => {
-                writeln!(out, "{}", predicted.first().map_or("", String::as_str))?;
+                writeln!(text, "{}", predicted.first().map_or("", String::as_str))?;
             }
         }
     }
-    out.flush()?;
+    match &args.out {
+        // Whole or not at all: an interrupted run leaves no partial file.
+        Some(path) => elmo_model::write_atomic(path, &text)
+            .with_context(|| format!("{}: could not write the predictions", path.display()))?,
+        None => {
+            let mut stdout = std::io::stdout().lock();
+            stdout.write_all(&text)?;
+            stdout.flush()?;
+        }
+    }
     Ok(())
 }

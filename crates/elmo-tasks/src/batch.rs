@@ -8,6 +8,7 @@ use elmo_model::bilm::char_ids_tensor;
 use crate::dataset::{Example, Target};
 use crate::elmo_features::BiLmFeatures;
 use crate::encoder::SentenceBatch;
+use crate::error::Result;
 use crate::index::Index;
 
 /// The inputs of a batch: one sentence batch, or two for pairs.
@@ -25,7 +26,7 @@ fn sentence_batch(
     with_chars: bool,
     features: Option<&BiLmFeatures>,
     device: &Device,
-) -> SentenceBatch {
+) -> Result<SentenceBatch> {
     let n_steps = sentences.iter().map(|s| s.len()).max().unwrap_or(0);
     let mut ids = vec![0i64; sentences.len() * n_steps];
     for (row, sentence) in sentences.iter().enumerate() {
@@ -33,36 +34,40 @@ fn sentence_batch(
             ids[row * n_steps + t] = words.id(token).unwrap_or(crate::index::UNKNOWN_ID) as i64;
         }
     }
-    SentenceBatch {
+    Ok(SentenceBatch {
         words: Tensor::<2, Int>::from_data(
             TensorData::new(ids, [sentences.len(), n_steps]),
             device,
         ),
         chars: with_chars.then(|| char_ids_tensor(&CharIdBatch::from_sentences(sentences), device)),
         lengths: sentences.iter().map(|s| s.len()).collect(),
-        elmo: features.map(|f| f.batch(sentences, device)),
-    }
+        elmo: features.map(|f| f.batch(sentences, device)).transpose()?,
+    })
 }
 
 impl TaskBatch {
     /// The inputs of `examples`: word ids from `words`, character ids when `with_chars` (a model
     /// with a character CNN), the biLM's layers when `features` is given.
+    ///
+    /// # Errors
+    /// Where `features` cannot read back layers they keep in their temporary file.
     pub fn new(
         examples: &[&Example],
         words: &Index,
         with_chars: bool,
         features: Option<&BiLmFeatures>,
         device: &Device,
-    ) -> Self {
+    ) -> Result<Self> {
         let first: Vec<&[String]> = examples.iter().map(|e| e.tokens.as_slice()).collect();
         let second: Option<Vec<&[String]>> = examples
             .iter()
             .map(|e| e.second.as_deref())
             .collect::<Option<Vec<_>>>();
-        Self {
-            first: sentence_batch(&first, words, with_chars, features, device),
-            second: second.map(|s| sentence_batch(&s, words, with_chars, features, device)),
-        }
+        Ok(Self {
+            first: sentence_batch(&first, words, with_chars, features, device)?,
+            second: (second.map(|s| sentence_batch(&s, words, with_chars, features, device)))
+                .transpose()?,
+        })
     }
 }
 

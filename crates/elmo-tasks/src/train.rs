@@ -107,17 +107,20 @@ pub fn uses_span_f1(spec: &TaskSpec) -> bool {
 }
 
 /// Predicted label names for every example, in order.
+///
+/// # Errors
+/// Where `features` cannot read back layers they keep in their temporary file.
 pub fn predict(
     model: &TaskModel,
     spec: &TaskSpec,
     examples: &[Example],
     features: Option<&BiLmFeatures>,
     device: &Device,
-) -> Vec<Vec<String>> {
+) -> Result<Vec<Vec<String>>> {
     let mut predictions = vec![Vec::new(); examples.len()];
     for batch in length_batches(examples, 64, None) {
         let chosen: Vec<&Example> = batch.iter().map(|&i| &examples[i]).collect();
-        let inputs = TaskBatch::new(&chosen, &spec.words, spec.uses_chars(), features, device);
+        let inputs = TaskBatch::new(&chosen, &spec.words, spec.uses_chars(), features, device)?;
         for (&i, ids) in batch.iter().zip(model.predict(&inputs)) {
             predictions[i] = ids
                 .into_iter()
@@ -125,27 +128,30 @@ pub fn predict(
                 .collect();
         }
     }
-    predictions
+    Ok(predictions)
 }
 
 /// Scores of `model` on `examples` (labels unseen in training count as errors).
+///
+/// # Errors
+/// As [`predict`].
 pub fn evaluate(
     model: &TaskModel,
     spec: &TaskSpec,
     examples: &[Example],
     features: Option<&BiLmFeatures>,
     device: &Device,
-) -> Scores {
+) -> Result<Scores> {
     let span_f1 = uses_span_f1(spec);
     let mut scorer = Scorer::default();
     for (example, predicted) in examples
         .iter()
-        .zip(predict(model, spec, examples, features, device))
+        .zip(predict(model, spec, examples, features, device)?)
     {
         // `span_f1` is only ever true for tagging, so one call serves tags and labels.
         scorer.add(example.labels(), &predicted, span_f1);
     }
-    scorer.finish(span_f1)
+    Ok(scorer.finish(span_f1))
 }
 
 /// Trains a task model in `dir` (which receives `task.json`, `model.bpk`, `best.json`,
@@ -192,7 +198,7 @@ pub fn train_task(
                 spec.uses_chars(),
                 features,
                 &train_device,
-            );
+            )?;
             let loss = model.loss(&inputs, &gold, options.lambda);
             let value = f64::from(loss.clone().into_scalar::<f32>());
             if !value.is_finite() {
@@ -208,7 +214,7 @@ pub fn train_task(
             observer.batch_done(value, chosen.len());
         }
         let plain = model.valid();
-        let scores = evaluate(&plain, spec, dev, features, device);
+        let scores = evaluate(&plain, spec, dev, features, device)?;
         let improved = best
             .as_ref()
             .is_none_or(|b| headline(&scores) > b.headline());

@@ -61,7 +61,26 @@ fn cached_layers_mixed_equal_elmo_output() {
     let tokens = features.token_cache().expect("token cache");
     assert!(tokens.hits() >= 5, "{tokens:?}");
     let refs: Vec<&[String]> = sentences.iter().map(Vec::as_slice).collect();
-    let layers = features.batch(&refs, &device);
+    let layers = features.batch(&refs, &device).unwrap();
+    // The same layers beyond a memory budget of 8 tokens' layers, in a temporary file: at
+    // least one sentence in memory, the others read back from the file, all equal.
+    let token_bytes = 4 * features.n_layers * features.d_layer;
+    let dir = tempfile::tempdir().unwrap();
+    let mut spilling = BiLmFeatures::new(&bilm, &device)
+        .unwrap()
+        .spilling(8 * token_bytes, dir.path());
+    spilling.add(refs.iter().copied(), || {}).unwrap();
+    let (in_file, folder) = spilling.spilled().expect("sentences beyond the budget");
+    assert_eq!(folder, dir.path());
+    assert!(spilling.n_bytes() > 0 && spilling.n_bytes() <= 8 * token_bytes);
+    assert_eq!(spilling.n_bytes() + in_file as usize, 16 * token_bytes);
+    assert_eq!(features.spilled(), None);
+    let read_back = spilling.batch(&refs, &device).unwrap();
+    for (a, b) in layers.iter().zip(&read_back) {
+        a.clone()
+            .into_data()
+            .assert_eq(&b.clone().into_data(), true);
+    }
     let elmo = ElmoConfig {
         n_outputs: 1,
         dropout: 0.0,
@@ -250,7 +269,8 @@ fn every_trainable_parameter_gets_a_gradient() {
                 spec.uses_chars(),
                 Some(&features),
                 &train_device,
-            );
+            )
+            .unwrap();
             let gold = GoldIds::new(&chosen, &spec.labels).unwrap();
             let loss = model.loss(&batch, &gold, 0.1);
             let grads = GradientsParams::from_grads(loss.backward(), &model);
@@ -311,9 +331,9 @@ fn heads_learn_small_tasks_and_reload() {
         let loaded_spec = task.spec().unwrap();
         assert_eq!(loaded_spec, spec);
         let model = task.load_model(&loaded_spec, &device).unwrap();
-        let scores = evaluate(&model, &loaded_spec, &examples, Some(&features), &device);
+        let scores = evaluate(&model, &loaded_spec, &examples, Some(&features), &device).unwrap();
         assert_eq!(scores.accuracy, best.accuracy, "{kind:?}");
-        let predicted = predict(&model, &loaded_spec, &examples, Some(&features), &device);
+        let predicted = predict(&model, &loaded_spec, &examples, Some(&features), &device).unwrap();
         let gold: Vec<Vec<String>> = examples.iter().map(|e| e.labels().to_vec()).collect();
         assert_eq!(predicted, gold, "{kind:?}");
         let lines = std::fs::read_to_string(task.metrics_file()).unwrap();

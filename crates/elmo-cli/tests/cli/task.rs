@@ -71,6 +71,24 @@ fn tag_train_eval_predict_and_errors() {
         assert!((0.0..=100.0).contains(&v), "{line}");
     }
     let predicted = on_data("predict", &out, &data);
+    // `--out` writes the same text to a file (whole, through a rename).
+    let file = d.join("predicted.conll");
+    let printed = ok(&[
+        "task",
+        "predict",
+        "--quiet",
+        "--model",
+        path(&out),
+        "--data",
+        path(&data),
+        "--out",
+        path(&file),
+    ]);
+    assert_eq!(printed, "");
+    assert_eq!(
+        std::fs::read_to_string(&file).expect("predictions"),
+        predicted
+    );
     let tokens: Vec<&str> = predicted
         .lines()
         .filter(|l| !l.is_empty())
@@ -224,6 +242,43 @@ fn classify_tsv_columns_and_pairs() {
     assert_eq!(labels.lines().count(), 4, "{labels}");
     assert!(labels.lines().all(|l| l == "pos" || l == "neg"), "{labels}");
     assert!(on_data("eval", &plain_out, &headerless).starts_with("accuracy "));
+    // The biLM's layers kept in a temporary file instead of memory: the same training, the
+    // same predictions, and no file left.
+    let spilled_out = d.join("polarity-spilled");
+    let mut args = plain.to_vec();
+    args[10] = path(&spilled_out);
+    args.extend_from_slice(&["--features-memory-mib", "0"]);
+    ok(&args);
+    let best = |dir: &Path| std::fs::read_to_string(dir.join("best.json")).expect("best.json");
+    assert_eq!(best(&spilled_out), best(&plain_out));
+    let spilled = ok(&[
+        "task",
+        "predict",
+        "--quiet",
+        "--model",
+        path(&plain_out),
+        "--data",
+        path(&headerless),
+        "--features-memory-mib",
+        "0",
+    ]);
+    assert_eq!(spilled, labels);
+    let mut left: Vec<_> = std::fs::read_dir(d)
+        .expect("list")
+        .map(|e| e.expect("entry").file_name())
+        .collect();
+    left.sort();
+    assert_eq!(
+        left,
+        [
+            "polarity-spilled",
+            "polarity-task",
+            "polarity.tsv",
+            "sentiment-task",
+            "sentiment.tsv"
+        ]
+        .map(std::ffi::OsString::from)
+    );
     let mut args = plain.to_vec();
     args.extend_from_slice(&["--text-column", "text"]);
     let error = fails(&args);
