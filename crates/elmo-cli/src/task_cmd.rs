@@ -130,6 +130,10 @@ pub struct TaskTrainArgs {
     /// Dropout on ELMo.
     #[arg(long, default_value_t = 0.5, value_parser = probability)]
     elmo_dropout: f64,
+    /// Layer-normalise each biLM layer before the mix (the paper's §3.2 option, AllenNLP's
+    /// `do_layer_norm`).
+    #[arg(long)]
+    layer_norm: bool,
     /// λ of the λ‖s‖² penalty on the mix weights.
     #[arg(long, default_value_t = 0.0, value_parser = non_negative)]
     lambda: f64,
@@ -494,6 +498,7 @@ fn train(args: &TaskTrainArgs) -> Result<()> {
                     mix: args.mix,
                     place: args.elmo_at.into(),
                     dropout: args.elmo_dropout,
+                    layer_norm: args.layer_norm,
                 }),
                 chars: args.char_cnn.then(CharCnnSettings::default),
             },

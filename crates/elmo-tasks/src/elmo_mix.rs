@@ -66,6 +66,8 @@ pub struct ElmoMixerConfig {
     pub kind: MixKind,
     /// Dropout on the mixed vector (paper: 0.5).
     pub dropout: f64,
+    /// Layer-normalise each biLM layer before weighting (§3.2; AllenNLP's `do_layer_norm`).
+    pub layer_norm: bool,
 }
 
 impl ElmoMixerConfig {
@@ -78,6 +80,7 @@ impl ElmoMixerConfig {
     /// task's settings first).
     pub fn init(&self, device: &Device) -> ElmoMixer {
         let mut mix = ScalarMixConfig::new(self.n_layers);
+        mix.do_layer_norm = self.layer_norm;
         if self.kind != MixKind::All {
             mix.trainable = false;
         }
@@ -143,6 +146,7 @@ mod tests {
                 n_layers: 3,
                 kind,
                 dropout: 0.0,
+                layer_norm: false,
             }
             .init(&device);
             mixer.forward(&layers, &mask).into_data()

@@ -27,6 +27,10 @@ pub struct ElmoSettings {
     pub place: ElmoPlace,
     /// Dropout on ELMo (paper: 0.5).
     pub dropout: f64,
+    /// Layer-normalise each biLM layer before the mix (§3.2: "in some cases" helpful). Task
+    /// directories written before this setting had none.
+    #[serde(default)]
+    pub layer_norm: bool,
 }
 
 /// Configuration of a [`SentenceEncoder`].
@@ -175,6 +179,7 @@ impl SentenceEncoderConfig {
                     n_layers: e.n_layers,
                     kind: e.mix,
                     dropout: e.dropout,
+                    layer_norm: e.layer_norm,
                 }
                 .init(device)
             })

@@ -92,18 +92,35 @@ fn cached_layers_mixed_equal_elmo_output() {
     .init_with(bilm, &device)
     .expect("ELMo");
     let expected = elmo.forward_sentences(&sentences, &device);
-    let mut mixer = ElmoMixerConfig {
-        n_layers: 3,
-        kind: MixKind::All,
-        dropout: 0.0,
-    }
-    .init(&device);
-    mixer.mix = elmo.scalar_mixes[0].clone();
-    let mixed = mixer.forward(&layers, &expected.mask);
-    mixed.into_data().assert_approx_eq::<f32>(
+    let reference = &elmo.scalar_mixes[0];
+    let mixer = |layer_norm| {
+        let mut mixer = ElmoMixerConfig {
+            n_layers: 3,
+            kind: MixKind::All,
+            dropout: 0.0,
+            layer_norm,
+        }
+        .init(&device);
+        mixer.mix.weights = reference.weights.clone();
+        mixer.mix.gamma = reference.gamma.clone();
+        mixer
+    };
+    let mixed = mixer(false).forward(&layers, &expected.mask);
+    mixed.clone().into_data().assert_approx_eq::<f32>(
         &expected.representations[0].clone().into_data(),
         Tolerance::absolute(1e-6),
     );
+    // With layer norm (§3.2): each layer normalised over the batch's tokens before the mix, as
+    // elmo-model's `ScalarMix` does (AllenNLP's `Elmo` counts the `<S>`/`</S>` positions too).
+    let normed = mixer(true).forward(&layers, &expected.mask);
+    let mut by_scalar_mix = reference.clone();
+    by_scalar_mix.do_layer_norm = true;
+    normed.clone().into_data().assert_approx_eq::<f32>(
+        &by_scalar_mix.forward(&layers, &expected.mask).into_data(),
+        Tolerance::absolute(1e-6),
+    );
+    let moved = (normed - mixed).abs().max().into_scalar::<f32>();
+    assert!(moved > 1e-2, "layer norm changed the mix by {moved}");
 }
 
 fn tag_examples() -> Vec<Example> {
@@ -257,6 +274,7 @@ fn every_trainable_parameter_gets_a_gradient() {
                 mix,
                 place: ElmoPlace::Both,
                 dropout: 0.5,
+                layer_norm: mix == MixKind::Layer(1),
             };
             let spec = spec_for(kind, &examples, Some(settings), Some(small_chars()));
             // Drawn under seeded_init's lock, as train_task's draws in the other test are.
@@ -299,6 +317,7 @@ fn heads_learn_small_tasks_and_reload() {
             mix: MixKind::All,
             place: ElmoPlace::Input,
             dropout: 0.0,
+            layer_norm: false,
         };
         let chars = (kind == TaskKind::Tag).then(small_chars);
         let spec = spec_for(kind, &examples, Some(settings), chars);
@@ -397,6 +416,7 @@ fn refused_settings_name_the_setting_and_write_nothing() {
         mix: MixKind::All,
         place: ElmoPlace::Output,
         dropout,
+        layer_norm: false,
     };
     refused(
         &with(&|e| e.elmo = Some(elmo(1.5))),

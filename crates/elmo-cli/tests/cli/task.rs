@@ -60,8 +60,10 @@ fn tag_train_eval_predict_and_errors() {
         args.extend_from_slice(extra);
         ok(&args)
     };
-    let report = train(&["--mix", "top", "--elmo-at", "both"]);
+    let report = train(&["--mix", "top", "--elmo-at", "both", "--layer-norm"]);
     assert!(report.starts_with("best epoch "), "{report}");
+    let spec = std::fs::read_to_string(out.join("task.json")).expect("task.json");
+    assert!(spec.contains("\"layer_norm\": true"), "{spec}");
     let line = on_data("eval", &out, &data);
     let words: Vec<&str> = line.split_whitespace().collect();
     assert_eq!(words.len(), 4, "{line}");
@@ -286,7 +288,8 @@ fn classify_tsv_columns_and_pairs() {
         error.contains("polarity.tsv:1") && error.contains("no header"),
         "{error}"
     );
-    // A task directory written before `header` was a setting reads its files with one.
+    // A task directory written before `header` and `layer_norm` were settings reads its files
+    // with a header, and mixes without layer norm.
     let spec_file = out.join("task.json");
     let mut spec: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&spec_file).expect("task.json"))
@@ -296,6 +299,9 @@ fn classify_tsv_columns_and_pairs() {
         .as_object_mut()
         .expect("format")
         .remove("header");
+    let elmo = &mut spec["model"]["encoder"]["elmo"];
+    assert_eq!(elmo["layer_norm"], serde_json::json!(false), "{elmo}");
+    elmo.as_object_mut().expect("elmo").remove("layer_norm");
     std::fs::write(&spec_file, spec.to_string()).expect("write");
     assert_eq!(on_data("predict", &out, &data).lines().count(), 3);
 
