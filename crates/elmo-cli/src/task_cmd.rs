@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use burn::tensor::Device;
+use elmo_tasks::elmo_features::{BATCH_POSITIONS, BATCH_SENTENCES};
 use elmo_tasks::encoder::{CharCnnSettings, ElmoSettings, SentenceEncoderConfig};
 use elmo_tasks::index::Index;
 use elmo_tasks::train::EpochReport;
@@ -322,7 +323,7 @@ fn read(format: &DataFormat, path: &Path, what: &str) -> Result<Vec<Example>> {
 fn features(
     elmo: &ElmoSource,
     sets: &[&[Example]],
-    device: &Device,
+    (device, on_gpu): (&Device, bool),
     (memory_mib, spill_dir): (usize, &Path),
     quiet: bool,
 ) -> Result<BiLmFeatures> {
@@ -338,7 +339,13 @@ fn features(
         "biLM {bar:30} {pos}/{len} sentences ({per_sec}, ETA {eta})",
     );
     let start = std::time::Instant::now();
-    let mut cache = BiLmFeatures::new(&loaded.bilm, device)?.spilling(
+    // `elmo embed`'s stateless batches on this kind of device.
+    let (batch_size, max_positions) = match on_gpu {
+        true => (1024, 65_536),
+        false => (BATCH_SENTENCES, BATCH_POSITIONS),
+    };
+    let batches = BiLmFeatures::with_batches(&loaded.bilm, device, batch_size, max_positions)?;
+    let mut cache = batches.spilling(
         memory_mib.saturating_mul(1 << 20),
         std::path::absolute(spill_dir).unwrap_or_else(|_| spill_dir.to_path_buf()),
     );
@@ -477,7 +484,7 @@ fn train(args: &TaskTrainArgs) -> Result<()> {
             Some(features(
                 source,
                 &[&train, &dev],
-                &device,
+                (&device, args.backend.is_gpu()),
                 memory,
                 args.quiet,
             )?)
@@ -564,7 +571,7 @@ fn existing_folder(path: &Path) -> &Path {
 fn open(
     dir: &Path,
     data: &Path,
-    device: &Device,
+    (device, on_gpu): (&Device, bool),
     memory_mib: usize,
     quiet: bool,
 ) -> Result<(
@@ -583,7 +590,7 @@ fn open(
         Some(source) => Some(features(
             source,
             &[&examples],
-            device,
+            (device, on_gpu),
             (memory_mib, dir),
             quiet,
         )?),
@@ -594,9 +601,8 @@ fn open(
 
 fn eval(args: &TaskEvalArgs) -> Result<()> {
     let device = args.backend.device()?;
-    let memory = args.features_memory_mib;
-    let (spec, model, examples, cache) =
-        open(&args.model, &args.data, &device, memory, args.quiet)?;
+    let (memory, on) = (args.features_memory_mib, (&device, args.backend.is_gpu()));
+    let (spec, model, examples, cache) = open(&args.model, &args.data, on, memory, args.quiet)?;
     let scores = elmo_tasks::evaluate(&model, &spec, &examples, cache.as_ref(), &device)?;
     println!("{scores}");
     if args.details {
@@ -618,9 +624,8 @@ fn eval(args: &TaskEvalArgs) -> Result<()> {
 
 fn predict(args: &TaskPredictArgs) -> Result<()> {
     let device = args.backend.device()?;
-    let memory = args.features_memory_mib;
-    let (spec, model, examples, cache) =
-        open(&args.model, &args.data, &device, memory, args.quiet)?;
+    let (memory, on) = (args.features_memory_mib, (&device, args.backend.is_gpu()));
+    let (spec, model, examples, cache) = open(&args.model, &args.data, on, memory, args.quiet)?;
     let predictions = elmo_tasks::predict(&model, &spec, &examples, cache.as_ref(), &device)?;
     let mut text = Vec::new();
     for (example, predicted) in examples.iter().zip(&predictions) {

@@ -16,8 +16,12 @@ use elmo_model::{BiLm, Embedder, EmbedderConfig, LayerSelection, Pooling, TokenE
 
 use crate::error::{Result, TaskError, io_error};
 
-/// Sentences encoded per biLM call.
-const BATCH_SENTENCES: usize = 32;
+/// Sentences encoded per biLM call by default (`elmo embed`'s on a CPU: more rows per LSTM step
+/// run faster; the stateless vectors do not depend on it).
+pub const BATCH_SENTENCES: usize = 256;
+
+/// Padded positions (rows × longest row) per biLM call by default (`elmo embed`'s on a CPU).
+pub const BATCH_POSITIONS: usize = 8192;
 
 /// Memory for the token embeddings of words already encoded (the char CNN runs once per word
 /// while it stays in the cache).
@@ -60,15 +64,31 @@ pub struct BiLmFeatures {
 }
 
 impl BiLmFeatures {
-    /// An empty cache for `bilm`, which runs on `device`.
+    /// An empty cache for `bilm`, which runs on `device` in batches of [`BATCH_SENTENCES`]
+    /// sentences and at most [`BATCH_POSITIONS`] padded positions.
     pub fn new(bilm: &BiLm, device: &Device) -> Result<Self> {
+        Self::with_batches(bilm, device, BATCH_SENTENCES, BATCH_POSITIONS)
+    }
+
+    /// An empty cache for `bilm`, which runs on `device` in batches of at most `batch_size`
+    /// sentences and `max_batch_positions` padded positions (a GPU runs faster with more:
+    /// `elmo embed` gives it 1,024 and 65,536).
+    ///
+    /// # Errors
+    /// Where the embedder refuses the sizes (zero).
+    pub fn with_batches(
+        bilm: &BiLm,
+        device: &Device,
+        batch_size: usize,
+        max_batch_positions: usize,
+    ) -> Result<Self> {
         let embedder = EmbedderConfig {
             layers: LayerSelection::All,
             pooling: Pooling::Tokens,
             stateful: false,
-            batch_size: BATCH_SENTENCES,
+            batch_size,
+            max_batch_positions,
             token_cache_bytes: TOKEN_CACHE_BYTES,
-            ..EmbedderConfig::default()
         }
         .init(bilm.clone(), device)?;
         Ok(Self {
