@@ -22,12 +22,11 @@ fn on_data(command: &str, model: &Path, data: &Path) -> String {
     ])
 }
 
-/// The arguments of `elmo task train --quiet --task tag` on `train` and `dev` into `out`, then
-/// `extra`.
-fn tag_train_args<'a>(
-    train: &'a Path,
-    dev: &'a Path,
-    out: &'a Path,
+/// The arguments of `elmo task train --quiet --task TASK` on `train` and `dev` into `out`,
+/// then `extra`.
+fn train_args<'a>(
+    task: &'a str,
+    [train, dev, out]: [&'a Path; 3],
     extra: &[&'a str],
 ) -> Vec<&'a str> {
     let mut args = vec![
@@ -35,7 +34,7 @@ fn tag_train_args<'a>(
         "train",
         "--quiet",
         "--task",
-        "tag",
+        task,
         "--train",
         path(train),
         "--dev",
@@ -56,7 +55,7 @@ fn tag_train_eval_predict_and_errors() {
     let out = d.join("ner-task");
     let train = |extra: &[&str]| {
         let small = ["--epochs", "2", "--d-word", "8", "--d-hidden", "8"];
-        let mut args = tag_train_args(&data, &data, &out, &small);
+        let mut args = train_args("tag", [&data, &data, &out], &small);
         args.extend_from_slice(extra);
         ok(&args)
     };
@@ -112,7 +111,11 @@ fn tag_train_eval_predict_and_errors() {
         "{spec}"
     );
     assert!(on_data("eval", &out, &data).starts_with("accuracy "));
-    let error = fails(&tag_train_args(&data, &data, &d.join("y"), &["--mix", "3"]));
+    let error = fails(&train_args(
+        "tag",
+        [&data, &data, &d.join("y")],
+        &["--mix", "3"],
+    ));
     assert!(
         error.contains("encoder.elmo.mix is layer 3") && error.contains("0-2"),
         "{error}"
@@ -120,10 +123,9 @@ fn tag_train_eval_predict_and_errors() {
 
     // The baseline writes a task without ELMo.
     let base = d.join("base");
-    ok(&tag_train_args(
-        &data,
-        &data,
-        &base,
+    ok(&train_args(
+        "tag",
+        [&data, &data, &base],
         &["--epochs", "1", "--no-elmo", "--char-cnn"],
     ));
     let spec = std::fs::read_to_string(base.join("task.json")).expect("task.json");
@@ -135,7 +137,11 @@ fn tag_train_eval_predict_and_errors() {
     // Errors name the file and line.
     let bad = d.join("bad.conll");
     std::fs::write(&bad, "Alice\tB-PER\nlonely\n").expect("write");
-    let error = fails(&tag_train_args(&bad, &data, &d.join("x"), &["--no-elmo"]));
+    let error = fails(&train_args(
+        "tag",
+        [&bad, &data, &d.join("x")],
+        &["--no-elmo"],
+    ));
     assert!(error.contains("bad.conll:2"), "{error}");
     // Settings burn's modules would panic on, or that cannot train, are refused by flag before
     // anything is read or written.
@@ -149,7 +155,7 @@ fn tag_train_eval_predict_and_errors() {
     ] {
         let refused = d.join("refused");
         let setting = format!("{flag}={value}");
-        let error = fails(&tag_train_args(&data, &data, &refused, &[&setting]));
+        let error = fails(&train_args("tag", [&data, &data, &refused], &[&setting]));
         assert!(error.contains(&format!("'{value}' for '{flag}")), "{error}");
         assert!(!refused.exists(), "{flag}={value}");
     }
@@ -176,22 +182,11 @@ fn classify_tsv_columns_and_pairs() {
     )
     .expect("write");
     let out = d.join("sentiment-task");
-    let common = [
-        "task",
-        "train",
-        "--quiet",
-        "--task",
+    let common = train_args(
         "classify",
-        "--train",
-        path(&data),
-        "--dev",
-        path(&data),
-        "--out",
-        path(&out),
-        "--epochs",
-        "1",
-        "--tokenize",
-    ];
+        [&data, &data, &out],
+        &["--epochs", "1", "--tokenize"],
+    );
     let error = fails(&common);
     assert!(
         error.contains("no column `text`") && error.contains("sentiment.tsv:1"),
@@ -223,23 +218,16 @@ fn classify_tsv_columns_and_pairs() {
     )
     .expect("write");
     let plain_out = d.join("polarity-task");
-    let plain = [
-        "task",
-        "train",
-        "--quiet",
-        "--task",
-        "classify",
-        "--train",
-        path(&headerless),
-        "--dev",
-        path(&headerless),
-        "--out",
-        path(&plain_out),
-        "--epochs",
-        "1",
-        "--no-header",
-    ];
-    ok(&plain);
+    let plain = |out: &Path, extra: &[&str]| {
+        let mut args = train_args(
+            "classify",
+            [&headerless, &headerless, out],
+            &["--epochs", "1"],
+        );
+        args.push("--no-header");
+        ok(&[args.as_slice(), extra].concat());
+    };
+    plain(&plain_out, &[]);
     let labels = on_data("predict", &plain_out, &headerless);
     assert_eq!(labels.lines().count(), 4, "{labels}");
     assert!(labels.lines().all(|l| l == "pos" || l == "neg"), "{labels}");
@@ -247,10 +235,7 @@ fn classify_tsv_columns_and_pairs() {
     // The biLM's layers kept in a temporary file instead of memory: the same training, the
     // same predictions, and no file left.
     let spilled_out = d.join("polarity-spilled");
-    let mut args = plain.to_vec();
-    args[10] = path(&spilled_out);
-    args.extend_from_slice(&["--features-memory-mib", "0"]);
-    ok(&args);
+    plain(&spilled_out, &["--features-memory-mib", "0"]);
     let best = |dir: &Path| std::fs::read_to_string(dir.join("best.json")).expect("best.json");
     assert_eq!(best(&spilled_out), best(&plain_out));
     let spilled = ok(&[
@@ -281,8 +266,8 @@ fn classify_tsv_columns_and_pairs() {
         ]
         .map(std::ffi::OsString::from)
     );
-    let mut args = plain.to_vec();
-    args.extend_from_slice(&["--text-column", "text"]);
+    let mut args = train_args("classify", [&headerless, &headerless, &plain_out], &[]);
+    args.extend_from_slice(&["--no-header", "--text-column", "text"]);
     let error = fails(&args);
     assert!(
         error.contains("polarity.tsv:1") && error.contains("no header"),
@@ -312,41 +297,13 @@ fn classify_tsv_columns_and_pairs() {
     )
     .expect("write");
     let pair_out = d.join("pair-task");
-    ok(&[
-        "task",
-        "train",
-        "--quiet",
-        "--task",
-        "pair",
-        "--train",
-        path(&pairs),
-        "--dev",
-        path(&pairs),
-        "--out",
-        path(&pair_out),
-        "--epochs",
-        "1",
-    ]);
+    let pair_args = train_args("pair", [&pairs, &pairs, &pair_out], &["--epochs", "1"]);
+    ok(&pair_args);
     let line = on_data("eval", &pair_out, &pairs);
     assert!(line.starts_with("accuracy "), "{line}");
     // Pairs without a header: `label<TAB>text_a<TAB>text_b`.
     std::fs::write(&pairs, "same\ta b\ta b\ndifferent\ta b\tc d\n").expect("write");
-    ok(&[
-        "task",
-        "train",
-        "--quiet",
-        "--task",
-        "pair",
-        "--train",
-        path(&pairs),
-        "--dev",
-        path(&pairs),
-        "--out",
-        path(&pair_out),
-        "--epochs",
-        "1",
-        "--no-header",
-    ]);
+    ok(&[pair_args.as_slice(), &["--no-header"]].concat());
     let labels = on_data("predict", &pair_out, &pairs);
     assert_eq!(labels.lines().count(), 2, "{labels}");
 }
