@@ -70,6 +70,20 @@ fn mix_kind(text: &str) -> std::result::Result<MixKind, String> {
     }
 }
 
+/// `--features-memory-mib`, of `task train`, `eval` and `predict`.
+#[derive(Debug, clap::Args)]
+struct FeatureMemoryArg {
+    /// Host memory for the biLM layers of the data's sentences, computed once (for all epochs);
+    /// the sentences beyond it are kept in an unnamed temporary file beside the task directory
+    /// (removed at exit) and read back per batch.
+    #[arg(
+        long = "features-memory-mib",
+        value_name = "MIB",
+        default_value_t = 4096
+    )]
+    mib: usize,
+}
+
 /// `--elmo-at`: elmo-tasks' [`ElmoPlace`] as a command-line value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum PlaceArg {
@@ -97,8 +111,9 @@ impl From<PlaceArg> for ElmoPlace {
     after_help = "Formats: tag = CoNLL columns (token<TAB>tag, blank line between \
     sentences, `#` lines ignored); classify = TSV with a header (--text-column, \
     --label-column), or `label<TAB>text` lines with --no-header; pair = TSV with text_a, \
-    text_b, label, or `label<TAB>text_a<TAB>text_b` lines with --no-header.\n\nExample:\n  elmo task train \
-    --task tag --train pos.train.conll --dev pos.dev.conll --out tasks/pos --model runs/lm"
+    text_b, label, or `label<TAB>text_a<TAB>text_b` lines with --no-header.\n\nExample:\n  \
+    elmo task train --task tag --train pos.train.conll --dev pos.dev.conll --out tasks/pos \
+    --model runs/lm"
 )]
 pub struct TaskTrainArgs {
     /// The kind of task (fixes the file format and the head).
@@ -196,11 +211,8 @@ pub struct TaskTrainArgs {
     /// Longer sentences are cut (tagging) or truncated.
     #[arg(long, default_value_t = 200)]
     max_tokens: usize,
-    /// Host memory for the biLM layers of the data's sentences, computed once (for all epochs);
-    /// the sentences beyond it are kept in an unnamed temporary file beside the task directory
-    /// (removed at exit) and read back per batch.
-    #[arg(long, value_name = "MIB", default_value_t = 4096)]
-    features_memory_mib: usize,
+    #[command(flatten)]
+    features_memory: FeatureMemoryArg,
     /// Compute backend.
     #[arg(long, value_enum, default_value_t = Backend::Flex)]
     backend: Backend,
@@ -221,11 +233,8 @@ pub struct TaskEvalArgs {
     /// Also print per-type span scores and the most frequent confusions.
     #[arg(long)]
     details: bool,
-    /// Host memory for the biLM layers of the data's sentences, computed once (for all epochs);
-    /// the sentences beyond it are kept in an unnamed temporary file beside the task directory
-    /// (removed at exit) and read back per batch.
-    #[arg(long, value_name = "MIB", default_value_t = 4096)]
-    features_memory_mib: usize,
+    #[command(flatten)]
+    features_memory: FeatureMemoryArg,
     /// Compute backend.
     #[arg(long, value_enum, default_value_t = Backend::Flex)]
     backend: Backend,
@@ -246,11 +255,8 @@ pub struct TaskPredictArgs {
     /// Output file, written whole or not at all (standard output without).
     #[arg(long, value_name = "FILE")]
     out: Option<PathBuf>,
-    /// Host memory for the biLM layers of the data's sentences, computed once (for all epochs);
-    /// the sentences beyond it are kept in an unnamed temporary file beside the task directory
-    /// (removed at exit) and read back per batch.
-    #[arg(long, value_name = "MIB", default_value_t = 4096)]
-    features_memory_mib: usize,
+    #[command(flatten)]
+    features_memory: FeatureMemoryArg,
     /// Compute backend.
     #[arg(long, value_enum, default_value_t = Backend::Flex)]
     backend: Backend,
@@ -480,7 +486,7 @@ fn train(args: &TaskTrainArgs) -> Result<()> {
     }
     let cache = match &elmo {
         Some(source) => {
-            let memory = (args.features_memory_mib, existing_folder(&args.out));
+            let memory = (args.features_memory.mib, existing_folder(&args.out));
             Some(features(
                 source,
                 &[&train, &dev],
@@ -601,7 +607,7 @@ fn open(
 
 fn eval(args: &TaskEvalArgs) -> Result<()> {
     let device = args.backend.device()?;
-    let (memory, on) = (args.features_memory_mib, (&device, args.backend.is_gpu()));
+    let (memory, on) = (args.features_memory.mib, (&device, args.backend.is_gpu()));
     let (spec, model, examples, cache) = open(&args.model, &args.data, on, memory, args.quiet)?;
     let scores = elmo_tasks::evaluate(&model, &spec, &examples, cache.as_ref(), &device)?;
     println!("{scores}");
@@ -624,7 +630,7 @@ fn eval(args: &TaskEvalArgs) -> Result<()> {
 
 fn predict(args: &TaskPredictArgs) -> Result<()> {
     let device = args.backend.device()?;
-    let (memory, on) = (args.features_memory_mib, (&device, args.backend.is_gpu()));
+    let (memory, on) = (args.features_memory.mib, (&device, args.backend.is_gpu()));
     let (spec, model, examples, cache) = open(&args.model, &args.data, on, memory, args.quiet)?;
     let predictions = elmo_tasks::predict(&model, &spec, &examples, cache.as_ref(), &device)?;
     let mut text = Vec::new();
