@@ -325,10 +325,10 @@ fn read(format: &DataFormat, path: &Path, what: &str) -> Result<Vec<Example>> {
 }
 
 /// The biLM layers of every sentence of `sets`, with a progress bar; beyond `memory_mib` they
-/// go to a temporary file in `spill_dir`.
+/// go to a temporary file in `spill_dir`. `training`: for a training run's epochs.
 fn features(
     elmo: &ElmoSource,
-    sets: &[&[Example]],
+    (sets, training): (&[&[Example]], bool),
     (device, on_gpu): (&Device, bool),
     (memory_mib, spill_dir): (usize, &Path),
     quiet: bool,
@@ -365,9 +365,13 @@ fn features(
                 dir.display()
             )
         });
+        let epochs = if training {
+            ", computed once for all epochs"
+        } else {
+            ""
+        };
         eprintln!(
-            "biLM features of {} sentences from {} in {:.1} s ({:.0} MiB in memory{spilled}), \
-             computed once for all epochs",
+            "biLM features of {} sentences from {} in {:.1} s ({:.0} MiB in memory{spilled}){epochs}",
             cache.len(),
             loaded.description,
             start.elapsed().as_secs_f64(),
@@ -489,7 +493,7 @@ fn train(args: &TaskTrainArgs) -> Result<()> {
             let memory = (args.features_memory.mib, existing_folder(&args.out));
             Some(features(
                 source,
-                &[&train, &dev],
+                (&[&train, &dev], true),
                 (&device, args.backend.is_gpu()),
                 memory,
                 args.quiet,
@@ -595,7 +599,7 @@ fn open(
     let cache = match &spec.elmo {
         Some(source) => Some(features(
             source,
-            &[&examples],
+            (&[&examples], false),
             (device, on_gpu),
             (memory_mib, dir),
             quiet,
