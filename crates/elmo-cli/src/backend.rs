@@ -178,6 +178,16 @@ impl Backend {
         matches!(self, Backend::Wgpu | Backend::Vulkan | Backend::Cuda)
     }
 
+    /// The sentences and padded positions (rows × longest row) of a stateless biLM call by
+    /// default, `elmo embed`'s and `elmo task`'s: more rows per LSTM step run faster, and a GPU
+    /// takes more (stateless vectors do not depend on them).
+    pub fn stateless_batches(self) -> (usize, usize) {
+        match self.is_gpu() {
+            true => (1024, 65_536),
+            false => (256, 8192),
+        }
+    }
+
     /// The backend's name, as `--backend` and the Cargo feature spell it.
     pub fn name(self) -> &'static str {
         match self {

@@ -419,24 +419,19 @@ pub fn run(args: &EmbedArgs, held: Option<HeldModel<'_>>) -> Result<()> {
         )?;
     }
     let backend = args.backend();
-    let on_gpu = backend.is_gpu();
     let device = backend.device()?;
     args.precision.check_device(backend, &device)?;
     let (model, carried) = match held {
         Some(HeldModel { model, state }) => (model, Some(state)),
         None => (args.model.load(&device, args.quiet)?, None),
     };
-    let batch_size = args.batch_size.map_or(
-        match (args.stateful, on_gpu) {
-            (true, _) => 64,
-            (false, false) => 256,
-            (false, true) => 1024,
-        },
-        |n| n as usize,
-    );
-    let max_batch_positions = args
-        .max_batch_positions
-        .map_or(if on_gpu { 65_536 } else { 8192 }, |n| n as usize);
+    let (stateless_batch, positions) = backend.stateless_batches();
+    let batch_size = args
+        .batch_size
+        .map_or(if args.stateful { 64 } else { stateless_batch }, |n| {
+            n as usize
+        });
+    let max_batch_positions = args.max_batch_positions.map_or(positions, |n| n as usize);
     let fingerprint = OutputFingerprint {
         input: format!("{:032x} {} lines", input.hash, input.lines),
         model: model_fingerprint(&model.bilm)?,

@@ -5,7 +5,6 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use burn::tensor::Device;
-use elmo_tasks::elmo_features::{BATCH_POSITIONS, BATCH_SENTENCES};
 use elmo_tasks::encoder::{CharCnnSettings, ElmoSettings, SentenceEncoderConfig};
 use elmo_tasks::index::Index;
 use elmo_tasks::train::EpochReport;
@@ -329,7 +328,7 @@ fn read(format: &DataFormat, path: &Path, what: &str) -> Result<Vec<Example>> {
 fn features(
     elmo: &ElmoSource,
     (sets, training): (&[&[Example]], bool),
-    (device, on_gpu): (&Device, bool),
+    (device, backend): (&Device, Backend),
     (memory_mib, spill_dir): (usize, &Path),
     quiet: bool,
 ) -> Result<BiLmFeatures> {
@@ -345,11 +344,7 @@ fn features(
         "biLM {bar:30} {pos}/{len} sentences ({per_sec}, ETA {eta})",
     );
     let start = std::time::Instant::now();
-    // `elmo embed`'s stateless batches on this kind of device.
-    let (batch_size, max_positions) = match on_gpu {
-        true => (1024, 65_536),
-        false => (BATCH_SENTENCES, BATCH_POSITIONS),
-    };
+    let (batch_size, max_positions) = backend.stateless_batches();
     let batches = BiLmFeatures::with_batches(&loaded.bilm, device, batch_size, max_positions)?;
     let mut cache = batches.spilling(
         memory_mib.saturating_mul(1 << 20),
@@ -494,7 +489,7 @@ fn train(args: &TaskTrainArgs) -> Result<()> {
             Some(features(
                 source,
                 (&[&train, &dev], true),
-                (&device, args.backend.is_gpu()),
+                (&device, args.backend),
                 memory,
                 args.quiet,
             )?)
@@ -581,7 +576,7 @@ fn existing_folder(path: &Path) -> &Path {
 fn open(
     dir: &Path,
     data: &Path,
-    (device, on_gpu): (&Device, bool),
+    (device, backend): (&Device, Backend),
     memory_mib: usize,
     quiet: bool,
 ) -> Result<(
@@ -600,7 +595,7 @@ fn open(
         Some(source) => Some(features(
             source,
             (&[&examples], false),
-            (device, on_gpu),
+            (device, backend),
             (memory_mib, dir),
             quiet,
         )?),
@@ -611,7 +606,7 @@ fn open(
 
 fn eval(args: &TaskEvalArgs) -> Result<()> {
     let device = args.backend.device()?;
-    let (memory, on) = (args.features_memory.mib, (&device, args.backend.is_gpu()));
+    let (memory, on) = (args.features_memory.mib, (&device, args.backend));
     let (spec, model, examples, cache) = open(&args.model, &args.data, on, memory, args.quiet)?;
     let scores = elmo_tasks::evaluate(&model, &spec, &examples, cache.as_ref(), &device)?;
     println!("{scores}");
@@ -634,7 +629,7 @@ fn eval(args: &TaskEvalArgs) -> Result<()> {
 
 fn predict(args: &TaskPredictArgs) -> Result<()> {
     let device = args.backend.device()?;
-    let (memory, on) = (args.features_memory.mib, (&device, args.backend.is_gpu()));
+    let (memory, on) = (args.features_memory.mib, (&device, args.backend));
     let (spec, model, examples, cache) = open(&args.model, &args.data, on, memory, args.quiet)?;
     let predictions = elmo_tasks::predict(&model, &spec, &examples, cache.as_ref(), &device)?;
     let mut text = Vec::new();
