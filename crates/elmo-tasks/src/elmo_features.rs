@@ -16,11 +16,11 @@ use elmo_model::{BiLm, Embedder, EmbedderConfig, LayerSelection, Pooling, TokenE
 
 use crate::error::{Result, TaskError, io_error};
 
-/// Sentences encoded per biLM call by default (`elmo embed`'s on a CPU: more rows per LSTM step
-/// run faster; the stateless vectors do not depend on it).
+/// Sentences encoded per biLM call by [`BiLmFeatures::new`] (as `elmo embed` on a CPU: more
+/// rows per LSTM step run faster; the stateless vectors do not depend on it).
 pub const BATCH_SENTENCES: usize = 256;
 
-/// Padded positions (rows × longest row) per biLM call by default (`elmo embed`'s on a CPU).
+/// Padded positions (rows × longest row) per biLM call by [`BiLmFeatures::new`].
 pub const BATCH_POSITIONS: usize = 8192;
 
 /// Memory for the token embeddings of words already encoded (the char CNN runs once per word
@@ -36,9 +36,11 @@ enum Stored {
     Spilled { offset: u64, len: usize },
 }
 
-/// The temporary file that layers beyond the memory budget go to.
+/// The memory budget of the layers, and the temporary file that those beyond it go to.
 #[derive(Debug)]
 struct Spill {
+    /// Host memory the layers may take before they go to the file.
+    memory_bytes: usize,
     /// The folder it is made in (named in errors; the file itself has no name).
     dir: PathBuf,
     /// The file, made at the first sentence that does not fit in memory.
@@ -56,10 +58,9 @@ pub struct BiLmFeatures {
     pub d_layer: usize,
     sentences: HashMap<Vec<String>, Stored>,
     embedder: Embedder,
-    /// Host memory the layers may take before they spill.
-    memory_bytes: usize,
     /// Bytes of layers in memory.
     in_memory: usize,
+    /// Without one, every layer stays in memory.
     spill: Option<Spill>,
 }
 
@@ -96,7 +97,6 @@ impl BiLmFeatures {
             d_layer: embedder.d_output(),
             sentences: HashMap::new(),
             embedder,
-            memory_bytes: usize::MAX,
             in_memory: 0,
             spill: None,
         })
@@ -106,8 +106,8 @@ impl BiLmFeatures {
     /// go to an unnamed temporary file made in `dir` (removed when the features are dropped,
     /// and on Unix also when the process is killed) and are read back per batch.
     pub fn spilling(mut self, memory_bytes: usize, dir: impl Into<PathBuf>) -> Self {
-        self.memory_bytes = memory_bytes;
         self.spill = Some(Spill {
+            memory_bytes,
             dir: dir.into(),
             file: None,
             end: 0,
@@ -157,12 +157,12 @@ impl BiLmFeatures {
             .filter(|s| !self.sentences.contains_key(*s) && seen.insert(*s))
             .collect();
         let (cached, spill) = (&mut self.sentences, &mut self.spill);
-        let (in_memory, budget) = (&mut self.in_memory, self.memory_bytes);
+        let in_memory = &mut self.in_memory;
         self.embedder.embed_each(&missing, |i, vectors| {
             // `[L + 1, n, 2P]`, layer by layer: the layout `batch` reads.
             let bytes = 4 * vectors.values.len();
             let stored = match spill {
-                Some(spill) if in_memory.saturating_add(bytes) > budget => {
+                Some(spill) if in_memory.saturating_add(bytes) > spill.memory_bytes => {
                     spill.write(&vectors.values)?
                 }
                 _ => {
@@ -250,10 +250,7 @@ impl Spill {
         let mut bytes = vec![0u8; 4 * len];
         (file.seek(SeekFrom::Start(offset)))
             .and_then(|_| file.read_exact(&mut bytes))
-            .map_err(|source| TaskError::Io {
-                path: self.dir.clone(),
-                source,
-            })?;
+            .map_err(io_error(&self.dir))?;
         values.clear();
         let decoded = bytes.chunks_exact(4).map(|b| [b[0], b[1], b[2], b[3]]);
         values.extend(decoded.map(f32::from_le_bytes));
